@@ -1,0 +1,237 @@
+package coordinator
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// WaitStrategy selects how a blocked Acquire learns that it may retry.
+type WaitStrategy int
+
+const (
+	WaitNotify  WaitStrategy = iota // default: push notifications + handoff + local TTL timer
+	WaitPolling                     // exponential backoff with jitter only
+)
+
+// KeyspaceMode says whether New may turn on keyspace notifications.
+type KeyspaceMode int
+
+const (
+	KeyspaceAuto KeyspaceMode = iota // default: merge Kgx into notify-keyspace-events if CONFIG allows; else carry on without
+	KeyspaceOn                       // require keyspace events; New fails with a clear error if they cannot be enabled
+	KeyspaceOff                      // never send CONFIG (least privilege)
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultKeyPrefix     = "redlock:"
+	DefaultTTL           = 30 * time.Second
+	DefaultDriftFactor   = 0.01
+	DefaultRetryDelay    = 10 * time.Millisecond
+	DefaultMaxRetryDelay = 500 * time.Millisecond
+	MinTTL               = 100 * time.Millisecond
+	MaxTTL               = 24 * time.Hour
+	MaxNameLen           = 512
+)
+
+// Config configures a Coordinator. The zero value of each field selects the
+// documented default; Nodes is required.
+type Config struct {
+	Nodes         []string      // per independent master: "host:port" or a redis:// or rediss:// URL; 1 = single node
+	KeyPrefix     string        // "" means "redlock:"; must not contain '{' or '}'
+	WaitStrategy  WaitStrategy  // how waiters learn of a release
+	Keyspace      KeyspaceMode  // whether New may enable keyspace events
+	DefaultTTL    time.Duration // 0 means 30s
+	NodeTimeout   time.Duration // per-node reply timeout; 0 means max(50ms, TTL/100)
+	DriftFactor   float64       // 0 means 0.01 (validity -= TTL*drift + 2ms)
+	RetryDelay    time.Duration // backoff base; 0 means 10ms
+	MaxRetryDelay time.Duration // backoff cap; 0 means 500ms
+	Username      string        // default AUTH for nodes given as host:port; never logged
+	Password      string        // never logged
+	TLS           *tls.Config   // nil means plain TCP
+	ForceLua      bool          // never use native CAS/CAD even where probed
+	Logger        *slog.Logger  // nil means slog.Default()
+
+	// StartTimeout bounds how long New waits for a quorum of nodes; 0 means 5s
+	// (or the ctx deadline, if sooner).
+	StartTimeout time.Duration
+	// HandoffWindow is how long a release reserves the lock for the longest
+	// waiter; 0 means max(100ms, 4*NodeTimeout).
+	HandoffWindow time.Duration
+	// ClientOption, if set, adjusts each node's rueidis options after they
+	// were built from the address (advanced: dialers, buffer sizes).
+	ClientOption func(node int, opt *rueidis.ClientOption)
+}
+
+type nodeSpec struct {
+	addr string // for display, never with a password
+	opt  rueidis.ClientOption
+	db   int
+}
+
+func (cfg *Config) normalize() error {
+	if len(cfg.Nodes) == 0 {
+		return invalid("no nodes configured")
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return invalid("KeyPrefix %q must not contain '{' or '}'", cfg.KeyPrefix)
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = DefaultTTL
+	}
+	if err := ValidateTTL(cfg.DefaultTTL); err != nil {
+		return err
+	}
+	if cfg.NodeTimeout < 0 || cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 || cfg.StartTimeout < 0 || cfg.HandoffWindow < 0 {
+		return invalid("durations must not be negative")
+	}
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = max(50*time.Millisecond, cfg.DefaultTTL/100)
+	}
+	if cfg.DriftFactor < 0 || cfg.DriftFactor >= 0.5 {
+		return invalid("DriftFactor %v out of range [0, 0.5)", cfg.DriftFactor)
+	}
+	if cfg.DriftFactor == 0 {
+		cfg.DriftFactor = DefaultDriftFactor
+	}
+	if cfg.RetryDelay == 0 {
+		cfg.RetryDelay = DefaultRetryDelay
+	}
+	if cfg.MaxRetryDelay == 0 {
+		cfg.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if cfg.MaxRetryDelay < cfg.RetryDelay {
+		cfg.MaxRetryDelay = cfg.RetryDelay
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 5 * time.Second
+	}
+	if cfg.HandoffWindow == 0 {
+		cfg.HandoffWindow = max(100*time.Millisecond, 4*cfg.NodeTimeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WaitStrategy != WaitNotify && cfg.WaitStrategy != WaitPolling {
+		return invalid("unknown WaitStrategy %d", cfg.WaitStrategy)
+	}
+	if cfg.Keyspace < KeyspaceAuto || cfg.Keyspace > KeyspaceOff {
+		return invalid("unknown KeyspaceMode %d", cfg.Keyspace)
+	}
+	return nil
+}
+
+// ValidateTTL checks a TTL against the documented bounds (100ms .. 24h).
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return invalid("TTL %s out of range [%s, %s]", ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// ValidateName checks a resource name: non-empty, at most 512 bytes, and
+// without '{' or '}' (they would break the hash tag).
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return invalid("empty resource name")
+	case len(name) > MaxNameLen:
+		return invalid("resource name of %d bytes exceeds %d", len(name), MaxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		return invalid("resource name %q must not contain '{' or '}'", name)
+	}
+	return nil
+}
+
+func (cfg *Config) parseNodes() ([]nodeSpec, error) {
+	specs := make([]nodeSpec, 0, len(cfg.Nodes))
+	seen := map[string]bool{}
+	for i, n := range cfg.Nodes {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			return nil, invalid("node %d is empty", i)
+		}
+		var spec nodeSpec
+		if strings.Contains(n, "://") {
+			u, err := url.Parse(n)
+			if err != nil {
+				return nil, invalid("node %d: bad URL (%s)", i, redactURLError(err))
+			}
+			opt, err := rueidis.ParseURL(n)
+			if err != nil {
+				return nil, invalid("node %d: %s", i, redactURLError(err))
+			}
+			if extra := u.Query()["addr"]; len(extra) > 0 {
+				return nil, invalid("node %d: Redis Cluster nodes (?addr=) are not supported yet", i)
+			}
+			spec.opt = opt
+			spec.db = opt.SelectDB
+			spec.addr = u.Host
+			if spec.db != 0 {
+				spec.addr += "/" + strconv.Itoa(spec.db)
+			}
+			if cfg.TLS != nil && opt.TLSConfig != nil {
+				spec.opt.TLSConfig = cfg.TLS.Clone()
+			}
+		} else {
+			if _, _, err := splitHostPort(n); err != nil {
+				return nil, invalid("node %d: %q is not host:port", i, n)
+			}
+			spec.addr = n
+			spec.opt = rueidis.ClientOption{InitAddress: []string{n}, Username: cfg.Username, Password: cfg.Password}
+			if cfg.TLS != nil {
+				spec.opt.TLSConfig = cfg.TLS.Clone()
+			}
+		}
+		if seen[spec.addr] {
+			return nil, invalid("node %q listed twice", spec.addr)
+		}
+		seen[spec.addr] = true
+		if cfg.ClientOption != nil {
+			cfg.ClientOption(i, &spec.opt)
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+func splitHostPort(s string) (string, int, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || i == len(s)-1 {
+		return "", 0, fmt.Errorf("missing port")
+	}
+	p, err := strconv.Atoi(s[i+1:])
+	if err != nil || p <= 0 || p > 65535 {
+		return "", 0, fmt.Errorf("bad port")
+	}
+	return s[:i], p, nil
+}
+
+// redactURLError keeps passwords out of error messages.
+func redactURLError(err error) string {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+func (cfg *Config) keyspacePolicy() nodeactor.KeyspacePolicy {
+	switch cfg.Keyspace {
+	case KeyspaceOn:
+		return nodeactor.KeyspaceOn
+	case KeyspaceOff:
+		return nodeactor.KeyspaceOff
+	}
+	return nodeactor.KeyspaceAuto
+}

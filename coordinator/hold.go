@@ -1,0 +1,346 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// Outcome classifies one node's answer to a renewal or release.
+type Outcome int
+
+const (
+	OutcomeOK       Outcome = iota // the node confirmed our token (renewed, re-taken or deleted)
+	OutcomeNotOwner                // the node holds another owner's value: the hold is gone there
+	OutcomeError                   // transport error, timeout or unexpected reply
+)
+
+// Protocol is what a held primitive gives the coordinator so that the one
+// renewal scheduler can renew it and the lease can release it.
+type Protocol interface {
+	// RenewCall extends the hold on node i to ttl (never shortening a key's
+	// TTL) and re-creates a key that vanished while the hold is valid.
+	RenewCall(node int, ttl time.Duration) nodeactor.Call
+	// ReleaseCall deletes the hold on node i, only where it is ours.
+	ReleaseCall(node int) nodeactor.Call
+	// Classify maps a renewal reply to an Outcome.
+	Classify(rep nodeactor.Reply) Outcome
+}
+
+type holdState int
+
+const (
+	stateHeld holdState = iota
+	stateReleasing
+	stateReleased
+	stateLost
+)
+
+// HoldSpec describes a freshly acquired hold.
+type HoldSpec struct {
+	Keys      []string      // resource names, for display
+	Token     string        // unique per acquisition
+	Fence     uint64        // fencing token
+	TTL       time.Duration // key TTL; later renewals use it too
+	Start     time.Time     // when the oldest kept grant was sent (validity base)
+	AutoRenew bool
+	MaxHold   time.Duration // 0 means no limit on auto-renewal
+	Protocol  Protocol
+}
+
+// Hold is a held primitive: the lease behind every primitive. It renews
+// itself through the coordinator's one renewal scheduler, and Lost closes by
+// its Deadline when renewals fail. It is safe for concurrent use.
+type Hold struct {
+	c    *Coordinator
+	spec HoldSpec
+
+	mu       sync.Mutex
+	state    holdState
+	err      error
+	ttl      time.Duration
+	deadline time.Time
+	renewAt  time.Time
+	inflight bool
+	maxAt    time.Time
+
+	lost   chan struct{}
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	idx int // renewer heap index; renewer-owned
+}
+
+// NewHold registers a hold acquired at spec.Start. The caller must have
+// checked that the validity is positive. If the coordinator is closed the
+// hold is released at once and ErrClosed returned.
+func (c *Coordinator) NewHold(spec HoldSpec) (*Hold, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &Hold{
+		c:        c,
+		spec:     spec,
+		ttl:      spec.TTL,
+		deadline: spec.Start.Add(spec.TTL - c.Drift(spec.TTL)),
+		lost:     make(chan struct{}),
+		done:     make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		idx:      -1,
+	}
+	h.renewAt = spec.Start.Add(spec.TTL / 3)
+	if spec.MaxHold > 0 {
+		h.maxAt = spec.Start.Add(spec.MaxHold)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
+		c.Broadcast(context.Background(), spec.Protocol.ReleaseCall)
+		return nil, ErrClosed
+	}
+	c.holds[h] = struct{}{}
+	c.mu.Unlock()
+	c.rn.add(h)
+	return h, nil
+}
+
+// Keys returns the resource names the hold covers.
+func (h *Hold) Keys() []string { return append([]string(nil), h.spec.Keys...) }
+
+// Token returns the hold's 128-bit random token (hex); it is a capability:
+// whoever knows it can release or extend the hold.
+func (h *Hold) Token() string { return h.spec.Token }
+
+// Fence returns the fencing token: it strictly increases across successive
+// exclusive acquisitions of a resource.
+func (h *Hold) Fence() uint64 { return h.spec.Fence }
+
+// Deadline returns the end of guaranteed validity on the monotonic clock;
+// it moves on each confirmed renewal and always falls before the keys expire
+// on the servers.
+func (h *Hold) Deadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
+}
+
+// Valid reports whether the hold is held and now is before Deadline. It is
+// local and cheap; check it (or use the fence) before acting on the resource.
+func (h *Hold) Valid() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == stateHeld && time.Now().Before(h.deadline)
+}
+
+// Lost returns a channel closed when the hold is lost: its Deadline passed
+// without a confirmed renewal, or a quorum reported another owner. It is
+// closed by the Deadline while the process runs, and never by Release.
+func (h *Hold) Lost() <-chan struct{} { return h.lost }
+
+// Done returns a channel closed when the hold ends for any reason.
+func (h *Hold) Done() <-chan struct{} { return h.done }
+
+// Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the
+// cause; both wrap ErrClosed when Coordinator.Close ended the hold).
+func (h *Hold) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// Context returns a context cancelled when Done closes, with Err as cause.
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// finish ends the hold; it reports whether this call did it.
+func (h *Hold) finish(st holdState, err error) bool {
+	h.mu.Lock()
+	if h.state == stateReleased || h.state == stateLost {
+		h.mu.Unlock()
+		return false
+	}
+	h.state, h.err = st, err
+	h.mu.Unlock()
+	if st == stateLost {
+		close(h.lost)
+	}
+	close(h.done)
+	h.cancel(err)
+	h.c.mu.Lock()
+	delete(h.c.holds, h)
+	h.c.mu.Unlock()
+	return true
+}
+
+// lose marks the hold lost and deletes its keys on every node, best effort.
+func (h *Hold) lose(cause error) {
+	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
+		h.c.rn.remove(h)
+		h.c.rnGo(func() { h.c.Broadcast(context.Background(), h.spec.Protocol.ReleaseCall) })
+	}
+}
+
+// releaseTimeout bounds Release and rollbacks.
+func (c *Coordinator) releaseTimeout() time.Duration { return 4*c.cfg.NodeTimeout + 100*time.Millisecond }
+
+// Release deletes the hold on every node that answers. It runs with
+// context.WithoutCancel(ctx) and a bounded timeout, so a deferred Release
+// after the request's ctx ended still deletes the keys. It returns nil when a
+// quorum confirmed (and nil again on a second call), an error wrapping the
+// per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
+// hold had been lost, and ErrClosed if Coordinator.Close released it.
+func (h *Hold) Release(ctx context.Context) error {
+	h.mu.Lock()
+	switch h.state {
+	case stateReleased:
+		err := h.err
+		h.mu.Unlock()
+		if errors.Is(err, ErrClosed) {
+			return ErrClosed
+		}
+		return nil
+	case stateLost:
+		err := h.err
+		h.mu.Unlock()
+		return err
+	case stateReleasing:
+		h.mu.Unlock()
+		<-h.done
+		return h.Release(ctx)
+	}
+	h.state = stateReleasing
+	h.mu.Unlock()
+	h.c.rn.remove(h)
+	err := h.c.release(ctx, h.spec.Protocol)
+	h.finish(stateReleased, ErrReleased)
+	return err
+}
+
+// closeRelease is Release on Coordinator.Close.
+func (h *Hold) closeRelease() {
+	h.mu.Lock()
+	if h.state != stateHeld {
+		h.mu.Unlock()
+		return
+	}
+	h.state = stateReleasing
+	h.mu.Unlock()
+	_ = h.c.release(context.Background(), h.spec.Protocol)
+	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
+}
+
+func (c *Coordinator) release(ctx context.Context, p Protocol) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout())
+	defer cancel()
+	r := c.Fanout(rctx, nodeactor.Urgent, p.ReleaseCall, nil, nil)
+	ok := 0
+	var errs []error
+	for _, rep := range r.Replies {
+		if rep.Err == nil {
+			ok++
+		} else {
+			errs = append(errs, rep.Err)
+		}
+	}
+	if ok >= c.quorum {
+		return nil
+	}
+	return fmt.Errorf("%w: release confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, len(c.nodes), errors.Join(errs...))
+}
+
+// Extend asks every node to keep the hold for ttl from now. It succeeds iff
+// a quorum confirms the token within the current validity; the new Deadline
+// is the start of Extend + ttl - drift (never earlier than the current one,
+// since key TTLs are never shortened), and ttl becomes the TTL of later
+// renewals. A minority failure returns an error without losing the hold; a
+// quorum reporting another owner loses it (ErrLeaseLost).
+func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := ValidateTTL(ttl); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if h.state != stateHeld {
+		err := h.err
+		h.mu.Unlock()
+		if err == nil {
+			err = ErrReleased
+		}
+		return err
+	}
+	h.mu.Unlock()
+	ok, notOwner, r := h.renewRound(ctx, ttl)
+	return h.applyRenewal(r.Start, ttl, ok, notOwner, r, true)
+}
+
+func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, notOwner int, r *Round) {
+	q, n := h.c.quorum, len(h.c.nodes)
+	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl) },
+		func(r *Round) bool { return ok >= q || notOwner > n-q },
+		nil)
+	ok, notOwner = 0, 0
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			continue
+		}
+		switch h.spec.Protocol.Classify(rep) {
+		case OutcomeOK:
+			ok++
+		case OutcomeNotOwner:
+			notOwner++
+		}
+	}
+	return ok, notOwner, r
+}
+
+// applyRenewal applies a renewal round's result. explicit is true for Extend.
+func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, notOwner int, r *Round, explicit bool) error {
+	q, n := h.c.quorum, len(h.c.nodes)
+	now := time.Now()
+	h.mu.Lock()
+	if h.state != stateHeld {
+		err := h.err
+		h.mu.Unlock()
+		if err == nil {
+			err = ErrReleased
+		}
+		return err
+	}
+	if ok >= q && now.Before(h.deadline) {
+		if d := start.Add(ttl - h.c.Drift(ttl)); d.After(h.deadline) {
+			h.deadline = d
+		}
+		if explicit {
+			h.ttl = ttl
+		}
+		h.renewAt = start.Add(h.ttl / 3)
+		h.inflight = false
+		h.mu.Unlock()
+		h.c.rn.update(h)
+		return nil
+	}
+	h.inflight = false
+	expired := !now.Before(h.deadline)
+	h.renewAt = now.Add(max(h.ttl/20, 20*time.Millisecond))
+	h.mu.Unlock()
+	var errs []error
+	for _, rep := range r.Replies {
+		if rep.Err != nil {
+			errs = append(errs, rep.Err)
+		}
+	}
+	switch {
+	case notOwner > n-q:
+		cause := fmt.Errorf("another owner on %d of %d nodes", notOwner, n)
+		h.lose(cause)
+		return fmt.Errorf("%w: %w", ErrLeaseLost, cause)
+	case expired:
+		h.lose(errors.New("deadline reached before a quorum confirmed the renewal"))
+		return h.Err()
+	}
+	h.c.rn.update(h)
+	return fmt.Errorf("%w: renewal confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, n, errors.Join(errs...))
+}

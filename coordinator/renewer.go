@@ -1,0 +1,208 @@
+package coordinator
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// renewer is the one renewal scheduler for every hold: a heap of holds keyed
+// by their next event (renewal time or deadline) and one timer. Due holds are
+// renewed together in one round whose requests the node actors batch per
+// node; no hold has a goroutine or timer of its own.
+type renewer struct {
+	c    *Coordinator
+	in   chan renewMsg
+	done chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+type renewMsg struct {
+	h      *Hold
+	remove bool
+}
+
+func newRenewer(c *Coordinator) *renewer {
+	r := &renewer{c: c, in: make(chan renewMsg, 256), done: make(chan struct{})}
+	r.wg.Go(r.run)
+	return r
+}
+
+func (r *renewer) add(h *Hold)    { r.send(renewMsg{h: h}) }
+func (r *renewer) update(h *Hold) { r.send(renewMsg{h: h}) }
+func (r *renewer) remove(h *Hold) { r.send(renewMsg{h: h, remove: true}) }
+
+func (r *renewer) send(m renewMsg) {
+	select {
+	case r.in <- m:
+	case <-r.done:
+	}
+}
+
+// rnGo runs f on a goroutine owned by the renewer; Close waits for it.
+func (c *Coordinator) rnGo(f func()) {
+	select {
+	case <-c.rn.done:
+		return
+	default:
+	}
+	c.rn.wg.Go(f)
+}
+
+func (r *renewer) close() {
+	r.once.Do(func() { close(r.done) })
+	r.wg.Wait()
+}
+
+type holdHeap struct {
+	hs   []*Hold
+	next map[*Hold]time.Time
+}
+
+func (q *holdHeap) Len() int           { return len(q.hs) }
+func (q *holdHeap) Less(i, j int) bool { return q.next[q.hs[i]].Before(q.next[q.hs[j]]) }
+func (q *holdHeap) Swap(i, j int) {
+	q.hs[i], q.hs[j] = q.hs[j], q.hs[i]
+	q.hs[i].idx, q.hs[j].idx = i, j
+}
+func (q *holdHeap) Push(x any) { h := x.(*Hold); h.idx = len(q.hs); q.hs = append(q.hs, h) }
+func (q *holdHeap) Pop() any {
+	h := q.hs[len(q.hs)-1]
+	q.hs = q.hs[:len(q.hs)-1]
+	h.idx = -1
+	delete(q.next, h)
+	return h
+}
+
+// run is the only goroutine that touches the heap and Hold.idx.
+func (r *renewer) run() {
+	q := &holdHeap{next: map[*Hold]time.Time{}}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	schedule := func(h *Hold) {
+		h.mu.Lock()
+		held := h.state == stateHeld
+		next := h.deadline
+		if h.spec.AutoRenew && !h.inflight && h.renewAt.Before(next) && (h.maxAt.IsZero() || h.renewAt.Before(h.maxAt)) {
+			next = h.renewAt
+		}
+		h.mu.Unlock()
+		if !held {
+			if h.idx >= 0 {
+				heap.Remove(q, h.idx)
+			}
+			return
+		}
+		q.next[h] = next
+		if h.idx >= 0 {
+			heap.Fix(q, h.idx)
+		} else {
+			heap.Push(q, h)
+		}
+	}
+	for {
+		if q.Len() > 0 {
+			timer.Reset(time.Until(q.next[q.hs[0]]))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-r.done:
+			return
+		case m := <-r.in:
+			if m.remove {
+				if m.h.idx >= 0 {
+					heap.Remove(q, m.h.idx)
+				}
+			} else {
+				schedule(m.h)
+			}
+		case <-timer.C:
+			now := time.Now()
+			var due []*Hold
+			for q.Len() > 0 && !q.next[q.hs[0]].After(now) {
+				h := heap.Pop(q).(*Hold)
+				h.mu.Lock()
+				expired := !now.Before(h.deadline)
+				renew := !expired && h.state == stateHeld && h.spec.AutoRenew && !h.inflight
+				if renew {
+					h.inflight = true
+				}
+				h.mu.Unlock()
+				switch {
+				case expired:
+					r.wg.Go(func() { h.lose(errors.New("deadline reached without a confirmed renewal")) })
+				case renew:
+					due = append(due, h)
+					schedule(h) // now keyed by its deadline
+				default:
+					schedule(h)
+				}
+			}
+			if len(due) > 0 {
+				r.wg.Go(func() { r.renewRound(due) })
+			}
+		}
+	}
+}
+
+// renewRound renews every due hold in one fan-out per node: all requests are
+// queued before any reply is awaited, so each node actor sends them as one
+// pipelined batch.
+func (r *renewer) renewRound(due []*Hold) {
+	c := r.c
+	n := len(c.nodes)
+	type pend struct {
+		h     *Hold
+		ttl   time.Duration
+		ch    chan nodeactor.Reply
+		start time.Time
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.NodeTimeout)
+	defer cancel()
+	ps := make([]pend, len(due))
+	for i, h := range due {
+		h.mu.Lock()
+		ttl := h.ttl
+		if !h.maxAt.IsZero() {
+			if rest := time.Until(h.maxAt); rest < ttl {
+				ttl = max(rest, MinTTL)
+			}
+		}
+		h.mu.Unlock()
+		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now()}
+	}
+	for j, nd := range c.nodes {
+		for i := range ps {
+			p := &ps[i]
+			if err := nd.Send(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
+				p.ch <- nodeactor.Reply{Node: j, Err: &NodeError{Addr: nd.Addr(), Err: err}}
+			}
+		}
+	}
+	for _, p := range ps {
+		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
+		ok, notOwner := 0, 0
+	collect:
+		for round.NAnswered < n && ok < c.quorum && notOwner <= n-c.quorum {
+			select {
+			case rep := <-p.ch:
+				round.record(rep)
+				switch p.h.spec.Protocol.Classify(rep) {
+				case OutcomeOK:
+					ok++
+				case OutcomeNotOwner:
+					notOwner++
+				}
+			case <-ctx.Done():
+				break collect
+			}
+		}
+		_ = p.h.applyRenewal(p.start, p.ttl, ok, notOwner, round, false)
+	}
+}

@@ -1,0 +1,23 @@
+package nodeactor
+
+import "errors"
+
+var (
+	// ErrClosed means the actor has been closed.
+	ErrClosed = errors.New("redlock: closed")
+	// ErrNodeDown means the node has no working connection right now.
+	ErrNodeDown = errors.New("redlock: node down")
+	// ErrBusy means the mailbox is full and the request was not queued.
+	ErrBusy = errors.New("redlock: node mailbox full")
+)
+
+// NodeError records the failure of one Redis node. Unwrap gives the cause.
+type NodeError struct {
+	Addr string
+	Err  error
+}
+
+func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *NodeError) Unwrap() error { return e.Err }

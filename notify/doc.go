@@ -1,0 +1,16 @@
+// Package notify is the one router actor for the push messages of every
+// node. It keeps a FIFO list of waiters per topic (one topic per resource),
+// subscribes a topic only while it has waiters (reference counted, with a
+// short linger so a busy resource does not churn SUBSCRIBE/UNSUBSCRIBE), and
+// wakes exactly the waiters that can make progress. It never blocks on a slow
+// waiter or on the connection that delivered a message.
+//
+// Payloads (published by the primitives' scripts on "<topic>:ch"):
+//
+//	h:<token>  wake the waiter holding that token (a handoff reserved for it)
+//	n:<k>      wake the first k waiters (k permits or one lock freed)
+//	a          wake every waiter (a latch opened, readers admitted)
+//	ks:<event> a keyspace del/expired event on the topic's main key: wake the first waiter
+//
+// The package knows nothing of quorums or nodes beyond their push messages.
+package notify

@@ -1,0 +1,308 @@
+package notify
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultLinger is how long a topic stays subscribed after its last waiter left.
+const DefaultLinger = time.Second
+
+const inboxSize = 4096
+
+// Options configure a Router.
+type Options struct {
+	// Subscribe and Unsubscribe are called on the router goroutine when a
+	// topic gains its first waiter or has been idle for Linger. They must not block.
+	Subscribe   func(topic string)
+	Unsubscribe func(topic string)
+	// ReadyAfter is the number of per-node confirmations (see Confirmed) after
+	// which a topic counts as subscribed. 0 means 1.
+	ReadyAfter int
+	Linger     time.Duration
+}
+
+// Stats counts the router's work; read with Router.Stats.
+type Stats struct {
+	Delivered, Woken, Dropped, Resets uint64
+}
+
+// Waiter is one goroutine's place in a topic's FIFO. C receives a value for
+// each wake-up (wake-ups are merged: at most one is pending). Waiters are
+// created by Router.Register and must be closed with Close; C is never closed.
+type Waiter struct {
+	topic string
+	token string
+	c     chan struct{}
+	ready chan struct{}
+	r     *Router
+	once  sync.Once
+}
+
+// C returns the wake-up channel. It is never closed.
+func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// Ready is closed once the topic's subscription has been confirmed by
+// ReadyAfter nodes. Waiting for it before the attempt that may fail closes
+// the window in which a release message could be missed.
+func (w *Waiter) Ready() <-chan struct{} { return w.ready }
+
+// Close removes the waiter from its topic. It is idempotent and never blocks
+// for long (the router drains its control channel promptly).
+func (w *Waiter) Close() {
+	w.once.Do(func() { w.r.send(ctl{leave: w}) })
+}
+
+type ctl struct {
+	join      *Waiter
+	leave     *Waiter
+	confirmed string
+	reset     bool
+}
+
+type msg struct{ topic, payload string }
+
+type topic struct {
+	waiters   []*Waiter
+	confirms  int
+	idleSince time.Time // zero while it has waiters
+}
+
+// Router is the notify actor. Its methods are safe for concurrent use.
+type Router struct {
+	opt     Options
+	ctl     chan ctl
+	msgs    chan msg
+	dropped atomic.Bool
+	kickC   chan struct{}
+	stats   struct{ delivered, woken, dropped, resets atomic.Uint64 }
+
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+// New starts a router.
+func New(opt Options) *Router {
+	if opt.Linger <= 0 {
+		opt.Linger = DefaultLinger
+	}
+	if opt.ReadyAfter <= 0 {
+		opt.ReadyAfter = 1
+	}
+	if opt.Subscribe == nil {
+		opt.Subscribe = func(string) {}
+	}
+	if opt.Unsubscribe == nil {
+		opt.Unsubscribe = func(string) {}
+	}
+	r := &Router{
+		opt:     opt,
+		ctl:     make(chan ctl, 256),
+		msgs:    make(chan msg, inboxSize),
+		kickC:   make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	r.wg.Go(r.run)
+	return r
+}
+
+// Register adds a waiter at the tail of topic's FIFO; token identifies it
+// for handoff messages ("" if it takes none).
+func (r *Router) Register(topic, token string) *Waiter {
+	w := &Waiter{topic: topic, token: token, c: make(chan struct{}, 1), ready: make(chan struct{}), r: r}
+	r.send(ctl{join: w})
+	return w
+}
+
+func (r *Router) send(c ctl) {
+	select {
+	case r.ctl <- c:
+	case <-r.stopped:
+	}
+}
+
+// Deliver hands a push message to the router. It never blocks: when the
+// inbox is full the message is dropped and every waiter is woken to re-check
+// (they lose nothing but a round trip). Safe to call from a connection's
+// reader goroutine.
+func (r *Router) Deliver(topic, payload string) {
+	select {
+	case r.msgs <- msg{topic, payload}:
+	default:
+		r.stats.dropped.Add(1)
+		r.dropped.Store(true)
+		select {
+		case r.kickC <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Confirmed records that one node confirmed the subscription of topic.
+// It never blocks for long.
+func (r *Router) Confirmed(topic string) { r.sendAsync(ctl{confirmed: topic}) }
+
+// Reset records that a node's push connection was re-established; messages
+// sent meanwhile are lost, so the first waiter of every topic re-checks.
+func (r *Router) Reset() { r.sendAsync(ctl{reset: true}) }
+
+func (r *Router) sendAsync(c ctl) {
+	select {
+	case r.ctl <- c:
+	default:
+		// Control channel full: fall back to a global re-check.
+		r.dropped.Store(true)
+		select {
+		case r.kickC <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Stats returns counters of the router's work.
+func (r *Router) Stats() Stats {
+	return Stats{r.stats.delivered.Load(), r.stats.woken.Load(), r.stats.dropped.Load(), r.stats.resets.Load()}
+}
+
+// Close stops the router; waiters still registered are simply no longer woken.
+func (r *Router) Close() error {
+	r.once.Do(func() { close(r.done) })
+	r.wg.Wait()
+	return nil
+}
+
+// run is the only goroutine that touches topics and waiter lists.
+func (r *Router) run() {
+	defer close(r.stopped)
+	topics := map[string]*topic{}
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	armed := false
+	arm := func() {
+		if !armed {
+			linger.Reset(r.opt.Linger)
+			armed = true
+		}
+	}
+	for {
+		select {
+		case <-r.done:
+			linger.Stop()
+			return
+		case c := <-r.ctl:
+			switch {
+			case c.join != nil:
+				t := topics[c.join.topic]
+				if t == nil {
+					t = &topic{}
+					topics[c.join.topic] = t
+					r.opt.Subscribe(c.join.topic)
+				}
+				t.idleSince = time.Time{}
+				t.waiters = append(t.waiters, c.join)
+				if t.confirms >= r.opt.ReadyAfter {
+					close(c.join.ready)
+				}
+			case c.leave != nil:
+				t := topics[c.leave.topic]
+				if t == nil {
+					continue
+				}
+				for i, w := range t.waiters {
+					if w == c.leave {
+						t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+						break
+					}
+				}
+				if len(t.waiters) == 0 {
+					t.idleSince = time.Now()
+					arm()
+				}
+			case c.confirmed != "":
+				t := topics[c.confirmed]
+				if t == nil {
+					continue
+				}
+				t.confirms++
+				if t.confirms == r.opt.ReadyAfter {
+					for _, w := range t.waiters {
+						close(w.ready)
+					}
+				}
+			case c.reset:
+				r.stats.resets.Add(1)
+				for _, t := range topics {
+					r.wake(t, 1)
+				}
+			}
+		case m := <-r.msgs:
+			r.stats.delivered.Add(1)
+			if t := topics[m.topic]; t != nil {
+				r.route(t, m.payload)
+			}
+		case <-r.kickC:
+			if r.dropped.Swap(false) {
+				for _, t := range topics {
+					r.wake(t, len(t.waiters))
+				}
+			}
+		case <-linger.C:
+			armed = false
+			now := time.Now()
+			for name, t := range topics {
+				if len(t.waiters) > 0 || t.idleSince.IsZero() {
+					continue
+				}
+				if now.Sub(t.idleSince) >= r.opt.Linger {
+					delete(topics, name)
+					r.opt.Unsubscribe(name)
+				} else {
+					arm()
+				}
+			}
+		}
+	}
+}
+
+func (r *Router) route(t *topic, payload string) {
+	switch {
+	case strings.HasPrefix(payload, "h:"):
+		tok := payload[2:]
+		for _, w := range t.waiters {
+			if w.token == tok {
+				r.signal(w)
+				return
+			}
+		}
+	case strings.HasPrefix(payload, "n:"):
+		k, err := strconv.Atoi(payload[2:])
+		if err != nil || k < 1 {
+			k = 1
+		}
+		r.wake(t, k)
+	case payload == "a":
+		r.wake(t, len(t.waiters))
+	default: // keyspace events and anything unknown: the head re-checks
+		r.wake(t, 1)
+	}
+}
+
+func (r *Router) wake(t *topic, k int) {
+	for i := 0; i < k && i < len(t.waiters); i++ {
+		r.signal(t.waiters[i])
+	}
+}
+
+func (r *Router) signal(w *Waiter) {
+	r.stats.woken.Add(1)
+	select {
+	case w.c <- struct{}{}:
+	default: // a wake-up is already pending; one is enough
+	}
+}

@@ -1,0 +1,347 @@
+package primitives
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+//go:embed lock.lua
+var lockLua string
+
+var lockScript = nodeactor.NewScript("lock", lockLua)
+
+const (
+	// FenceIdleTTL is how long a resource's fence counter survives without
+	// an acquisition; after that the next fence comes from the hybrid clock.
+	FenceIdleTTL = 7 * 24 * time.Hour
+	// hlcShift scales server milliseconds for the hybrid-logical-clock fence
+	// fallback. Lua numbers are doubles, so fences must stay below 2^53:
+	// ms << 10 does until the year 2248 and leaves 1024 steps per ms.
+	hlcShift = 10
+)
+
+// Lock is an exclusive distributed lock held on a quorum of nodes. It is
+// safe for concurrent use; each Acquire yields its own Lease.
+type Lock struct {
+	c       *coordinator.Coordinator
+	name    string
+	o       options
+	keys    []string
+	topic   string
+	channel string
+}
+
+var _ Locker = (*Lock)(nil)
+
+// NewLock returns the lock called name. It validates its arguments (errors
+// wrap ErrInvalidArgument) and does no network I/O.
+func NewLock(c *coordinator.Coordinator, name string, opts ...Option) (*Lock, error) {
+	o, err := buildOptions(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := coordinator.ValidateName(name); err != nil {
+		return nil, err
+	}
+	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
+}
+
+func lockKeys(c *coordinator.Coordinator, name string) []string {
+	return []string{c.Key(name, "lock"), c.Key(name, "fence"), c.Key(name, "q"), c.Key(name, "qx"), c.Key(name, "holds"), c.Key(name, "epoch")}
+}
+
+// Name returns the resource name.
+func (l *Lock) Name() string { return l.name }
+
+// TryAcquire makes one attempt. It returns a *NotAcquiredError (Is
+// ErrNotAcquired) when another owner holds the lock, ErrQuorumUnavailable
+// when fewer than a quorum of nodes answered within NodeTimeout, and
+// ErrWrongType when a key at our name belongs to something else.
+func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
+	r := l.attempt(ctx, newToken(), false)
+	return r.lease, r.err
+}
+
+// Acquire blocks until the lock is held or ctx ends; then it returns an
+// error that Is ctx.Err() and holds nothing (a waiter's queue entry is removed).
+func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
+	token := newToken()
+	return waitLoop(ctx, l.c, l.topic, token,
+		func(enqueue bool) attemptResult { return l.attempt(ctx, token, enqueue) },
+		func() {
+			l.c.Broadcast(ctx, func(int) nodeactor.Call {
+				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Config().HandoffWindow), l.channel}}
+			})
+		})
+}
+
+// attemptResult is one attempt's outcome.
+type attemptResult struct {
+	lease *Lease
+	hint  time.Duration // holder's remaining TTL, when refused
+	split bool          // some nodes granted but not a quorum
+	err   error
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+
+type grant struct {
+	ok        bool
+	fence     int64
+	now       int64
+	reentrant bool
+	pttl      int64
+}
+
+func parseGrant(rep nodeactor.Reply) (grant, error) {
+	if rep.Err != nil {
+		return grant{}, rep.Err
+	}
+	arr, err := rep.Msg.ToArray()
+	if err != nil || len(arr) < 4 {
+		return grant{}, fmt.Errorf("redlock: unexpected reply %v", rep.Msg)
+	}
+	var v [4]int64
+	for i := range v {
+		if v[i], err = arr[i].AsInt64(); err != nil {
+			return grant{}, err
+		}
+	}
+	g := grant{ok: v[0] == 1, now: v[2], reentrant: v[3] == 1}
+	if g.ok {
+		g.fence = v[1]
+	} else {
+		g.pttl = v[1]
+	}
+	return g, nil
+}
+
+// isWrongType reports whether err is a WRONGTYPE reply from a node.
+func isWrongType(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
+}
+
+func (l *Lock) rollbackCall(token string) nodeactor.Call {
+	return nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"rollback", token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
+}
+
+func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptResult {
+	if err := ctx.Err(); err != nil {
+		return attemptResult{err: err}
+	}
+	c := l.c
+	n, q := c.N(), c.Quorum()
+	enq := "0"
+	if enqueue {
+		enq = "1"
+	}
+	entryTTL := max(2*l.o.ttl, 2*time.Second)
+	args := []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL)}
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: args}
+
+	var kept atomic.Pointer[Lease] // set once the attempt succeeded
+	var settled atomic.Bool        // the attempt's outcome is decided
+	rollback := l.rollbackCall(token)
+	late := func(rep nodeactor.Reply) {
+		// A grant that arrived after we stopped waiting: undo it unless the
+		// lease it belongs to is alive (its Release covers every node).
+		if g, err := parseGrant(rep); err == nil && g.ok {
+			if h := kept.Load(); !settled.Load() || h == nil || !h.Valid() {
+				c.SendLate(rep.Node, rollback)
+			}
+		}
+	}
+	// decide as soon as a quorum granted or can no longer grant
+	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
+		func(r *coordinator.Round) bool {
+			g := 0
+			for i, rep := range r.Replies {
+				if r.Answered[i] {
+					if x, err := parseGrant(rep); err == nil && x.ok {
+						g++
+					}
+				}
+			}
+			return g >= q || r.NAnswered-g > n-q
+		}, late)
+	granted, refused := 0, 0
+	var (
+		grants   []grant
+		hint     time.Duration
+		errs     []error
+		wrongErr error
+	)
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			errs = append(errs, rep.Err)
+			continue
+		}
+		g, err := parseGrant(rep)
+		switch {
+		case err != nil && isWrongType(err):
+			wrongErr = err
+		case err != nil:
+			errs = append(errs, err)
+		case g.ok:
+			granted++
+			grants = append(grants, g)
+		default:
+			refused++
+			hint = max(hint, time.Duration(g.pttl)*time.Millisecond)
+		}
+	}
+	fail := func(res attemptResult) attemptResult {
+		settled.Store(true)
+		if granted > 0 || r.NAnswered < n {
+			c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
+		}
+		return res
+	}
+	if wrongErr != nil {
+		return fail(attemptResult{err: fmt.Errorf("%w: %w", ErrWrongType, wrongErr)})
+	}
+	if granted < q {
+		if err := ctx.Err(); err != nil {
+			return fail(attemptResult{err: err})
+		}
+		if refused > 0 && granted+refused >= q {
+			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}})
+		}
+		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
+			ErrQuorumUnavailable, granted+refused, n, errors.Join(errs...))})
+	}
+	if validity := l.o.ttl - time.Since(r.Start) - c.Drift(l.o.ttl); validity <= 0 {
+		return fail(attemptResult{split: true, err: fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start))})
+	}
+	fence, err := l.decideFence(ctx, grants)
+	if err != nil {
+		return fail(attemptResult{err: err})
+	}
+	h, err := c.NewHold(coordinator.HoldSpec{
+		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: r.Start,
+		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold,
+		Protocol: &lockProto{l: l, token: token, fence: fence},
+	})
+	if err != nil {
+		settled.Store(true)
+		return attemptResult{err: err}
+	}
+	kept.Store(h)
+	settled.Store(true)
+	return attemptResult{lease: h}
+}
+
+// decideFence applies S2: the fence is max over the granting nodes'
+// counters; it is written back when fewer than a quorum of them held that
+// max, and when fewer than a quorum had a counter at all the hybrid logical
+// clock (server TIME in ms << 16) takes over.
+func (l *Lock) decideFence(ctx context.Context, grants []grant) (uint64, error) {
+	c := l.c
+	q := c.Quorum()
+	var m, maxNow int64
+	present, reentrant := 0, false
+	for _, g := range grants {
+		if g.fence > 0 {
+			present++
+		}
+		m = max(m, g.fence)
+		maxNow = max(maxNow, g.now)
+		reentrant = reentrant || g.reentrant
+	}
+	atMax := 0
+	for _, g := range grants {
+		if g.fence == m {
+			atMax++
+		}
+	}
+	f := m
+	switch {
+	case reentrant:
+		return uint64(max(f, 1)), nil
+	case present < q:
+		f = max(m+1, maxNow<<hlcShift)
+	case atMax >= q:
+		return uint64(f), nil
+	}
+	args := []string{"fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL), l.o.owner}
+	ok := 0
+	r := c.Fanout(ctx, nodeactor.Urgent, func(int) nodeactor.Call {
+		return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: args}
+	}, func(r *coordinator.Round) bool { return ok >= q }, nil)
+	var errs []error
+	ok = 0
+	for i, rep := range r.Replies {
+		if r.Answered[i] && rep.Err == nil {
+			ok++
+		} else if rep.Err != nil {
+			errs = append(errs, rep.Err)
+		}
+	}
+	if ok < q {
+		return 0, fmt.Errorf("%w: fence written to %d nodes: %w", ErrQuorumUnavailable, ok, errors.Join(errs...))
+	}
+	return uint64(f), nil
+}
+
+// lockProto renews and releases one Lock lease.
+type lockProto struct {
+	l     *Lock
+	token string
+	fence uint64
+}
+
+func (p *lockProto) RenewCall(i int, ttl time.Duration) nodeactor.Call {
+	l := p.l
+	if l.o.owner == "" && ttl >= l.o.ttl && l.c.NodeCaps(i).NativeCAS {
+		v := "rl1:L:" + p.token
+		return nodeactor.Call{Args: []string{"SET", l.keys[0], v, "IFEQ", v, "PX", ms(ttl)}}
+	}
+	return nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"renew", p.token, ms(ttl), l.o.owner, strconv.FormatUint(p.fence, 10)}}
+}
+
+func (p *lockProto) ReleaseCall(int) nodeactor.Call {
+	l := p.l
+	return nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"release", p.token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
+}
+
+func (p *lockProto) Classify(rep nodeactor.Reply) coordinator.Outcome {
+	return classifyRenew(rep)
+}
+
+// classifyRenew maps a renewal reply: 1 (renewed), 2 (re-taken) or "OK"
+// (native SET IFEQ) are confirmations; 0, nil or WRONGTYPE mean another owner.
+func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
+	if rep.Err != nil {
+		if isWrongType(rep.Err) {
+			return coordinator.OutcomeNotOwner
+		}
+		return coordinator.OutcomeError
+	}
+	if rep.Msg.IsNil() {
+		return coordinator.OutcomeNotOwner
+	}
+	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
+		return coordinator.OutcomeOK
+	}
+	if v, err := rep.Msg.AsInt64(); err == nil {
+		if v > 0 {
+			return coordinator.OutcomeOK
+		}
+		return coordinator.OutcomeNotOwner
+	}
+	return coordinator.OutcomeError
+}

@@ -1,0 +1,184 @@
+-- redlock Lock/MultiLock-compatible lock script, layout version 1 ("rl1").
+-- One script, one round trip per operation per node; ARGV[1] selects it.
+-- KEYS: 1 lock, 2 fence counter, 3 waiter order (zset), 4 waiter expiry (hash),
+--       5 holds (zset, owner mode), 6 epoch fence (owner mode)
+-- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
+-- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
+local op = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function ktype(k) return redis.call('TYPE', k)['ok'] end
+local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock lock key') end
+local want = {'string', 'string', 'zset', 'hash', 'zset', 'string'}
+for i = 1, 6 do
+  local kt = ktype(KEYS[i])
+  if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i]) end
+end
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(KEYS[1]) end
+local fv = redis.call('GET', KEYS[2])
+if fv and not tonumber(fv) then return wrong(KEYS[2]) end
+
+local function dequeue(tok)
+  if redis.call('ZREM', KEYS[3], tok) == 1 then redis.call('HDEL', KEYS[4], tok) end
+end
+
+-- handoff reserves the lock for the longest live waiter and tells it; with
+-- no live waiter it tells one local waiter to re-check.
+local function handoff(window, ch)
+  local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
+  for _, id in ipairs(ids) do
+    local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    if exp > now then
+      redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
+      redis.call('PUBLISH', ch, 'h:' .. id)
+      return 1
+    end
+  end
+  redis.call('PUBLISH', ch, 'n:1')
+  return 0
+end
+
+local function pexpire_max(k, ttl)
+  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+end
+
+-- owner-mode helpers: holds live in KEYS[5] scored by their expiry
+local function holds_left()
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  return redis.call('ZCARD', KEYS[5])
+end
+local function owner_ttl()
+  local top = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  if #top == 0 then return 0 end
+  return tonumber(top[2]) - now
+end
+
+if op == 'acquire' then
+  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 enqueue "1"/"0", 6 queue entry ttl ms, 7 fence idle ms
+  local tok, ttl, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  local function fence_next()
+    if fv then
+      local c = redis.call('INCR', KEYS[2])
+      redis.call('PEXPIRE', KEYS[2], ARGV[7])
+      return c
+    end
+    return 0 -- unknown: the coordinator decides
+  end
+  if owner == '' then
+    local mine = 'rl1:L:' .. tok
+    if v == false or v == mine or v == 'rl1:R:' .. tok then
+      redis.call('SET', KEYS[1], mine, 'PX', ttl)
+      dequeue(tok)
+      return {1, fence_next(), now, 0}
+    end
+  else
+    local mine = 'rl1:O:' .. owner
+    if v == mine and holds_left() > 0 then
+      redis.call('ZADD', KEYS[5], now + ttl, tok)
+      pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[5], ttl); pexpire_max(KEYS[6], ttl)
+      dequeue(tok)
+      return {1, tonumber(redis.call('GET', KEYS[6]) or '0'), now, 1}
+    end
+    if v == false or v == mine or v == 'rl1:R:' .. tok then
+      redis.call('DEL', KEYS[5])
+      redis.call('SET', KEYS[1], mine, 'PX', ttl)
+      redis.call('ZADD', KEYS[5], now + ttl, tok)
+      redis.call('PEXPIRE', KEYS[5], ttl)
+      local f = fence_next()
+      redis.call('SET', KEYS[6], f, 'PX', ttl)
+      dequeue(tok)
+      return {1, f, now, 0}
+    end
+  end
+  if ARGV[5] == '1' then
+    local ettl = tonumber(ARGV[6])
+    redis.call('ZADD', KEYS[3], 'NX', now, tok)
+    redis.call('HSET', KEYS[4], tok, now + ettl)
+    pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
+  end
+  return {0, redis.call('PTTL', KEYS[1]), now, 0}
+
+elseif op == 'release' or op == 'rollback' then
+  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel
+  local tok, owner = ARGV[2], ARGV[3]
+  if op == 'release' then dequeue(tok) end
+  if owner == '' then
+    if v == 'rl1:L:' .. tok then
+      redis.call('DEL', KEYS[1])
+      handoff(ARGV[4], ARGV[5])
+      return 1
+    end
+  elseif v == 'rl1:O:' .. owner and redis.call('ZREM', KEYS[5], tok) == 1 then
+    if holds_left() == 0 then
+      redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])
+      handoff(ARGV[4], ARGV[5])
+    else
+      local rest = owner_ttl()
+      redis.call('PEXPIRE', KEYS[1], rest); redis.call('PEXPIRE', KEYS[5], rest); redis.call('PEXPIRE', KEYS[6], rest)
+    end
+    return 1
+  end
+  if v == 'rl1:R:' .. tok then -- a reservation we will not use: pass it on
+    redis.call('DEL', KEYS[1])
+    handoff(ARGV[4], ARGV[5])
+  end
+  return 0
+
+elseif op == 'leave' then
+  -- a waiter gives up. ARGV: 2 token, 3 handoff window ms, 4 channel
+  dequeue(ARGV[2])
+  if v == 'rl1:R:' .. ARGV[2] then
+    redis.call('DEL', KEYS[1])
+    handoff(ARGV[3], ARGV[4])
+  end
+  return 1
+
+elseif op == 'renew' then
+  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take)
+  local tok, ttl, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  if owner == '' then
+    local mine = 'rl1:L:' .. tok
+    if v == mine then pexpire_max(KEYS[1], ttl); return 1 end
+    if v == false then redis.call('SET', KEYS[1], mine, 'PX', ttl); return 2 end
+    return 0
+  end
+  local mine = 'rl1:O:' .. owner
+  if v == mine then
+    local s = redis.call('ZSCORE', KEYS[5], tok)
+    if s and tonumber(s) > now then
+      if tonumber(s) < now + ttl then redis.call('ZADD', KEYS[5], now + ttl, tok) end
+      pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[5], ttl); pexpire_max(KEYS[6], ttl)
+      return 1
+    end
+    return 0
+  end
+  if v == false then
+    redis.call('SET', KEYS[1], mine, 'PX', ttl)
+    redis.call('DEL', KEYS[5])
+    redis.call('ZADD', KEYS[5], now + ttl, tok)
+    redis.call('PEXPIRE', KEYS[5], ttl)
+    redis.call('SET', KEYS[6], ARGV[5], 'PX', ttl)
+    return 2
+  end
+  return 0
+
+elseif op == 'fence' then
+  -- write back a fence decided by the coordinator. ARGV: 2 fence, 3 idle ms, 4 owner
+  local f = ARGV[2]
+  if not fv or tonumber(fv) < tonumber(f) then
+    redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+  end
+  if ARGV[4] ~= '' and v == 'rl1:O:' .. ARGV[4] then
+    redis.call('SET', KEYS[6], f, 'KEEPTTL')
+  end
+  return 1
+
+elseif op == 'status' then
+  -- read-only view for `redlock status`: {value, pttl, fence, waiters}
+  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3])}
+end
+return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

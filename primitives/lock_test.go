@@ -1,0 +1,110 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newCoord(t *testing.T, addrs []string, mut ...func(*coordinator.Config)) *coordinator.Coordinator {
+	t.Helper()
+	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, Logger: quiet}
+	for _, f := range mut {
+		f(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := coordinator.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("coordinator.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestLockMiniBasic(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	c := newCoord(t, testutil.MiniAddrs(ms))
+	ctx := context.Background()
+	l, err := primitives.NewLock(c, "basic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if !a.Valid() || a.Fence() == 0 {
+		t.Fatalf("lease not valid or fence 0: %v %d", a.Valid(), a.Fence())
+	}
+	if _, err := l.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire: got %v, want ErrNotAcquired", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if !errors.Is(a.Err(), primitives.ErrReleased) {
+		t.Fatalf("Err after release = %v", a.Err())
+	}
+	b, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire after release: %v", err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fence did not increase: %d then %d", a.Fence(), b.Fence())
+	}
+	b.Release(ctx)
+	for i, m := range ms {
+		if keys := m.Keys(); len(keys) != 1 { // only the fence counter stays
+			t.Errorf("node %d keys after release: %v", i, keys)
+		}
+	}
+}
+
+func TestLockMiniContention(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	addrs := testutil.MiniAddrs(ms)
+	var inCS atomic.Bool
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		c := newCoord(t, addrs)
+		l, _ := primitives.NewLock(c, "contended")
+		wg.Go(func() {
+			for range 10 {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				lease, err := l.Acquire(ctx)
+				cancel()
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				if !inCS.CompareAndSwap(false, true) {
+					t.Errorf("two holders")
+				}
+				time.Sleep(time.Millisecond)
+				inCS.Store(false)
+				total.Add(1)
+				lease.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	if total.Load() != 40 {
+		t.Fatalf("total %d", total.Load())
+	}
+}

@@ -1,0 +1,79 @@
+package primitives
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+)
+
+// Option configures a primitive. Options are validated by the constructor.
+type Option func(*options) error
+
+type options struct {
+	ttl       time.Duration
+	autoRenew bool
+	maxHold   time.Duration
+	owner     string
+	ownerSet  bool
+}
+
+// WithTTL sets the key TTL of each hold (100ms..24h); the default is the
+// coordinator's DefaultTTL.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if err := coordinator.ValidateTTL(d); err != nil {
+			return err
+		}
+		o.ttl = d
+		return nil
+	}
+}
+
+// WithAutoRenew turns automatic renewal on (the default) or off. Without it
+// the lease is lost at its Deadline unless extended.
+func WithAutoRenew(on bool) Option {
+	return func(o *options) error { o.autoRenew = on; return nil }
+}
+
+// WithMaxHold stops auto-renewal once the lease has been held for d.
+func WithMaxHold(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: max hold %s must be positive", ErrInvalidArgument, d)
+		}
+		o.maxHold = d
+		return nil
+	}
+}
+
+// WithOwner makes a Lock or FairLock reentrant for one logical owner: an
+// Acquire by the same owner id succeeds at once while the owner holds it.
+// Each hold has its own expiry and shares the epoch's fence; the lock frees
+// when every hold is released or expired. Two processes using one id share
+// the lock by design. Other primitives reject it with ErrInvalidArgument.
+func WithOwner(id string) Option {
+	return func(o *options) error {
+		if id == "" || len(id) > coordinator.MaxNameLen {
+			return fmt.Errorf("%w: owner id must be 1..%d bytes", ErrInvalidArgument, coordinator.MaxNameLen)
+		}
+		o.owner, o.ownerSet = id, true
+		return nil
+	}
+}
+
+func buildOptions(c *coordinator.Coordinator, opts []Option) (options, error) {
+	if c == nil {
+		return options{}, fmt.Errorf("%w: nil coordinator", ErrInvalidArgument)
+	}
+	o := options{ttl: c.Config().DefaultTTL, autoRenew: true}
+	for _, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}

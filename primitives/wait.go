@@ -1,0 +1,90 @@
+package primitives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+)
+
+// recheckCap bounds how long a notified waiter sleeps without a message: a
+// safety re-check in case a push was lost or a handed-over waiter died.
+const recheckCap = time.Second
+
+// waitLoop is the blocking acquire shared by the exclusive primitives. The
+// first attempt goes out at once (no subscription cost when uncontended);
+// on refusal, in WaitNotify mode the waiter registers with the router and
+// waits for the subscription before the attempt that may fail again, then
+// sleeps until a message for it, the holder's remaining TTL (capped), or ctx.
+// Split votes back off with jitter. On ctx end leave() removes the waiter's
+// queue entry on every node.
+func waitLoop(ctx context.Context, c *coordinator.Coordinator, topic, token string,
+	try func(enqueue bool) attemptResult, leave func()) (*Lease, error) {
+	res := try(false)
+	if res.lease != nil || !retryable(res.err) {
+		return res.lease, res.err
+	}
+	cfg := c.Config()
+	notify := cfg.WaitStrategy == coordinator.WaitNotify
+	var wake <-chan struct{}
+	if notify {
+		w := c.Router().Register(topic, token)
+		defer w.Close()
+		wake = w.C()
+		t := time.NewTimer(2 * cfg.NodeTimeout)
+		select {
+		case <-w.Ready():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	enqueued := false
+	backoff := cfg.RetryDelay
+	for {
+		if err := ctx.Err(); err != nil {
+			if enqueued {
+				leave()
+			}
+			return nil, fmt.Errorf("redlock: acquire %s: %w", topic, err)
+		}
+		res = try(notify)
+		enqueued = enqueued || notify
+		if res.lease != nil {
+			return res.lease, nil
+		}
+		if !retryable(res.err) {
+			if enqueued {
+				leave()
+			}
+			return nil, res.err
+		}
+		var d time.Duration
+		if !notify || res.split || !errors.Is(res.err, coordinator.ErrNotAcquired) {
+			d = jitter(backoff)
+			backoff = min(2*backoff, cfg.MaxRetryDelay)
+		} else {
+			backoff = cfg.RetryDelay
+			d = min(res.hint+time.Millisecond, recheckCap)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-wake: // nil in polling mode: never fires
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, coordinator.ErrNotAcquired) || errors.Is(err, coordinator.ErrQuorumUnavailable)
+}
+
+// jitter returns a random duration in [d/2, 3d/2).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d)+1))
+}
