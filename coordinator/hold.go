@@ -185,7 +185,9 @@ func (h *Hold) lose(cause error) {
 }
 
 // releaseTimeout bounds Release and rollbacks.
-func (c *Coordinator) releaseTimeout() time.Duration { return 4*c.cfg.NodeTimeout + 100*time.Millisecond }
+func (c *Coordinator) releaseTimeout() time.Duration {
+	return 4*c.cfg.NodeTimeout + 100*time.Millisecond
+}
 
 // Release deletes the hold on every node that answers. It runs with
 // context.WithoutCancel(ctx) and a bounded timeout, so a deferred Release

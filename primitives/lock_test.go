@@ -108,3 +108,40 @@ func TestLockMiniContention(t *testing.T) {
 		t.Fatalf("total %d", total.Load())
 	}
 }
+
+func TestLockRealContention(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	for _, strat := range []coordinator.WaitStrategy{coordinator.WaitNotify, coordinator.WaitPolling} {
+		var inCS atomic.Bool
+		var total atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 8 {
+			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })
+			l, _ := primitives.NewLock(c, "contended")
+			wg.Go(func() {
+				for range 10 {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					lease, err := l.Acquire(ctx)
+					cancel()
+					if err != nil {
+						t.Errorf("worker %d: %v", w, err)
+						return
+					}
+					if !inCS.CompareAndSwap(false, true) {
+						t.Errorf("two holders")
+					}
+					time.Sleep(time.Millisecond)
+					inCS.Store(false)
+					total.Add(1)
+					lease.Release(context.Background())
+				}
+			})
+		}
+		wg.Wait()
+		if total.Load() != 80 {
+			t.Fatalf("strategy %d: total %d", strat, total.Load())
+		}
+	}
+}
