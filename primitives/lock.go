@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -151,18 +151,8 @@ func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptR
 	args := []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL)}
 	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: args}
 
-	var kept atomic.Pointer[Lease] // set once the attempt succeeded
-	var settled atomic.Bool        // the attempt's outcome is decided
 	rollback := l.rollbackCall(token)
-	late := func(rep nodeactor.Reply) {
-		// A grant that arrived after we stopped waiting: undo it unless the
-		// lease it belongs to is alive (its Release covers every node).
-		if g, err := parseGrant(rep); err == nil && g.ok {
-			if h := kept.Load(); !settled.Load() || h == nil || !h.Valid() {
-				c.SendLate(rep.Node, rollback)
-			}
-		}
-	}
+	lg := &lateGrants{c: c, rollback: rollback}
 	// decide as soon as a quorum granted or can no longer grant
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
 		func(r *coordinator.Round) bool {
@@ -175,7 +165,7 @@ func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptR
 				}
 			}
 			return g >= q || r.NAnswered-g > n-q
-		}, late)
+		}, lg.late)
 	granted, refused := 0, 0
 	var (
 		grants   []grant
@@ -203,7 +193,7 @@ func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptR
 		}
 	}
 	fail := func(res attemptResult) attemptResult {
-		settled.Store(true)
+		lg.settle(nil)
 		if granted > 0 || r.NAnswered < n {
 			c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
 		}
@@ -235,12 +225,57 @@ func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptR
 		Protocol: &lockProto{l: l, token: token, fence: fence},
 	})
 	if err != nil {
-		settled.Store(true)
+		lg.settle(nil)
 		return attemptResult{err: err}
 	}
-	kept.Store(h)
-	settled.Store(true)
+	lg.settle(h)
 	return attemptResult{lease: h}
+}
+
+// lateGrants handles grants that arrive after an attempt stopped waiting for
+// them: they are kept while the attempt is undecided, then rolled back
+// unless the attempt produced a lease that is still held (its Release covers
+// every node, and a late grant under a live lease is simply ours).
+type lateGrants struct {
+	c        *coordinator.Coordinator
+	rollback nodeactor.Call
+	mu       sync.Mutex
+	settled  bool
+	lease    *Lease
+	pending  []int
+}
+
+// late runs on an actor worker goroutine: it never blocks.
+func (g *lateGrants) late(rep nodeactor.Reply) {
+	if x, err := parseGrant(rep); err != nil || !x.ok {
+		return
+	}
+	g.mu.Lock()
+	if !g.settled {
+		g.pending = append(g.pending, rep.Node)
+		g.mu.Unlock()
+		return
+	}
+	keep := g.lease != nil && g.lease.Valid()
+	g.mu.Unlock()
+	if !keep {
+		g.c.SendLate(rep.Node, g.rollback)
+	}
+}
+
+// settle records the attempt's outcome (nil: failed) and undoes the grants
+// that arrived late before it, if the attempt failed.
+func (g *lateGrants) settle(lease *Lease) {
+	g.mu.Lock()
+	g.settled, g.lease = true, lease
+	pending := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+	if lease == nil {
+		for _, i := range pending {
+			g.c.SendLate(i, g.rollback)
+		}
+	}
 }
 
 // decideFence applies S2: the fence is max over the granting nodes'

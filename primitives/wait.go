@@ -63,16 +63,20 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topic, token stri
 			return nil, res.err
 		}
 		var d time.Duration
+		w := wake // nil in polling mode: never fires
 		if !notify || res.split || !errors.Is(res.err, coordinator.ErrNotAcquired) {
+			// Split vote or lost quorum: back off with jitter so contenders
+			// converge; our own rollback's message must not wake us early.
 			d = jitter(backoff)
 			backoff = min(2*backoff, cfg.MaxRetryDelay)
+			w = nil
 		} else {
 			backoff = cfg.RetryDelay
 			d = min(res.hint+time.Millisecond, recheckCap)
 		}
 		t := time.NewTimer(d)
 		select {
-		case <-wake: // nil in polling mode: never fires
+		case <-w:
 		case <-t.C:
 		case <-ctx.Done():
 		}

@@ -1,0 +1,136 @@
+package chanapi
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+)
+
+// Acquirer runs a campaign loop: acquire, hand the lease over on Acquired(),
+// wait until that lease ends, then try again. It is safe for concurrent use.
+type Acquirer struct {
+	l        primitives.Locker
+	acquired chan *primitives.Lease
+	errs     chan error
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	once     sync.Once
+
+	mu  sync.Mutex
+	err error
+}
+
+// Lock returns an Acquirer campaigning for the Lock called name.
+func Lock(c *coordinator.Coordinator, name string, opts ...primitives.Option) (*Acquirer, error) {
+	l, err := primitives.NewLock(c, name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return Campaign(l), nil
+}
+
+// Campaign returns an Acquirer campaigning for any Locker.
+func Campaign(l primitives.Locker) *Acquirer {
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Acquirer{
+		l:        l,
+		acquired: make(chan *primitives.Lease),
+		errs:     make(chan error, 1),
+		ctx:      ctx,
+		cancel:   cancel,
+	}
+	a.wg.Go(a.run)
+	return a
+}
+
+// Acquired yields a lease each time one is acquired; it is unbuffered, so a
+// lease is acquired only when someone is about to receive it... and a lease
+// lost before it was received is not sent. After a received lease ends the
+// loop tries again. The lease belongs to the receiver, who releases it.
+// Closed by the Acquirer's goroutine after Close or a fatal error.
+func (a *Acquirer) Acquired() <-chan *primitives.Lease { return a.acquired }
+
+// Errors yields non-fatal errors while trying (for example a lost quorum);
+// an error is dropped when nobody reads it. Closed together with Acquired.
+func (a *Acquirer) Errors() <-chan error { return a.errs }
+
+// Err returns the fatal cause once the loop has stopped by itself (for
+// example ErrWrongType or ErrClosed), and nil after Close or while running.
+func (a *Acquirer) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// Close stops trying, releases a lease that was acquired but not yet handed
+// over, then closes Acquired() and Errors(). A lease already received stays
+// the caller's. It is idempotent and returns nil.
+func (a *Acquirer) Close() error {
+	a.once.Do(func() {
+		a.cancel()
+		a.wg.Wait()
+	})
+	return nil
+}
+
+func fatal(err error) bool {
+	return errors.Is(err, coordinator.ErrWrongType) || errors.Is(err, coordinator.ErrInvalidArgument) ||
+		errors.Is(err, coordinator.ErrClosed)
+}
+
+// run is the campaign loop; it is the only sender on (and closer of) the
+// two channels.
+func (a *Acquirer) run() {
+	defer close(a.errs)
+	defer close(a.acquired)
+	backoff := 10 * time.Millisecond
+	for {
+		lease, err := a.l.Acquire(a.ctx)
+		if err != nil {
+			if a.ctx.Err() != nil {
+				return
+			}
+			if fatal(err) {
+				a.mu.Lock()
+				a.err = err
+				a.mu.Unlock()
+				return
+			}
+			select {
+			case a.errs <- err:
+			default: // nobody is reading: drop it
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-a.ctx.Done():
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		select {
+		case a.acquired <- lease:
+			select {
+			case <-lease.Done():
+			case <-a.ctx.Done():
+				return
+			}
+		case <-lease.Lost():
+			// Lost before anyone received it: not sent; its keys are deleted
+			// best effort by the coordinator. Campaign again.
+		case <-a.ctx.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = lease.Release(ctx)
+			cancel()
+			return
+		}
+	}
+}

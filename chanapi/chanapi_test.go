@@ -1,0 +1,127 @@
+package chanapi_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/chanapi"
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func coord(t *testing.T, addrs []string) *coordinator.Coordinator {
+	t.Helper()
+	c, err := coordinator.New(context.Background(), coordinator.Config{
+		Nodes: addrs, DefaultTTL: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestAcquirerLeaderElection(t *testing.T) {
+	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	a1, err := chanapi.Lock(coord(t, addrs), "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := chanapi.Lock(coord(t, addrs), "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first *primitives.Lease
+	var second *chanapi.Acquirer
+	select {
+	case first = <-a1.Acquired():
+		second = a2
+	case first = <-a2.Acquired():
+		second = a1
+	case <-time.After(10 * time.Second):
+		t.Fatal("nobody acquired")
+	}
+	select {
+	case <-second.Acquired():
+		t.Fatal("second campaigner acquired while the first holds")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := first.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-second.Acquired():
+		if l2.Fence() <= first.Fence() {
+			t.Fatalf("fence %d after %d", l2.Fence(), first.Fence())
+		}
+		l2.Release(context.Background())
+	case <-time.After(10 * time.Second):
+		t.Fatal("second campaigner never acquired after release")
+	}
+	a1.Close()
+	a2.Close()
+	if _, ok := <-a1.Acquired(); ok {
+		t.Fatal("Acquired not closed after Close")
+	}
+	if a1.Err() != nil || a2.Err() != nil {
+		t.Fatalf("Err after Close: %v %v", a1.Err(), a2.Err())
+	}
+}
+
+func TestAcquirerCloseReleasesUnsentLease(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	c := coord(t, testutil.MiniAddrs(ms))
+	a, err := chanapi.Lock(c, "unsent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody receives: the loop holds the lease waiting to hand it over.
+	l, _ := primitives.NewLock(c, "unsent")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lease, err := l.TryAcquire(context.Background())
+		if errors.Is(err, primitives.ErrNotAcquired) {
+			break
+		}
+		if err == nil { // we won the race with the acquirer: let it have it
+			lease.Release(context.Background())
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("acquirer never took the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.Close()
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("lock still held after Close released the unsent lease: %v", err)
+	}
+	lease.Release(context.Background())
+}
+
+func TestAcquirerFatalWrongType(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	ms[0].Set("redlock:{taken}:lock", "a user's value")
+	a, err := chanapi.Lock(coord(t, testutil.MiniAddrs(ms)), "taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range a.Acquired() {
+		t.Fatal("acquired over a user's key")
+	}
+	if !errors.Is(a.Err(), primitives.ErrWrongType) {
+		t.Fatalf("Err = %v, want ErrWrongType", a.Err())
+	}
+	a.Close()
+	if v, _ := ms[0].Get("redlock:{taken}:lock"); v != "a user's value" {
+		t.Fatalf("user's key changed to %q", v)
+	}
+}
