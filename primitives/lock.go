@@ -380,3 +380,60 @@ func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
 	}
 	return coordinator.OutcomeError
 }
+
+// NodeState is one node's view of a lock, for operators (`redlock status`).
+// Holder is a token prefix only: a whole token is a capability.
+type NodeState struct {
+	Node    string
+	Err     error         // the node did not answer, or answered an error
+	State   string        // "free", "held", "owner" (reentrant), "reserved" (handoff)
+	Holder  string        // first 8 hex digits of the holder's token, or the owner id
+	TTL     time.Duration // remaining key TTL
+	Fence   string        // counter value, "" if missing
+	Waiters int64         // queued waiters on this node
+}
+
+// Status reads the lock's state on every node (one read-only script each).
+func (l *Lock) Status(ctx context.Context) []NodeState {
+	r := l.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
+		return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status"}}
+	}, nil, nil)
+	nodes := l.c.Nodes()
+	out := make([]NodeState, len(r.Replies))
+	for i, rep := range r.Replies {
+		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
+		if rep.Err == nil {
+			arr, err := rep.Msg.ToArray()
+			if err != nil || len(arr) < 4 {
+				st.Err = fmt.Errorf("redlock: unexpected status reply")
+			} else {
+				v, _ := arr[0].ToString()
+				pttl, _ := arr[1].AsInt64()
+				st.Fence, _ = arr[2].ToString()
+				st.Waiters, _ = arr[3].AsInt64()
+				st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
+				switch {
+				case v == "":
+					st.State = "free"
+				case strings.HasPrefix(v, "rl1:L:"):
+					st.State, st.Holder = "held", prefix8(v[6:])
+				case strings.HasPrefix(v, "rl1:R:"):
+					st.State, st.Holder = "reserved", prefix8(v[6:])
+				case strings.HasPrefix(v, "rl1:O:"):
+					st.State, st.Holder = "owner", v[6:]
+				default:
+					st.State = "unknown"
+				}
+			}
+		}
+		out[i] = st
+	}
+	return out
+}
+
+func prefix8(tok string) string {
+	if len(tok) > 8 {
+		return tok[:8] + "…"
+	}
+	return tok
+}

@@ -1,0 +1,18 @@
+module github.com/redlock-go/redlock/bench
+
+go 1.26.0
+
+replace github.com/redlock-go/redlock => ../
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/bsm/redislock v0.9.4 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-redsync/redsync/v4 v4.18.1 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
+	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

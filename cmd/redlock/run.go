@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+)
+
+// Exit codes reserved by `redlock run` (the command's own code passes through otherwise).
+const (
+	ExitNotAcquired = 75 // the lock was not acquired within --wait (EX_TEMPFAIL)
+	ExitLeaseLost   = 76 // the lease was lost; the command was sent SIGTERM (then SIGKILL)
+	ExitError       = 1  // bad flags, unreachable nodes, command not found
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--nodes host:port,...] -- cmd args...\n\n"+
+			"Exit codes: the command's own, or %d not acquired within --wait, %d lease lost (command terminated), %d error.\n\n", ExitNotAcquired, ExitLeaseLost, ExitError)
+		fs.PrintDefaults()
+	}
+	key := fs.String("key", "", "lock name (required)")
+	ttl := fs.Duration("ttl", 30*time.Second, "lease TTL; the lease is renewed while the command runs")
+	wait := fs.Duration("wait", time.Minute, "how long to wait for the lock; 0 fails at once if it is held")
+	grace := fs.Duration("grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
+	if err := fs.Parse(args); err != nil {
+		return ExitError, &codeError{code: 2, err: err}
+	}
+	cmdArgs := fs.Args()
+	switch {
+	case *key == "":
+		return 0, &codeError{code: 2, err: errors.New("--key is required (e.g. redlock run --key nightly-report -- ./report.sh)")}
+	case len(cmdArgs) == 0:
+		return 0, &codeError{code: 2, err: errors.New("no command given (put it after --)")}
+	case *wait < 0:
+		return 0, &codeError{code: 2, err: errors.New("--wait must not be negative")}
+	}
+	nodes := nodesFrom(*nodesFlag)
+	if len(nodes) == 0 {
+		return 0, &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
+	}
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, DefaultTTL: *ttl, Logger: quietLogger()})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	l, err := primitives.NewLock(c, *key, primitives.WithTTL(*ttl))
+	if err != nil {
+		return 0, err
+	}
+	var lease *primitives.Lease
+	if *wait == 0 {
+		lease, err = l.TryAcquire(ctx)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, *wait)
+		lease, err = l.Acquire(actx)
+		cancel()
+	}
+	if err != nil {
+		if errors.Is(err, primitives.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+			return 0, &codeError{code: ExitNotAcquired, err: fmt.Errorf("lock %q not acquired: %w", *key, err)}
+		}
+		return 0, err
+	}
+	defer lease.Release(context.Background())
+
+	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), "REDLOCK_FENCE="+strconv.FormatUint(lease.Fence(), 10), "REDLOCK_KEY="+*key)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	lost := false
+	var kill <-chan time.Time
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case <-lease.Lost():
+			if !lost {
+				lost = true
+				fmt.Fprintf(stderr, "redlock run: lease on %q lost (%v); sending SIGTERM\n", *key, lease.Err())
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				kill = time.After(*grace)
+			}
+		case <-kill:
+			_ = cmd.Process.Kill()
+		case werr := <-exited:
+			if lost {
+				return 0, &codeError{code: ExitLeaseLost, err: fmt.Errorf("lease on %q lost while the command ran", *key)}
+			}
+			if rerr := lease.Release(context.Background()); rerr != nil {
+				fmt.Fprintf(stderr, "redlock run: release: %v\n", rerr)
+			}
+			var ee *exec.ExitError
+			if errors.As(werr, &ee) {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					return 128 + int(ws.Signal()), nil
+				}
+				return ee.ExitCode(), nil
+			}
+			if werr != nil {
+				return 0, werr
+			}
+			return 0, nil
+		}
+	}
+}

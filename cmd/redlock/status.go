@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+)
+
+func status(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: redlock status [--json] [--nodes host:port,...] KEY")
+		fs.PrintDefaults()
+	}
+	asJSON := fs.Bool("json", false, "print JSON")
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
+	// Accept the key before or after the flags.
+	var key string
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		key, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if key == "" && fs.NArg() > 0 {
+		key = fs.Arg(0)
+	}
+	if key == "" {
+		return &codeError{code: 2, err: errors.New("no key given (redlock status KEY)")}
+	}
+	nodes := nodesFrom(*nodesFlag)
+	if len(nodes) == 0 {
+		return &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
+	}
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	l, err := primitives.NewLock(c, key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	states := l.Status(ctx)
+	health := c.Nodes()
+	if *asJSON {
+		type row struct {
+			Node      string `json:"node"`
+			Up        bool   `json:"up"`
+			LatencyUs int64  `json:"latency_us"`
+			State     string `json:"state,omitempty"`
+			Holder    string `json:"holder,omitempty"`
+			TTLMs     int64  `json:"ttl_ms"`
+			Fence     string `json:"fence,omitempty"`
+			Waiters   int64  `json:"waiters"`
+			Error     string `json:"error,omitempty"`
+		}
+		rows := make([]row, len(states))
+		for i, s := range states {
+			rows[i] = row{Node: s.Node, Up: health[i].Up, LatencyUs: health[i].Latency.Microseconds(), State: s.State,
+				Holder: s.Holder, TTLMs: s.TTL.Milliseconds(), Fence: s.Fence, Waiters: s.Waiters}
+			if s.Err != nil {
+				rows[i].Error = s.Err.Error()
+			}
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"key": key, "quorum": c.Quorum(), "nodes": rows})
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "NODE\tUP\tLATENCY\tSTATE\tHOLDER\tTTL\tFENCE\tWAITERS\n")
+	for i, s := range states {
+		if s.Err != nil {
+			fmt.Fprintf(tw, "%s\t%v\t%s\terror: %v\t\t\t\t\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond), s.Err)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond),
+			s.State, s.Holder, s.TTL.Round(time.Millisecond), s.Fence, s.Waiters)
+	}
+	return tw.Flush()
+}
