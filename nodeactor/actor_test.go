@@ -1,0 +1,227 @@
+package nodeactor_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func start(t *testing.T, addr string, mut ...func(*nodeactor.Options)) *nodeactor.Actor {
+	t.Helper()
+	o := nodeactor.Options{Addr: addr, Client: rueidis.ClientOption{InitAddress: []string{addr}}, Logger: quiet}
+	for _, f := range mut {
+		f(&o)
+	}
+	a := nodeactor.New(o)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func ready(t *testing.T, a *nodeactor.Actor) {
+	t.Helper()
+	select {
+	case <-a.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("actor never became ready")
+	}
+}
+
+var echo = nodeactor.NewScript("echo", "return {KEYS[1], ARGV[1]}")
+
+func TestScriptFallsBackFromNoscript(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	ctx := context.Background()
+	for range 2 { // first EVALSHA answers NOSCRIPT, then EVAL; second time the SHA is cached
+		rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: echo, Keys: []string{"k"}, Args: []string{"v"}})
+		if rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		got, _ := rep.Msg.AsStrSlice()
+		if strings.Join(got, ",") != "k,v" {
+			t.Fatalf("got %v", got)
+		}
+	}
+}
+
+func TestManyConcurrentRequestsAreBatched(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	var wg sync.WaitGroup
+	errs := make(chan error, 500)
+	for i := range 500 {
+		wg.Go(func() {
+			lane := nodeactor.Normal
+			if i%3 == 0 {
+				lane = nodeactor.Urgent
+			}
+			rep := a.Do(context.Background(), lane, nodeactor.Call{Args: []string{"INCR", "n"}})
+			if rep.Err != nil {
+				errs <- rep.Err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if v, _ := ms[0].Get("n"); v != "500" {
+		t.Fatalf("n = %s, want 500", v)
+	}
+}
+
+func TestAbandonedReplyGoesToLate(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	late := make(chan nodeactor.Reply, 1)
+	tk := &nodeactor.Ticket{Late: func(r nodeactor.Reply) { late <- r }}
+	reply := make(chan nodeactor.Reply, 1)
+	if !tk.Abandon() {
+		t.Fatal("a fresh ticket must be abandonable")
+	}
+	if err := a.Send(nodeactor.Request{Ctx: context.Background(), Call: nodeactor.Call{Args: []string{"SET", "k", "v"}}, Reply: reply, Ticket: tk}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-late:
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	case <-reply:
+		t.Fatal("abandoned reply delivered to the caller")
+	case <-time.After(5 * time.Second):
+		t.Fatal("late reply never handed over")
+	}
+}
+
+func TestCapabilityProbesMiniredis(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	caps := a.Caps()
+	if !caps.NativeCAD || caps.NativeCAS {
+		t.Errorf("miniredis: NativeCAD=%v NativeCAS=%v, want true false (it has DELEX but not SET IFEQ)", caps.NativeCAD, caps.NativeCAS)
+	}
+	if !caps.ConfigRefused || caps.Keyspace {
+		t.Errorf("miniredis has no CONFIG: %+v", caps)
+	}
+	forced := start(t, ms[0].Addr(), func(o *nodeactor.Options) { o.ForceLua = true })
+	ready(t, forced)
+	if c := forced.Caps(); c.NativeCAD || c.NativeCAS {
+		t.Errorf("ForceLua must not use native commands: %+v", c)
+	}
+}
+
+func TestKeyspaceOnRefusedIsFatal(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr(), func(o *nodeactor.Options) { o.Keyspace = nodeactor.KeyspaceOn })
+	ready(t, a)
+	if err := a.Status().Fatal; !errors.Is(err, nodeactor.ErrKeyspaceUnavailable) {
+		t.Fatalf("Fatal = %v, want ErrKeyspaceUnavailable", err)
+	}
+}
+
+func TestCapabilityProbesRedis(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{Args: []string{"--notify-keyspace-events", "Elh"}})
+	a := start(t, s.Addr())
+	ready(t, a)
+	caps := a.Caps()
+	if !caps.RESP3 || !caps.Keyspace {
+		t.Errorf("redis 7: %+v", caps)
+	}
+	flags, err := s.Do("CONFIG", "GET", "notify-keyspace-events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range "ElhKgx" {
+		if !strings.ContainsRune(flags, f) {
+			t.Errorf("flags %q lost or lack %q (user flags must be kept)", flags, f)
+		}
+	}
+	off := start(t, s.Addr(), func(o *nodeactor.Options) { o.Keyspace = nodeactor.KeyspaceOff })
+	ready(t, off)
+	if off.Caps().Keyspace || off.Caps().KeyspaceFlags != "" {
+		t.Errorf("KeyspaceOff must not read or set CONFIG: %+v", off.Caps())
+	}
+}
+
+func TestPushMessages(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	got := make(chan string, 4)
+	subscribed := make(chan struct{}, 4)
+	a := start(t, ms[0].Addr(), func(o *nodeactor.Options) {
+		o.OnPush = func(_ int, ch, msg string) { got <- ch + "=" + msg }
+		o.OnSubscribed = func(int, []string) { subscribed <- struct{}{} }
+	})
+	ready(t, a)
+	a.Subscribe("c1")
+	select {
+	case <-subscribed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription never confirmed")
+	}
+	ms[0].Publish("c1", "hello")
+	select {
+	case m := <-got:
+		if m != "c1=hello" {
+			t.Fatalf("got %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no push message")
+	}
+	a.Unsubscribe("c1")
+}
+
+func TestNodeDownAtStartComesUpLater(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	a := start(t, addr)
+	rep := a.Do(context.Background(), nodeactor.Normal, nodeactor.Call{Args: []string{"PING"}})
+	if !errors.Is(rep.Err, nodeactor.ErrNodeDown) {
+		t.Fatalf("Do on a down node = %v, want ErrNodeDown", rep.Err)
+	}
+	startMiniAt(t, addr)
+	ready(t, a)
+	if rep := a.Do(context.Background(), nodeactor.Normal, nodeactor.Call{Args: []string{"PING"}}); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	if !a.Status().Up {
+		t.Error("status not up")
+	}
+}
+
+func TestCloseAnswersQueued(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	a.Close()
+	a.Close()
+	rep := a.Do(context.Background(), nodeactor.Normal, nodeactor.Call{Args: []string{"PING"}})
+	if !errors.Is(rep.Err, nodeactor.ErrClosed) {
+		t.Fatalf("after Close: %v", rep.Err)
+	}
+}

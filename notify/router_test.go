@@ -1,0 +1,179 @@
+package notify_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redlock-go/redlock/notify"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type subLog struct {
+	mu         sync.Mutex
+	subs, unsb []string
+}
+
+func (s *subLog) opts() notify.Options {
+	return notify.Options{
+		Subscribe:   func(t string) { s.mu.Lock(); s.subs = append(s.subs, t); s.mu.Unlock() },
+		Unsubscribe: func(t string) { s.mu.Lock(); s.unsb = append(s.unsb, t); s.mu.Unlock() },
+		Linger:      time.Second,
+	}
+}
+
+func woken(w *notify.Waiter) bool {
+	select {
+	case <-w.C():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestWakeRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log subLog
+		r := notify.New(log.opts())
+		defer r.Close()
+		a := r.Register("k", "ta")
+		b := r.Register("k", "tb")
+		c := r.Register("k", "tc")
+		other := r.Register("other", "to")
+		synctest.Wait()
+
+		tests := []struct {
+			name    string
+			payload string
+			want    [3]bool
+		}{
+			{"handoff wakes exactly the named waiter", "h:tb", [3]bool{false, true, false}},
+			{"handoff to a waiter of another process wakes nobody", "h:zz", [3]bool{}},
+			{"one freed wakes the head", "n:1", [3]bool{true, false, false}},
+			{"two freed wake the first two", "n:2", [3]bool{true, true, false}},
+			{"latch open wakes everyone", "a", [3]bool{true, true, true}},
+			{"keyspace event wakes the head", "ks:expired", [3]bool{true, false, false}},
+		}
+		for _, tt := range tests {
+			r.Deliver("k", tt.payload)
+			synctest.Wait()
+			got := [3]bool{woken(a), woken(b), woken(c)}
+			if got != tt.want {
+				t.Errorf("%s: woken %v, want %v", tt.name, got, tt.want)
+			}
+			if woken(other) {
+				t.Errorf("%s: a waiter of another topic was woken", tt.name)
+			}
+		}
+		a.Close()
+		synctest.Wait()
+		r.Deliver("k", "n:1")
+		synctest.Wait()
+		if woken(a) || !woken(b) {
+			t.Error("after the head left, the next waiter must be the head")
+		}
+		b.Close()
+		c.Close()
+		other.Close()
+	})
+}
+
+func TestSubscriptionRefcountAndLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log subLog
+		r := notify.New(log.opts())
+		defer r.Close()
+		w1 := r.Register("k", "1")
+		w2 := r.Register("k", "2")
+		synctest.Wait()
+		w1.Close()
+		w2.Close()
+		synctest.Wait()
+		time.Sleep(500 * time.Millisecond)
+		w3 := r.Register("k", "3") // comes back within the linger: no churn
+		synctest.Wait()
+		w3.Close()
+		synctest.Wait()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if !slices.Equal(log.subs, []string{"k"}) || !slices.Equal(log.unsb, []string{"k"}) {
+			t.Fatalf("subscribe %v unsubscribe %v, want one each", log.subs, log.unsb)
+		}
+	})
+}
+
+func TestReadyAfterConfirmations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opt := notify.Options{ReadyAfter: 2}
+		r := notify.New(opt)
+		defer r.Close()
+		w := r.Register("k", "t")
+		defer w.Close()
+		r.Confirmed("k")
+		synctest.Wait()
+		select {
+		case <-w.Ready():
+			t.Fatal("ready after one of two confirmations")
+		default:
+		}
+		r.Confirmed("k")
+		synctest.Wait()
+		select {
+		case <-w.Ready():
+		default:
+			t.Fatal("not ready after two confirmations")
+		}
+		late := r.Register("k", "u") // joins a confirmed topic: ready at once
+		defer late.Close()
+		synctest.Wait()
+		select {
+		case <-late.Ready():
+		default:
+			t.Fatal("a waiter joining a subscribed topic must be ready at once")
+		}
+	})
+}
+
+func TestOverflowWakesEveryone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := notify.New(notify.Options{})
+		defer r.Close()
+		ws := []*notify.Waiter{r.Register("k", "a"), r.Register("k", "b")}
+		synctest.Wait()
+		for range 10000 { // more than the inbox holds: Deliver must not block
+			r.Deliver("k", "h:nobody")
+		}
+		synctest.Wait()
+		for i, w := range ws {
+			if !woken(w) {
+				t.Errorf("waiter %d not woken after dropped messages", i)
+			}
+			w.Close()
+		}
+		if r.Stats().Dropped == 0 {
+			t.Error("no drop counted")
+		}
+	})
+}
+
+func TestResetWakesHeads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := notify.New(notify.Options{})
+		defer r.Close()
+		a, b := r.Register("k", "a"), r.Register("k", "b")
+		defer a.Close()
+		defer b.Close()
+		synctest.Wait()
+		r.Reset()
+		synctest.Wait()
+		if !woken(a) || woken(b) {
+			t.Fatal("reset must wake each topic's head only")
+		}
+	})
+}
