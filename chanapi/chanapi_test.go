@@ -40,12 +40,12 @@ func TestAcquirerLeaderElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first *primitives.Lease
-	var second *chanapi.Acquirer
+	var winner, second *chanapi.Acquirer
 	select {
 	case first = <-a1.Acquired():
-		second = a2
+		winner, second = a1, a2
 	case first = <-a2.Acquired():
-		second = a1
+		winner, second = a2, a1
 	case <-time.After(10 * time.Second):
 		t.Fatal("nobody acquired")
 	}
@@ -53,6 +53,12 @@ func TestAcquirerLeaderElection(t *testing.T) {
 	case <-second.Acquired():
 		t.Fatal("second campaigner acquired while the first holds")
 	case <-time.After(200 * time.Millisecond):
+	}
+	// Stop the winner's campaign (a campaigner nobody reads would otherwise
+	// compete again and hold the next lease unreceived); its lease stays ours.
+	winner.Close()
+	if !first.Valid() {
+		t.Fatal("closing the Acquirer must not end a lease already received")
 	}
 	if err := first.Release(context.Background()); err != nil {
 		t.Fatal(err)

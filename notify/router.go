@@ -34,8 +34,9 @@ type Stats struct {
 // each wake-up (wake-ups are merged: at most one is pending). Waiters are
 // created by Router.Register and must be closed with Close; C is never closed.
 type Waiter struct {
-	topic string
-	token string
+	topics  []string
+	token   string
+	unready int // topics not yet confirmed; router-owned
 	c     chan struct{}
 	ready chan struct{}
 	r     *Router
@@ -115,7 +116,14 @@ func New(opt Options) *Router {
 // Register adds a waiter at the tail of topic's FIFO; token identifies it
 // for handoff messages ("" if it takes none).
 func (r *Router) Register(topic, token string) *Waiter {
-	w := &Waiter{topic: topic, token: token, c: make(chan struct{}, 1), ready: make(chan struct{}), r: r}
+	return r.RegisterAll(token, topic)
+}
+
+// RegisterAll adds one waiter to the FIFO of every topic (a MultiLock waits
+// on each of its names); a message on any of them can wake it, and Ready is
+// closed when all of them are subscribed.
+func (r *Router) RegisterAll(token string, topics ...string) *Waiter {
+	w := &Waiter{topics: topics, token: token, c: make(chan struct{}, 1), ready: make(chan struct{}), r: r}
 	r.send(ctl{join: w})
 	return w
 }
@@ -198,31 +206,39 @@ func (r *Router) run() {
 		case c := <-r.ctl:
 			switch {
 			case c.join != nil:
-				t := topics[c.join.topic]
-				if t == nil {
-					t = &topic{}
-					topics[c.join.topic] = t
-					r.opt.Subscribe(c.join.topic)
-				}
-				t.idleSince = time.Time{}
-				t.waiters = append(t.waiters, c.join)
-				if t.confirms >= r.opt.ReadyAfter {
-					close(c.join.ready)
-				}
-			case c.leave != nil:
-				t := topics[c.leave.topic]
-				if t == nil {
-					continue
-				}
-				for i, w := range t.waiters {
-					if w == c.leave {
-						t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
-						break
+				w := c.join
+				for _, name := range w.topics {
+					t := topics[name]
+					if t == nil {
+						t = &topic{}
+						topics[name] = t
+						r.opt.Subscribe(name)
+					}
+					t.idleSince = time.Time{}
+					t.waiters = append(t.waiters, w)
+					if t.confirms < r.opt.ReadyAfter {
+						w.unready++
 					}
 				}
-				if len(t.waiters) == 0 {
-					t.idleSince = time.Now()
-					arm()
+				if w.unready == 0 {
+					close(w.ready)
+				}
+			case c.leave != nil:
+				for _, name := range c.leave.topics {
+					t := topics[name]
+					if t == nil {
+						continue
+					}
+					for i, w := range t.waiters {
+						if w == c.leave {
+							t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+							break
+						}
+					}
+					if len(t.waiters) == 0 {
+						t.idleSince = time.Now()
+						arm()
+					}
 				}
 			case c.confirmed != "":
 				t := topics[c.confirmed]
@@ -232,7 +248,9 @@ func (r *Router) run() {
 				t.confirms++
 				if t.confirms == r.opt.ReadyAfter {
 					for _, w := range t.waiters {
-						close(w.ready)
+						if w.unready--; w.unready == 0 {
+							close(w.ready)
+						}
 					}
 				}
 			case c.reset:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -76,7 +75,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // error that Is ctx.Err() and holds nothing (a waiter's queue entry is removed).
 func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
 	token := newToken()
-	return waitLoop(ctx, l.c, l.topic, token,
+	return waitLoop(ctx, l.c, []string{l.topic}, token,
 		func(enqueue bool) attemptResult { return l.attempt(ctx, token, enqueue) },
 		func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
@@ -137,197 +136,33 @@ func (l *Lock) rollbackCall(token string) nodeactor.Call {
 		Args: []string{"rollback", token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
 }
 
-func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptResult {
-	if err := ctx.Err(); err != nil {
-		return attemptResult{err: err}
-	}
-	c := l.c
-	n, q := c.N(), c.Quorum()
+func (l *Lock) acquireCall(token string, enqueue bool) nodeactor.Call {
 	enq := "0"
 	if enqueue {
 		enq = "1"
 	}
 	entryTTL := max(2*l.o.ttl, 2*time.Second)
-	args := []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL)}
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: args}
+	return nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL)}}
+}
 
-	rollback := l.rollbackCall(token)
-	lg := &lateGrants{c: c, rollback: rollback}
-	// decide as soon as a quorum granted or can no longer grant
-	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
-		func(r *coordinator.Round) bool {
-			g := 0
-			for i, rep := range r.Replies {
-				if r.Answered[i] {
-					if x, err := parseGrant(rep); err == nil && x.ok {
-						g++
-					}
-				}
-			}
-			return g >= q || r.NAnswered-g > n-q
-		}, lg.late)
-	granted, refused := 0, 0
-	var (
-		grants   []grant
-		hint     time.Duration
-		errs     []error
-		wrongErr error
-	)
-	for i, rep := range r.Replies {
-		if !r.Answered[i] {
-			errs = append(errs, rep.Err)
-			continue
-		}
-		g, err := parseGrant(rep)
-		switch {
-		case err != nil && isWrongType(err):
-			wrongErr = err
-		case err != nil:
-			errs = append(errs, err)
-		case g.ok:
-			granted++
-			grants = append(grants, g)
-		default:
-			refused++
-			hint = max(hint, time.Duration(g.pttl)*time.Millisecond)
-		}
-	}
-	fail := func(res attemptResult) attemptResult {
-		lg.settle(nil)
-		if granted > 0 || r.NAnswered < n {
-			c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
-		}
-		return res
-	}
-	if wrongErr != nil {
-		return fail(attemptResult{err: fmt.Errorf("%w: %w", ErrWrongType, wrongErr)})
-	}
-	if granted < q {
-		if err := ctx.Err(); err != nil {
-			return fail(attemptResult{err: err})
-		}
-		if refused > 0 && granted+refused >= q {
-			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}})
-		}
-		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
-			ErrQuorumUnavailable, granted+refused, n, errors.Join(errs...))})
-	}
-	if validity := l.o.ttl - time.Since(r.Start) - c.Drift(l.o.ttl); validity <= 0 {
-		return fail(attemptResult{split: true, err: fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start))})
-	}
-	fence, err := l.decideFence(ctx, grants)
-	if err != nil {
-		return fail(attemptResult{err: err})
-	}
-	h, err := c.NewHold(coordinator.HoldSpec{
-		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: r.Start,
+func (l *Lock) fenceCall(f int64) nodeactor.Call {
+	return nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL), l.o.owner}}
+}
+
+func (l *Lock) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	return l.c.NewHold(coordinator.HoldSpec{
+		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold,
 		Protocol: &lockProto{l: l, token: token, fence: fence},
 	})
-	if err != nil {
-		lg.settle(nil)
-		return attemptResult{err: err}
-	}
-	lg.settle(h)
-	return attemptResult{lease: h}
 }
 
-// lateGrants handles grants that arrive after an attempt stopped waiting for
-// them: they are kept while the attempt is undecided, then rolled back
-// unless the attempt produced a lease that is still held (its Release covers
-// every node, and a late grant under a live lease is simply ours).
-type lateGrants struct {
-	c        *coordinator.Coordinator
-	rollback nodeactor.Call
-	mu       sync.Mutex
-	settled  bool
-	lease    *Lease
-	pending  []int
-}
+func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
 
-// late runs on an actor worker goroutine: it never blocks.
-func (g *lateGrants) late(rep nodeactor.Reply) {
-	if x, err := parseGrant(rep); err != nil || !x.ok {
-		return
-	}
-	g.mu.Lock()
-	if !g.settled {
-		g.pending = append(g.pending, rep.Node)
-		g.mu.Unlock()
-		return
-	}
-	keep := g.lease != nil && g.lease.Valid()
-	g.mu.Unlock()
-	if !keep {
-		g.c.SendLate(rep.Node, g.rollback)
-	}
-}
-
-// settle records the attempt's outcome (nil: failed) and undoes the grants
-// that arrived late before it, if the attempt failed.
-func (g *lateGrants) settle(lease *Lease) {
-	g.mu.Lock()
-	g.settled, g.lease = true, lease
-	pending := g.pending
-	g.pending = nil
-	g.mu.Unlock()
-	if lease == nil {
-		for _, i := range pending {
-			g.c.SendLate(i, g.rollback)
-		}
-	}
-}
-
-// decideFence applies S2: the fence is max over the granting nodes'
-// counters; it is written back when fewer than a quorum of them held that
-// max, and when fewer than a quorum had a counter at all the hybrid logical
-// clock (server TIME in ms << 16) takes over.
-func (l *Lock) decideFence(ctx context.Context, grants []grant) (uint64, error) {
-	c := l.c
-	q := c.Quorum()
-	var m, maxNow int64
-	present, reentrant := 0, false
-	for _, g := range grants {
-		if g.fence > 0 {
-			present++
-		}
-		m = max(m, g.fence)
-		maxNow = max(maxNow, g.now)
-		reentrant = reentrant || g.reentrant
-	}
-	atMax := 0
-	for _, g := range grants {
-		if g.fence == m {
-			atMax++
-		}
-	}
-	f := m
-	switch {
-	case reentrant:
-		return uint64(max(f, 1)), nil
-	case present < q:
-		f = max(m+1, maxNow<<hlcShift)
-	case atMax >= q:
-		return uint64(f), nil
-	}
-	args := []string{"fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL), l.o.owner}
-	ok := 0
-	r := c.Fanout(ctx, nodeactor.Urgent, func(int) nodeactor.Call {
-		return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: args}
-	}, func(r *coordinator.Round) bool { return ok >= q }, nil)
-	var errs []error
-	ok = 0
-	for i, rep := range r.Replies {
-		if r.Answered[i] && rep.Err == nil {
-			ok++
-		} else if rep.Err != nil {
-			errs = append(errs, rep.Err)
-		}
-	}
-	if ok < q {
-		return 0, fmt.Errorf("%w: fence written to %d nodes: %w", ErrQuorumUnavailable, ok, errors.Join(errs...))
-	}
-	return uint64(f), nil
+func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptResult {
+	return attemptExclusive(ctx, l.c, l, token, enqueue)
 }
 
 // lockProto renews and releases one Lock lease.

@@ -21,7 +21,7 @@ const recheckCap = time.Second
 // sleeps until a message for it, the holder's remaining TTL (capped), or ctx.
 // Split votes back off with jitter. On ctx end leave() removes the waiter's
 // queue entry on every node.
-func waitLoop(ctx context.Context, c *coordinator.Coordinator, topic, token string,
+func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, token string,
 	try func(enqueue bool) attemptResult, leave func()) (*Lease, error) {
 	res := try(false)
 	if res.lease != nil || !retryable(res.err) {
@@ -31,7 +31,7 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topic, token stri
 	notify := cfg.WaitStrategy == coordinator.WaitNotify
 	var wake <-chan struct{}
 	if notify {
-		w := c.Router().Register(topic, token)
+		w := c.Router().RegisterAll(token, topics...)
 		defer w.Close()
 		wake = w.C()
 		t := time.NewTimer(2 * cfg.NodeTimeout)
@@ -43,13 +43,16 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topic, token stri
 		t.Stop()
 	}
 	enqueued := false
+	if leave == nil {
+		leave = func() {}
+	}
 	backoff := cfg.RetryDelay
 	for {
 		if err := ctx.Err(); err != nil {
 			if enqueued {
 				leave()
 			}
-			return nil, fmt.Errorf("redlock: acquire %s: %w", topic, err)
+			return nil, fmt.Errorf("redlock: acquire %v: %w", topics, err)
 		}
 		res = try(notify)
 		enqueued = enqueued || notify

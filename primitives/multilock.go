@@ -1,0 +1,127 @@
+package primitives
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+//go:embed multilock.lua
+var multiLua string
+
+var multiScript = nodeactor.NewScript("multilock", multiLua)
+
+// MaxMultiNames bounds the size of a MultiLock's set.
+const MaxMultiNames = 256
+
+// MultiLock holds a set of Lock names all at once or none. Its names are
+// Lock names: a MultiLock over {a, b} and a Lock on a exclude each other.
+// It is safe for concurrent use.
+type MultiLock struct {
+	c        *coordinator.Coordinator
+	names    []string
+	o        options
+	keys     []string
+	topics   []string
+	channels []string
+}
+
+var _ Locker = (*MultiLock)(nil)
+
+// NewMultiLock returns a lock over names (de-duplicated and sorted, so sets
+// requested in different orders never deadlock). It validates its arguments
+// (errors wrap ErrInvalidArgument; WithOwner is not supported) and does no
+// network I/O.
+func NewMultiLock(c *coordinator.Coordinator, names []string, opts ...Option) (*MultiLock, error) {
+	o, err := buildOptions(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ownerSet {
+		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: empty MultiLock set", ErrInvalidArgument)
+	}
+	set := slices.Clone(names)
+	slices.Sort(set)
+	set = slices.Compact(set)
+	if len(set) > MaxMultiNames {
+		return nil, fmt.Errorf("%w: %d names exceed %d", ErrInvalidArgument, len(set), MaxMultiNames)
+	}
+	m := &MultiLock{c: c, names: set, o: o}
+	for _, name := range set {
+		if err := coordinator.ValidateName(name); err != nil {
+			return nil, err
+		}
+		k := lockKeys(c, name)
+		m.keys = append(m.keys, k[0], k[1], k[2], k[3])
+		m.topics = append(m.topics, c.Topic(name))
+		m.channels = append(m.channels, c.Topic(name)+":ch")
+	}
+	return m, nil
+}
+
+// Names returns the sorted, de-duplicated set.
+func (m *MultiLock) Names() []string { return slices.Clone(m.names) }
+
+// TryAcquire makes one attempt; see Lock.TryAcquire for the errors.
+func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	r := attemptExclusive(ctx, m.c, m, newToken(), false)
+	return r.lease, r.err
+}
+
+// Acquire blocks until every name is held or ctx ends (then it returns an
+// error that Is ctx.Err() and holds nothing). A MultiLock waiter does not
+// queue for handoffs (a reservation on one name while waiting for another
+// would block others); it is woken by any release of its names.
+func (m *MultiLock) Acquire(ctx context.Context) (*Lease, error) {
+	token := newToken()
+	return waitLoop(ctx, m.c, m.topics, token,
+		func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, false) }, nil)
+}
+
+func (m *MultiLock) call(args ...string) nodeactor.Call {
+	return nodeactor.Call{Script: multiScript, Keys: m.keys, Args: append(args, m.channels...)}
+}
+
+func (m *MultiLock) acquireCall(token string, _ bool) nodeactor.Call {
+	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL))
+}
+
+func (m *MultiLock) rollbackCall(token string) nodeactor.Call {
+	return m.call("release", token, ms(m.c.Config().HandoffWindow))
+}
+
+func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
+	return m.call("fence", "", strconv.FormatInt(f, 10), ms(FenceIdleTTL))
+}
+
+func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
+
+func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	return m.c.NewHold(coordinator.HoldSpec{
+		Keys: slices.Clone(m.names), Token: token, Fence: fence, TTL: m.o.ttl, Start: start,
+		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold,
+		Protocol: &multiProto{m: m, token: token},
+	})
+}
+
+type multiProto struct {
+	m     *MultiLock
+	token string
+}
+
+func (p *multiProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
+	return p.m.call("renew", p.token, ms(ttl))
+}
+
+func (p *multiProto) ReleaseCall(int) nodeactor.Call { return p.m.rollbackCall(p.token) }
+
+func (p *multiProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }

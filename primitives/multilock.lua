@@ -1,0 +1,116 @@
+-- redlock MultiLock script, layout version 1 ("rl1"): all-or-nothing over a
+-- sorted, de-duplicated set of Lock names. Its keys ARE the Lock keys, so a
+-- MultiLock over {a, b} and a Lock on a exclude each other.
+-- KEYS: per name i (1-based), 4 keys: lock, fence, q, qx at 4*(i-1)+1 ..
+-- ARGV[1] op, ARGV[2] token; then op-specific arguments; channels are the
+-- last #names arguments (one per name, same order).
+local op, tok = ARGV[1], ARGV[2]
+local n = #KEYS / 4
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mine = 'rl1:L:' .. tok
+local want = {'string', 'string', 'zset', 'hash'}
+
+local vals, fences = {}, {}
+for i = 1, n do
+  local b = 4 * (i - 1)
+  for j = 1, 4 do
+    local kt = redis.call('TYPE', KEYS[b + j])['ok']
+    if kt ~= 'none' and kt ~= want[j] then
+      return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + j] .. ' is not a redlock lock key')
+    end
+  end
+  local v = redis.call('GET', KEYS[b + 1])
+  if v and string.sub(v, 1, 4) ~= 'rl1:' then
+    return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + 1] .. ' is not a redlock lock key')
+  end
+  local f = redis.call('GET', KEYS[b + 2])
+  if f and not tonumber(f) then
+    return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + 2] .. ' is not a fence counter')
+  end
+  vals[i], fences[i] = v, f
+end
+
+local function channel(i) return ARGV[#ARGV - n + i] end
+
+local function handoff(i, window)
+  local b = 4 * (i - 1)
+  local ids = redis.call('ZRANGE', KEYS[b + 3], 0, 31)
+  for _, id in ipairs(ids) do
+    local exp = tonumber(redis.call('HGET', KEYS[b + 4], id) or '0')
+    redis.call('ZREM', KEYS[b + 3], id)
+    redis.call('HDEL', KEYS[b + 4], id)
+    if exp > now then
+      redis.call('SET', KEYS[b + 1], 'rl1:R:' .. id, 'PX', window)
+      redis.call('PUBLISH', channel(i), 'h:' .. id)
+      return
+    end
+  end
+  redis.call('PUBLISH', channel(i), 'n:1')
+end
+
+if op == 'acquire' then
+  -- ARGV: 3 ttl ms, 4 fence idle ms
+  for i = 1, n do
+    local v = vals[i]
+    if v and v ~= mine and v ~= 'rl1:R:' .. tok then
+      return {0, redis.call('PTTL', KEYS[4 * (i - 1) + 1]), now, 0}
+    end
+  end
+  -- every key is free, ours or reserved for us: take them all
+  local m, present = 0, 0
+  for i = 1, n do
+    if fences[i] then present = present + 1; m = math.max(m, tonumber(fences[i])) end
+  end
+  local f = 0
+  if present == n then f = m + 1 end -- any missing counter makes the node's answer unknown
+  for i = 1, n do
+    local b = 4 * (i - 1)
+    redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
+    if redis.call('ZREM', KEYS[b + 3], tok) == 1 then redis.call('HDEL', KEYS[b + 4], tok) end
+    if f > 0 then redis.call('SET', KEYS[b + 2], f, 'PX', ARGV[4]) end
+  end
+  return {1, f, now, 0}
+
+elseif op == 'release' then
+  -- ARGV: 3 handoff window ms, channels
+  local released = 0
+  for i = 1, n do
+    if vals[i] == mine then
+      redis.call('DEL', KEYS[4 * (i - 1) + 1])
+      handoff(i, ARGV[3])
+      released = released + 1
+    end
+  end
+  return released
+
+elseif op == 'renew' then
+  -- ARGV: 3 ttl ms. All keys must be ours (or vanished: re-taken).
+  for i = 1, n do
+    local v = vals[i]
+    if v and v ~= mine then return 0 end
+  end
+  local ttl = tonumber(ARGV[3])
+  local retaken = 0
+  for i = 1, n do
+    local k = KEYS[4 * (i - 1) + 1]
+    if vals[i] then
+      if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+    else
+      redis.call('SET', k, mine, 'PX', ttl)
+      retaken = 1
+    end
+  end
+  return 1 + retaken
+
+elseif op == 'fence' then
+  -- ARGV: 3 fence, 4 idle ms
+  local f = tonumber(ARGV[3])
+  for i = 1, n do
+    if not fences[i] or tonumber(fences[i]) < f then
+      redis.call('SET', KEYS[4 * (i - 1) + 2], ARGV[3], 'PX', ARGV[4])
+    end
+  end
+  return 1
+end
+return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))
