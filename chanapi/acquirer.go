@@ -134,3 +134,12 @@ func (a *Acquirer) run() {
 		}
 	}
 }
+
+// MultiLock returns an Acquirer campaigning for all of names at once.
+func MultiLock(c *coordinator.Coordinator, names []string, opts ...primitives.Option) (*Acquirer, error) {
+	m, err := primitives.NewMultiLock(c, names, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return Campaign(m), nil
+}

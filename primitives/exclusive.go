@@ -15,19 +15,24 @@ import (
 // primitive (Lock, MultiLock): its calls and how to turn a won quorum into a
 // lease.
 type exclusive interface {
-	acquireCall(token string, enqueue bool) nodeactor.Call
+	acquireCall(token, wid string, enqueue bool) nodeactor.Call
 	rollbackCall(token string) nodeactor.Call
 	fenceCall(fence int64) nodeactor.Call
 	newHold(token string, fence uint64, start time.Time) (*Lease, error)
 	leaseTTL() time.Duration
 }
 
-func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusive, token string, enqueue bool) attemptResult {
+// attemptExclusive makes one quorum attempt. wid identifies the waiter
+// across one Acquire's attempts (its queue entry and handoff reservations);
+// every attempt writes a fresh token, so a rollback of an earlier attempt
+// that reaches a node late can never delete a later attempt's grant.
+func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusive, wid string, enqueue bool) attemptResult {
 	if err := ctx.Err(); err != nil {
 		return attemptResult{err: err}
 	}
 	n, q := c.N(), c.Quorum()
-	call := x.acquireCall(token, enqueue)
+	token := newToken()
+	call := x.acquireCall(token, wid, enqueue)
 
 	rollback := x.rollbackCall(token)
 	lg := &lateGrants{c: c, rollback: rollback}

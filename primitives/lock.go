@@ -136,14 +136,14 @@ func (l *Lock) rollbackCall(token string) nodeactor.Call {
 		Args: []string{"rollback", token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
 }
 
-func (l *Lock) acquireCall(token string, enqueue bool) nodeactor.Call {
+func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	enq := "0"
 	if enqueue {
 		enq = "1"
 	}
 	entryTTL := max(2*l.o.ttl, 2*time.Second)
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL)}}
+		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL), wid}}
 }
 
 func (l *Lock) fenceCall(f int64) nodeactor.Call {
@@ -161,8 +161,8 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*Lease, err
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
 
-func (l *Lock) attempt(ctx context.Context, token string, enqueue bool) attemptResult {
-	return attemptExclusive(ctx, l.c, l, token, enqueue)
+func (l *Lock) attempt(ctx context.Context, wid string, enqueue bool) attemptResult {
+	return attemptExclusive(ctx, l.c, l, wid, enqueue)
 }
 
 // lockProto renews and releases one Lock lease.

@@ -58,8 +58,11 @@ local function owner_ttl()
 end
 
 if op == 'acquire' then
-  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 enqueue "1"/"0", 6 queue entry ttl ms, 7 fence idle ms
-  local tok, ttl, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  -- ARGV: 2 token (new for every attempt), 3 ttl ms, 4 owner, 5 enqueue "1"/"0",
+  -- 6 queue entry ttl ms, 7 fence idle ms, 8 waiter id (stable across one
+  -- Acquire's attempts: the queue entry and a handoff reservation are for it)
+  local tok, ttl, owner, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[8]
+  local rsv = 'rl1:R:' .. wid
   local function fence_next()
     if fv then
       local c = redis.call('INCR', KEYS[2])
@@ -70,9 +73,9 @@ if op == 'acquire' then
   end
   if owner == '' then
     local mine = 'rl1:L:' .. tok
-    if v == false or v == mine or v == 'rl1:R:' .. tok then
+    if v == false or v == mine or v == rsv then
       redis.call('SET', KEYS[1], mine, 'PX', ttl)
-      dequeue(tok)
+      dequeue(wid)
       return {1, fence_next(), now, 0}
     end
   else
@@ -80,32 +83,33 @@ if op == 'acquire' then
     if v == mine and holds_left() > 0 then
       redis.call('ZADD', KEYS[5], now + ttl, tok)
       pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[5], ttl); pexpire_max(KEYS[6], ttl)
-      dequeue(tok)
+      dequeue(wid)
       return {1, tonumber(redis.call('GET', KEYS[6]) or '0'), now, 1}
     end
-    if v == false or v == mine or v == 'rl1:R:' .. tok then
+    if v == false or v == rsv then
       redis.call('DEL', KEYS[5])
       redis.call('SET', KEYS[1], mine, 'PX', ttl)
       redis.call('ZADD', KEYS[5], now + ttl, tok)
       redis.call('PEXPIRE', KEYS[5], ttl)
       local f = fence_next()
       redis.call('SET', KEYS[6], f, 'PX', ttl)
-      dequeue(tok)
+      dequeue(wid)
       return {1, f, now, 0}
     end
   end
   if ARGV[5] == '1' then
     local ettl = tonumber(ARGV[6])
-    redis.call('ZADD', KEYS[3], 'NX', now, tok)
-    redis.call('HSET', KEYS[4], tok, now + ettl)
+    redis.call('ZADD', KEYS[3], 'NX', now, wid)
+    redis.call('HSET', KEYS[4], wid, now + ettl)
     pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
   end
   return {0, redis.call('PTTL', KEYS[1]), now, 0}
 
 elseif op == 'release' or op == 'rollback' then
-  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel
+  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel. A rollback
+  -- undoes one attempt's grant (its token is never reused); a release ends a
+  -- lease.
   local tok, owner = ARGV[2], ARGV[3]
-  if op == 'release' then dequeue(tok) end
   if owner == '' then
     if v == 'rl1:L:' .. tok then
       redis.call('DEL', KEYS[1])
@@ -121,10 +125,6 @@ elseif op == 'release' or op == 'rollback' then
       redis.call('PEXPIRE', KEYS[1], rest); redis.call('PEXPIRE', KEYS[5], rest); redis.call('PEXPIRE', KEYS[6], rest)
     end
     return 1
-  end
-  if v == 'rl1:R:' .. tok then -- a reservation we will not use: pass it on
-    redis.call('DEL', KEYS[1])
-    handoff(ARGV[4], ARGV[5])
   end
   return 0
 

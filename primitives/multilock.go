@@ -91,7 +91,7 @@ func (m *MultiLock) call(args ...string) nodeactor.Call {
 	return nodeactor.Call{Script: multiScript, Keys: m.keys, Args: append(args, m.channels...)}
 }
 
-func (m *MultiLock) acquireCall(token string, _ bool) nodeactor.Call {
+func (m *MultiLock) acquireCall(token, _ string, _ bool) nodeactor.Call {
 	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL))
 }
 
