@@ -346,3 +346,22 @@ func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, notOwner int
 	h.c.rn.update(h)
 	return fmt.Errorf("%w: renewal confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, n, errors.Join(errs...))
 }
+
+// Protocol returns the protocol the hold was created with (primitives use it
+// to recognise their own leases).
+func (h *Hold) Protocol() Protocol { return h.spec.Protocol }
+
+// Detach ends a held hold as released without sending anything to Redis:
+// its keys were converted atomically into another hold (RWLock.Downgrade).
+// It reports false if the hold was no longer held.
+func (h *Hold) Detach() bool {
+	h.mu.Lock()
+	if h.state != stateHeld {
+		h.mu.Unlock()
+		return false
+	}
+	h.state = stateReleasing
+	h.mu.Unlock()
+	h.c.rn.remove(h)
+	return h.finish(stateReleased, ErrReleased)
+}

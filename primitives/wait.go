@@ -42,27 +42,23 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, 
 		}
 		t.Stop()
 	}
-	enqueued := false
+	// Once an attempt failed the waiter may hold queue entries (a first try
+	// of some primitives enqueues too): leave on every way out but success.
 	if leave == nil {
 		leave = func() {}
 	}
 	backoff := cfg.RetryDelay
 	for {
 		if err := ctx.Err(); err != nil {
-			if enqueued {
-				leave()
-			}
+			leave()
 			return nil, fmt.Errorf("redlock: acquire %v: %w", topics, err)
 		}
 		res = try(notify)
-		enqueued = enqueued || notify
 		if res.lease != nil {
 			return res.lease, nil
 		}
 		if !retryable(res.err) {
-			if enqueued {
-				leave()
-			}
+			leave()
 			return nil, res.err
 		}
 		var d time.Duration
@@ -75,7 +71,10 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, 
 			w = nil
 		} else {
 			backoff = cfg.RetryDelay
-			d = min(res.hint+time.Millisecond, recheckCap)
+			d = recheckCap // a message wakes us; the timer is the safety net
+			if res.hint > 0 {
+				d = min(res.hint+time.Millisecond, recheckCap)
+			}
 		}
 		t := time.NewTimer(d)
 		select {

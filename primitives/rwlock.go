@@ -1,0 +1,196 @@
+package primitives
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+//go:embed rwlock.lua
+var rwLua string
+
+var rwScript = nodeactor.NewScript("rwlock", rwLua)
+
+// rwEntryTTL is how long a waiting reader's or writer's entry lives without
+// a heartbeat (every attempt refreshes it; waiters re-attempt at least once
+// a second), so a crashed waiter blocks nobody for longer than this.
+const rwEntryTTL = 3 * time.Second
+
+// RWLock is a phase-fair readers–writer lock on a quorum: many readers or
+// one writer. A waiting writer blocks new readers; when a write ends, the
+// readers that waited during it go next, ahead of waiting writers; writers
+// go in FIFO order. So neither side starves. Each reader holds its own lease;
+// a crashed reader's share expires with its lease. Upgrade is not offered (a
+// reader that must write releases and takes the writer). Safe for concurrent use.
+type RWLock struct {
+	c       *coordinator.Coordinator
+	name    string
+	o       options
+	keys    []string
+	topic   string
+	channel string
+}
+
+// NewRWLock returns the readers–writer lock called name; it validates its
+// arguments (WithOwner is not supported) and does no network I/O.
+func NewRWLock(c *coordinator.Coordinator, name string, opts ...Option) (*RWLock, error) {
+	o, err := buildOptions(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ownerSet {
+		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
+	}
+	if err := coordinator.ValidateName(name); err != nil {
+		return nil, err
+	}
+	k := func(s string) string { return c.Key(name, s) }
+	return &RWLock{c: c, name: name, o: o, topic: c.Topic(name), channel: c.Topic(name) + ":ch",
+		keys: []string{k("rw:w"), k("rw:r"), k("rw:ww"), k("rw:wwx"), k("rw:wr"), k("rw:adm"), k("rw:fence"), k("rw:m")}}, nil
+}
+
+// Reader returns the Locker of read leases (shared).
+func (rw *RWLock) Reader() Locker { return &rwSide{rw: rw, write: false} }
+
+// Writer returns the Locker of write leases (exclusive).
+func (rw *RWLock) Writer() Locker { return &rwSide{rw: rw, write: true} }
+
+func (rw *RWLock) window() string { return ms(rw.c.Config().HandoffWindow) }
+
+func (rw *RWLock) call(args ...string) nodeactor.Call {
+	return nodeactor.Call{Script: rwScript, Keys: rw.keys, Args: args}
+}
+
+// Downgrade turns a write lease of this lock into a read lease atomically on
+// every node (no writer can slip in between). The write lease ends with
+// ErrReleased; the read lease keeps its fence. If a quorum does not confirm,
+// both are released and the error wraps ErrQuorumUnavailable.
+func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
+	if write == nil {
+		return nil, fmt.Errorf("%w: nil lease", ErrInvalidArgument)
+	}
+	p, ok := write.Protocol().(*rwProto)
+	if !ok || p.rw != rw || !p.write {
+		return nil, fmt.Errorf("%w: not a write lease of RWLock %q", ErrInvalidArgument, rw.name)
+	}
+	if !write.Valid() {
+		if err := write.Err(); err != nil {
+			return nil, err
+		}
+		return nil, ErrLeaseLost
+	}
+	q := rw.c.Quorum()
+	call := rw.call("downgrade", p.token, ms(rw.o.ttl), rw.window(), rw.channel)
+	r := rw.c.Fanout(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
+		func(r *coordinator.Round) bool { return countOutcome(r, coordinator.OutcomeOK) >= q }, nil)
+	if countOutcome(r, coordinator.OutcomeOK) < q || !write.Valid() {
+		rel := rw.call("rrelease", p.token, rw.channel)
+		rw.c.Broadcast(ctx, func(int) nodeactor.Call { return rel })
+		_ = write.Release(ctx)
+		return nil, fmt.Errorf("%w: downgrade confirmed by fewer than %d nodes; lease released", ErrQuorumUnavailable, q)
+	}
+	read, err := rw.c.NewHold(coordinator.HoldSpec{
+		Keys: []string{rw.name}, Token: p.token, Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
+		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
+		Protocol: &rwProto{rw: rw, token: p.token, write: false},
+	})
+	write.Detach()
+	return read, err
+}
+
+func countOutcome(r *coordinator.Round, want coordinator.Outcome) int {
+	n := 0
+	for i, rep := range r.Replies {
+		if r.Answered[i] && classifyRenew(rep) == want {
+			n++
+		}
+	}
+	return n
+}
+
+// rwSide is the Reader or the Writer of an RWLock.
+type rwSide struct {
+	rw    *RWLock
+	write bool
+}
+
+var _ exclusive = (*rwSide)(nil)
+
+func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
+	r := attemptExclusive(ctx, s.rw.c, s, newToken(), false)
+	return r.lease, r.err
+}
+
+// Acquire blocks until held or ctx ends. Every refused attempt registers the
+// waiter (a waiting writer blocks new readers; a reader refused during a
+// write is admitted when it ends), so even the first attempt enqueues.
+func (s *rwSide) Acquire(ctx context.Context) (*Lease, error) {
+	wid := newToken()
+	rw := s.rw
+	return waitLoop(ctx, rw.c, []string{rw.topic}, wid,
+		func(bool) attemptResult { return attemptExclusive(ctx, rw.c, s, wid, true) },
+		func() {
+			leave := rw.call("leave", wid, rw.channel)
+			rw.c.Broadcast(ctx, func(int) nodeactor.Call { return leave })
+		})
+}
+
+func (s *rwSide) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	enq := "0"
+	if enqueue {
+		enq = "1"
+	}
+	op := "racquire"
+	if s.write {
+		op = "wacquire"
+	}
+	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(FenceIdleTTL))
+}
+
+func (s *rwSide) rollbackCall(token string) nodeactor.Call {
+	if s.write {
+		return s.rw.call("wrelease", token, s.rw.window(), s.rw.channel)
+	}
+	return s.rw.call("rrelease", token, s.rw.channel)
+}
+
+func (s *rwSide) fenceCall(f int64) nodeactor.Call {
+	return s.rw.call("fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL))
+}
+
+func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }
+
+func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	rw := s.rw
+	return rw.c.NewHold(coordinator.HoldSpec{
+		Keys: []string{rw.name}, Token: token, Fence: fence, TTL: rw.o.ttl, Start: start,
+		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
+		Protocol: &rwProto{rw: rw, token: token, write: s.write},
+	})
+}
+
+// rwProto renews and releases one read or write lease.
+type rwProto struct {
+	rw    *RWLock
+	token string
+	write bool
+}
+
+func (p *rwProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
+	if p.write {
+		return p.rw.call("wrenew", p.token, ms(ttl))
+	}
+	return p.rw.call("rrenew", p.token, ms(ttl))
+}
+
+func (p *rwProto) ReleaseCall(int) nodeactor.Call {
+	return (&rwSide{rw: p.rw, write: p.write}).rollbackCall(p.token)
+}
+
+func (p *rwProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+

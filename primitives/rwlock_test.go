@@ -1,0 +1,226 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// rwCheck counts readers and writers inside and flags any conflict.
+type rwCheck struct {
+	mu               sync.Mutex
+	readers, writers int
+	maxReaders       int
+	conflicts        int
+	reads, writes    atomic.Int64
+}
+
+func (c *rwCheck) enter(write bool) func() {
+	c.mu.Lock()
+	if write {
+		c.writers++
+		c.writes.Add(1)
+	} else {
+		c.readers++
+		c.reads.Add(1)
+		c.maxReaders = max(c.maxReaders, c.readers)
+	}
+	if c.writers > 1 || (c.writers == 1 && c.readers > 0) {
+		c.conflicts++
+	}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if write {
+			c.writers--
+		} else {
+			c.readers--
+		}
+		c.mu.Unlock()
+	}
+}
+
+func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duration, dur time.Duration, chk *rwCheck) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range readers + writers {
+		c := newCoord(t, addrs)
+		rw, err := primitives.NewRWLock(c, "rw", primitives.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := i >= readers
+		side := rw.Reader()
+		if write {
+			side = rw.Writer()
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				lease, err := side.Acquire(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("acquire (write=%v): %v", write, err)
+					}
+					return
+				}
+				exit := chk.enter(write)
+				time.Sleep(hold)
+				exit()
+				lease.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestRWLockMiniExclusionAndSharing(t *testing.T) {
+	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	var chk rwCheck
+	runRW(t, addrs, 4, 2, 5*time.Millisecond, 2*time.Second, &chk)
+	if chk.conflicts != 0 {
+		t.Fatalf("%d reader/writer conflicts", chk.conflicts)
+	}
+	if chk.maxReaders < 2 {
+		t.Errorf("readers never shared the lock (max %d)", chk.maxReaders)
+	}
+	if chk.writes.Load() == 0 || chk.reads.Load() == 0 {
+		t.Errorf("starvation: %d reads, %d writes", chk.reads.Load(), chk.writes.Load())
+	}
+}
+
+func TestRWLockRealPhaseFair(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	var chk rwCheck
+	// 8 readers + 2 writers × 20 ms holds, with a node paused mid-run.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(time.Second)
+		srv[2].Pause()
+		time.Sleep(time.Second)
+		srv[2].Resume()
+	}()
+	runRW(t, addrs, 8, 2, 20*time.Millisecond, 4*time.Second, &chk)
+	<-done
+	if chk.conflicts != 0 {
+		t.Fatalf("%d reader/writer conflicts", chk.conflicts)
+	}
+	if chk.writes.Load() < 10 || chk.reads.Load() < 10 {
+		t.Fatalf("a side starved: %d reads, %d writes in 4s", chk.reads.Load(), chk.writes.Load())
+	}
+	t.Logf("reads %d writes %d max concurrent readers %d", chk.reads.Load(), chk.writes.Load(), chk.maxReaders)
+}
+
+func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
+	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	// A steady stream of overlapping readers: the lock is never free of readers.
+	for range 4 {
+		rw, _ := primitives.NewRWLock(newCoord(t, addrs), "stream")
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				l, err := rw.Reader().Acquire(ctx)
+				if err != nil {
+					return
+				}
+				time.Sleep(30 * time.Millisecond)
+				l.Release(context.Background())
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "stream")
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	start := time.Now()
+	l, err := rw.Writer().Acquire(wctx)
+	if err != nil {
+		t.Fatalf("writer starved by a stream of readers: %v", err)
+	}
+	t.Logf("writer waited %v under a reader stream", time.Since(start))
+	l.Release(context.Background())
+}
+
+func TestRWLockCrashedReaderExpires(t *testing.T) {
+	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "crash", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
+	reader, err := rw.Reader().TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = reader // never released: a crashed reader
+	w, _ := primitives.NewRWLock(newCoord(t, addrs), "crash")
+	if _, err := w.Writer().TryAcquire(context.Background()); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("writer while a reader holds: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wl, err := w.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatalf("writer never acquired after the reader's lease expired: %v", err)
+	}
+	wl.Release(context.Background())
+}
+
+func TestRWLockDowngrade(t *testing.T) {
+	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	c := newCoord(t, addrs)
+	rw, _ := primitives.NewRWLock(c, "dg")
+	ctx := context.Background()
+	w, err := rw.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := primitives.NewRWLock(newCoord(t, addrs), "dg")
+	if _, err := other.Reader().TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("reader during a write: %v", err)
+	}
+	r, err := rw.Downgrade(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(w.Err(), primitives.ErrReleased) || !r.Valid() || r.Fence() != w.Fence() {
+		t.Fatalf("after downgrade: write err %v, read valid %v, fences %d/%d", w.Err(), r.Valid(), r.Fence(), w.Fence())
+	}
+	r2, err := other.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a second reader after downgrade: %v", err)
+	}
+	if _, err := other.Writer().TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("writer while readers hold: %v", err)
+	}
+	if _, err := rw.Downgrade(ctx, r); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("downgrading a read lease: %v", err)
+	}
+	r.Release(ctx)
+	r2.Release(ctx)
+	wl, err := other.Writer().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("writer after readers left: %v", err)
+	}
+	wl.Release(ctx)
+}
+
+func TestRWLockBadInput(t *testing.T) {
+	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
+	if _, err := primitives.NewRWLock(c, "x", primitives.WithOwner("o")); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Error(err)
+	}
+	if _, err := primitives.NewRWLock(c, ""); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Error(err)
+	}
+}
