@@ -193,4 +193,3 @@ func (p *rwProto) ReleaseCall(int) nodeactor.Call {
 }
 
 func (p *rwProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
-
