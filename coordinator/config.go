@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/metric"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// HandoffWindow is how long a release reserves the lock for the longest
 	// waiter; 0 means max(100ms, 4*NodeTimeout).
 	HandoffWindow time.Duration
+	// MeterProvider receives the metrics (OpenTelemetry metric API); nil
+	// means no-op. See docs/operations.md.
+	MeterProvider metric.MeterProvider
 	// ClientOption, if set, adjusts each node's rueidis options after they
 	// were built from the address (advanced: dialers, buffer sizes).
 	ClientOption func(node int, opt *rueidis.ClientOption)

@@ -23,6 +23,7 @@ type Coordinator struct {
 	router *notify.Router
 	quorum int
 	rn     *renewer
+	ins    *Instruments
 
 	mu     sync.Mutex
 	holds  map[*Hold]struct{}
@@ -84,6 +85,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		}))
 	}
 	c.rn = newRenewer(c)
+	c.ins = newInstruments(c, cfg.MeterProvider)
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -163,6 +165,9 @@ func (c *Coordinator) Close() error {
 		wg.Wait()
 		if c.rn != nil {
 			c.rn.close()
+		}
+		if c.ins != nil && c.ins.reg != nil {
+			_ = c.ins.reg.Unregister()
 		}
 		c.router.Close()
 		for _, n := range c.nodes {

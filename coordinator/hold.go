@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/nodeactor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Outcome classifies one node's answer to a renewal or release.
@@ -179,6 +181,8 @@ func (h *Hold) finish(st holdState, err error) bool {
 // lose marks the hold lost and deletes its keys on every node, best effort.
 func (h *Hold) lose(cause error) {
 	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
+		h.c.ins.LeasesLost.Add(context.Background(), 1)
+		h.c.cfg.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
 		h.c.rn.remove(h)
 		h.c.rnGo(func() { h.c.Broadcast(context.Background(), h.spec.Protocol.ReleaseCall) })
 	}
@@ -311,6 +315,11 @@ func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, notOwner int
 		}
 		return err
 	}
+	outcome := "ok"
+	if ok < q || !now.Before(h.deadline) {
+		outcome = "failed"
+	}
+	h.c.ins.Renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 	if ok >= q && now.Before(h.deadline) {
 		if d := start.Add(ttl - h.c.Drift(ttl)); d.After(h.deadline) {
 			h.deadline = d

@@ -49,6 +49,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 			}
 			return g >= q || r.NAnswered-g > n-q
 		}, lg.late)
+	c.Instruments().Attempts.Add(ctx, 1)
 	granted, refused := 0, 0
 	var (
 		grants   []grant

@@ -67,13 +67,17 @@ func (l *Lock) Name() string { return l.name }
 // when fewer than a quorum of nodes answered within NodeTimeout, and
 // ErrWrongType when a key at our name belongs to something else.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
 	r := l.attempt(ctx, newToken(), false)
+	l.c.Instruments().RecordAcquire("lock", start, r.err)
 	return r.lease, r.err
 }
 
 // Acquire blocks until the lock is held or ctx ends; then it returns an
 // error that Is ctx.Err() and holds nothing (a waiter's queue entry is removed).
-func (l *Lock) Acquire(ctx context.Context) (*Lease, error) {
+func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	start := time.Now()
+	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
 	token := newToken()
 	return waitLoop(ctx, l.c, []string{l.topic}, token,
 		func(enqueue bool) attemptResult { return l.attempt(ctx, token, enqueue) },

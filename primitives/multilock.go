@@ -73,7 +73,9 @@ func (m *MultiLock) Names() []string { return slices.Clone(m.names) }
 
 // TryAcquire makes one attempt; see Lock.TryAcquire for the errors.
 func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
 	r := attemptExclusive(ctx, m.c, m, newToken(), false)
+	m.c.Instruments().RecordAcquire("multilock", start, r.err)
 	return r.lease, r.err
 }
 
@@ -81,7 +83,9 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // error that Is ctx.Err() and holds nothing). A MultiLock waiter does not
 // queue for handoffs (a reservation on one name while waiting for another
 // would block others); it is woken by any release of its names.
-func (m *MultiLock) Acquire(ctx context.Context) (*Lease, error) {
+func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	start := time.Now()
+	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken()
 	return waitLoop(ctx, m.c, m.topics, token,
 		func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, false) }, nil)

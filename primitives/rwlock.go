@@ -121,15 +121,26 @@ type rwSide struct {
 
 var _ exclusive = (*rwSide)(nil)
 
+func (s *rwSide) kind() string {
+	if s.write {
+		return "rwlock.writer"
+	}
+	return "rwlock.reader"
+}
+
 func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
 	r := attemptExclusive(ctx, s.rw.c, s, newToken(), false)
+	s.rw.c.Instruments().RecordAcquire(s.kind(), start, r.err)
 	return r.lease, r.err
 }
 
 // Acquire blocks until held or ctx ends. Every refused attempt registers the
 // waiter (a waiting writer blocks new readers; a reader refused during a
 // write is admitted when it ends), so even the first attempt enqueues.
-func (s *rwSide) Acquire(ctx context.Context) (*Lease, error) {
+func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
+	start := time.Now()
+	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
 	wid := newToken()
 	rw := s.rw
 	return waitLoop(ctx, rw.c, []string{rw.topic}, wid,

@@ -27,6 +27,10 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, 
 	if res.lease != nil || !retryable(res.err) {
 		return res.lease, res.err
 	}
+	refused := time.Now()
+	defer func() {
+		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
+	}()
 	cfg := c.Config()
 	notify := cfg.WaitStrategy == coordinator.WaitNotify
 	var wake <-chan struct{}
