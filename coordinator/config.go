@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"go.opentelemetry.io/otel/metric"
 	"github.com/redlock-go/redlock/nodeactor"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // WaitStrategy selects how a blocked Acquire learns that it may retry.

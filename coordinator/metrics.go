@@ -13,17 +13,17 @@ import (
 // Metric names, all under the "redlock." prefix. See docs/operations.md for
 // what each means and what to alert on.
 const (
-	MetricAcquireLatency  = "redlock.acquire.duration"    // histogram, s: Acquire/TryAcquire call to return; attrs primitive, outcome
-	MetricWaitTime        = "redlock.acquire.wait"        // histogram, s: time spent waiting after a refused attempt; attr primitive
-	MetricAttempts        = "redlock.acquire.attempts"    // counter: quorum attempts; attrs primitive, outcome
-	MetricRenewals        = "redlock.lease.renewals"      // counter: renewal rounds per lease; attr outcome (ok, failed)
-	MetricLeasesLost      = "redlock.lease.lost"          // counter: leases lost (Lost closed)
-	MetricNodeUp          = "redlock.node.up"             // gauge 0/1 per node
-	MetricNodeLatency     = "redlock.node.latency"        // gauge, s: EWMA of batch round trips per node
-	MetricWakeups         = "redlock.notify.wakeups"      // counter: waiters woken by the router
-	MetricPushDelivered   = "redlock.notify.delivered"    // counter: push messages routed
-	MetricPushDropped     = "redlock.notify.dropped"      // counter: push messages dropped (inbox full)
-	MetricPushReconnected = "redlock.notify.reconnects"   // counter: push connections re-established
+	MetricAcquireLatency  = "redlock.acquire.duration"  // histogram, s: Acquire/TryAcquire call to return; attrs primitive, outcome
+	MetricWaitTime        = "redlock.acquire.wait"      // histogram, s: time spent waiting after a refused attempt; attr primitive
+	MetricAttempts        = "redlock.acquire.attempts"  // counter: quorum attempts; attrs primitive, outcome
+	MetricRenewals        = "redlock.lease.renewals"    // counter: renewal rounds per lease; attr outcome (ok, failed)
+	MetricLeasesLost      = "redlock.lease.lost"        // counter: leases lost (Lost closed)
+	MetricNodeUp          = "redlock.node.up"           // gauge 0/1 per node
+	MetricNodeLatency     = "redlock.node.latency"      // gauge, s: EWMA of batch round trips per node
+	MetricWakeups         = "redlock.notify.wakeups"    // counter: waiters woken by the router
+	MetricPushDelivered   = "redlock.notify.delivered"  // counter: push messages routed
+	MetricPushDropped     = "redlock.notify.dropped"    // counter: push messages dropped (inbox full)
+	MetricPushReconnected = "redlock.notify.reconnects" // counter: push connections re-established
 )
 
 // Instruments are the coordinator's metric instruments, shared with the
