@@ -20,6 +20,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/redlock-go/redlock/coordinator"
 )
 
 func main() {
@@ -68,7 +70,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		fmt.Fprintf(stderr, "redlock %s: %v\n", args[0], err)
+		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+		if errors.Is(err, coordinator.ErrQuorumUnavailable) {
+			msg += " (check --nodes or REDLOCK_NODES, and that the servers are running)"
+		}
+		fmt.Fprintf(stderr, "redlock %s: %s\n", args[0], msg)
 		var ce *codeError
 		if errors.As(err, &ce) {
 			return ce.code

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/testutil"
+	"go.uber.org/goleak"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "redlock-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "redlock")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := 0
+	func() {
+		defer func() { _ = os.RemoveAll(dir) }()
+		goleak.VerifyTestMain(exitRecorder{m, &code})
+	}()
+	os.Exit(code)
+}
+
+type exitRecorder struct {
+	m    *testing.M
+	code *int
+}
+
+func (e exitRecorder) Run() int { *e.code = e.m.Run(); return *e.code }
+
+func cli(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}
+
+func oneLine(t *testing.T, s string) {
+	t.Helper()
+	if strings.Count(strings.TrimSpace(s), "\n") != 0 || strings.TrimSpace(s) == "" {
+		t.Errorf("want one error line, got %q", s)
+	}
+}
+
+func TestCLIBadUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"unknown command", []string{"frobnicate"}, 2},
+		{"run without key", []string{"run", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
+		{"run without command", []string{"run", "--key", "k", "--nodes", "127.0.0.1:1"}, 2},
+		{"run without nodes", []string{"run", "--key", "k", "--", "true"}, 2},
+		{"run bad flag", []string{"run", "--bogus"}, 2},
+		{"run negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
+		{"status without key", []string{"status", "--nodes", "127.0.0.1:1"}, 2},
+		{"status without nodes", []string{"status", "k"}, 2},
+		{"demo bad workers", []string{"demo", "--workers", "0"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := cli(t, []string{"REDLOCK_NODES="}, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, tt.code, stderr)
+			}
+			if tt.name != "unknown command" && tt.name != "run bad flag" {
+				oneLine(t, stderr)
+			}
+		})
+	}
+}
+
+func TestCLIUnreachableNodes(t *testing.T) {
+	code, _, stderr := cli(t, nil, "run", "--key", "k", "--nodes", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "--", "true")
+	if code != 1 || !strings.Contains(stderr, "quorum") {
+		t.Fatalf("exit %d stderr %q", code, stderr)
+	}
+	oneLine(t, stderr)
+}
+
+func TestCLIDemo(t *testing.T) {
+	code, out, stderr := cli(t, []string{"REDLOCK_NODES="}, "demo", "--duration", "1s", "--workers", "3")
+	if code != 0 || !strings.Contains(out, "0 overlaps") {
+		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
+	}
+}
+
+func TestCLIRun(t *testing.T) {
+	testutil.RequireRedis(t)
+	nodes := "REDLOCK_NODES=" + strings.Join(testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{})), ",")
+	dir := t.TempDir()
+
+	t.Run("exit code passes through and the fence is set", func(t *testing.T) {
+		code, out, _ := cli(t, []string{nodes}, "run", "--key", "a", "--", "sh", "-c", `echo "fence=$REDLOCK_FENCE"; exit 7`)
+		if code != 7 || !strings.Contains(out, "fence=") || strings.Contains(out, "fence=\n") {
+			t.Fatalf("exit %d out %q", code, out)
+		}
+	})
+
+	t.Run("two runs never overlap", func(t *testing.T) {
+		log := filepath.Join(dir, "overlap.log")
+		script := fmt.Sprintf(`for i in 1 2 3; do echo "start $$" >> %[1]s; sleep 0.05; echo "end $$" >> %[1]s; done`, log)
+		var cmds []*exec.Cmd
+		for range 3 {
+			c := exec.Command(binary, "run", "--key", "shared", "--wait", "30s", "--", "sh", "-c", script)
+			c.Env = append(os.Environ(), nodes)
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds = append(cmds, c)
+		}
+		for _, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		}
+		data, _ := os.ReadFile(log)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) != 18 {
+			t.Fatalf("%d lines: %q", len(lines), data)
+		}
+		for i := 0; i < len(lines); i += 6 { // each run's 6 lines are contiguous
+			pid := strings.Fields(lines[i])[1]
+			for _, l := range lines[i : i+6] {
+				if strings.Fields(l)[1] != pid {
+					t.Fatalf("interleaved runs:\n%s", data)
+				}
+			}
+		}
+	})
+
+	t.Run("wait 0 fails at once when held", func(t *testing.T) {
+		holder := exec.Command(binary, "run", "--key", "busy", "--", "sleep", "3")
+		holder.Env = append(os.Environ(), nodes)
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Wait()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, _, stderr := cli(t, []string{nodes}, "run", "--key", "busy", "--wait", "0", "--", "true")
+			if code == ExitNotAcquired {
+				oneLine(t, stderr)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never refused: exit %d", code)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
+	t.Run("frozen holder loses the lease and terminates its command", func(t *testing.T) {
+		marker := filepath.Join(dir, "term")
+		child := fmt.Sprintf(`trap 'echo TERM > %s; exit 0' TERM; while true; do sleep 0.05; done`, marker)
+		holder := exec.Command(binary, "run", "--key", "frozen", "--ttl", "500ms", "--", "sh", "-c", child)
+		holder.Env = append(os.Environ(), nodes)
+		var herr bytes.Buffer
+		holder.Stderr = &herr
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond) // holding and renewing
+		if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		other := exec.CommandContext(ctx, binary, "run", "--key", "frozen", "--wait", "15s", "--", "true")
+		other.Env = append(os.Environ(), nodes)
+		if out, err := other.CombinedOutput(); err != nil {
+			holder.Process.Signal(syscall.SIGCONT)
+			holder.Wait()
+			t.Fatalf("other run while the holder is frozen: %v %s", err, out)
+		}
+		holder.Process.Signal(syscall.SIGCONT)
+		err := holder.Wait()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != ExitLeaseLost {
+			t.Fatalf("frozen holder exit %v, want %d; stderr %q", err, ExitLeaseLost, herr.String())
+		}
+		if data, _ := os.ReadFile(marker); !strings.Contains(string(data), "TERM") {
+			t.Fatal("the command never received SIGTERM")
+		}
+	})
+}
+
+func TestCLIStatus(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	code, out, stderr := cli(t, nil, "status", "--json", "--nodes", strings.Join(testutil.MiniAddrs(ms), ","), "k")
+	if code != 0 || !strings.Contains(out, `"state": "free"`) {
+		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
+	}
+}
