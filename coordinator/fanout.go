@@ -33,7 +33,13 @@ func (c *Coordinator) Fanout(ctx context.Context, lane nodeactor.Lane, call func
 	pending := 0
 	for i, nd := range c.nodes {
 		tickets[i].Late = late
-		err := nd.Send(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]})
+		req := nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]}
+		var err error
+		if lane == nodeactor.Normal {
+			err = nd.TrySend(req) // a full mailbox (node not answering) fails this node at once
+		} else {
+			err = nd.Send(req)
+		}
 		if err != nil {
 			tickets[i].Abandon()
 			r.record(nodeactor.Reply{Node: i, Err: &NodeError{Addr: nd.Addr(), Err: err}})

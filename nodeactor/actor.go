@@ -203,6 +203,27 @@ func (a *Actor) Send(req Request) error {
 	}
 }
 
+// TrySend queues req without blocking; it returns ErrBusy when the mailbox
+// is full (a node that stopped answering must not stall a quorum round that
+// the other nodes can decide).
+func (a *Actor) TrySend(req Request) error {
+	mb := a.normal
+	if req.Lane == Urgent {
+		mb = a.urgent
+	}
+	select {
+	case <-a.done:
+		return ErrClosed
+	default:
+	}
+	select {
+	case mb <- req:
+		return nil
+	default:
+		return ErrBusy
+	}
+}
+
 // Do sends one call and waits for its reply.
 func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {
 	ch := make(chan Reply, 1)
@@ -384,7 +405,12 @@ func (a *Actor) exec(batch []Request) {
 		}
 	}
 	if netFail {
-		a.markDown(res[0].NonRedisError())
+		for _, rr := range res {
+			if err := rr.NonRedisError(); err != nil {
+				a.markDown(err)
+				break
+			}
+		}
 	} else {
 		a.markUp(rtt)
 	}
