@@ -21,6 +21,21 @@ func TestMetricsSeeNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// New returns once a quorum answered; wait for the third node too.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		up := 0
+		for _, n := range c.Nodes() {
+			if n.Up {
+				up++
+			}
+		}
+		if up == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes never all up: %+v", c.Nodes())
+		}
+	}
 	c.Instruments().RecordAcquire("lock", time.Now(), nil)
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
