@@ -38,6 +38,9 @@ var errPortInUse = errors.New("port already in use")
 
 // ServerOptions configures a redis-server started by [StartServer].
 type ServerOptions struct {
+	// Password, if set, starts the server with --requirepass; Do and the
+	// readiness check authenticate with it.
+	Password string
 	// Durable runs the server with --appendonly yes --appendfsync always, so
 	// every acknowledged write survives kill -9. Otherwise the server runs
 	// with --save '' --appendonly no and loses everything when killed.
@@ -193,7 +196,7 @@ func (s *Server) RestartEmpty() {
 // "[elem elem ...]". An error reply is returned as an error. Do is meant
 // for admin commands in tests (CONFIG SET, PEXPIRE, DEL, DEBUG ...).
 func (s *Server) Do(args ...string) (string, error) {
-	return roundTrip(s.Addr(), doTimeout, args...)
+	return roundTripAuth(s.Addr(), doTimeout, s.opts.Password, args...)
 }
 
 // newServer creates the server's directories and starts it on a free port,
@@ -329,6 +332,9 @@ func (s *Server) args() []string {
 	if s.opts.Debug {
 		args = append(args, "--enable-debug-command", "local")
 	}
+	if s.opts.Password != "" {
+		args = append(args, "--requirepass", s.opts.Password)
+	}
 	return append(args, s.opts.Args...)
 }
 
@@ -406,12 +412,12 @@ func (s *Server) waitReadyLocked() error {
 			s.killLocked()
 			return fmt.Errorf("redis-server on %s did not answer PING within %v; log:\n%s", addr, startTimeout, s.logTail())
 		}
-		if reply, err := roundTrip(addr, 250*time.Millisecond, "PING"); err == nil && reply == "PONG" {
+		if reply, err := roundTripAuth(addr, 250*time.Millisecond, s.opts.Password, "PING"); err == nil && reply == "PONG" {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	info, err := roundTrip(addr, doTimeout, "INFO", "server")
+	info, err := roundTripAuth(addr, doTimeout, s.opts.Password, "INFO", "server")
 	if err == nil && infoField(info, "process_id") == strconv.Itoa(s.pid) {
 		return nil
 	}

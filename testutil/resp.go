@@ -38,6 +38,12 @@ func appendCommand(b []byte, args []string) []byte {
 // roundTrip sends one command to addr over a fresh connection and reads one
 // reply, all within timeout.
 func roundTrip(addr string, timeout time.Duration, args ...string) (string, error) {
+	return roundTripAuth(addr, timeout, "", args...)
+}
+
+// roundTripAuth is roundTrip on a server that requires a password (AUTH
+// is sent first when password is not empty).
+func roundTripAuth(addr string, timeout time.Duration, password string, args ...string) (string, error) {
 	if len(args) == 0 {
 		return "", errors.New("no command given")
 	}
@@ -49,10 +55,20 @@ func roundTrip(addr string, timeout time.Duration, args ...string) (string, erro
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", err
 	}
-	if _, err := conn.Write(appendCommand(nil, args)); err != nil {
+	var req []byte
+	if password != "" {
+		req = appendCommand(req, []string{"AUTH", password})
+	}
+	if _, err := conn.Write(appendCommand(req, args)); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := readReply(r); err != nil {
+			return "", err
+		}
+	}
+	return readReply(r)
 }
 
 // readReply decodes one RESP2 reply. Arrays are flattened to "[a b c]",

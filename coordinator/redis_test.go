@@ -1,0 +1,74 @@
+package coordinator_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestAuthPerNode(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{Password: "pw-one"})
+	if _, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet, StartTimeout: 1e9}); err == nil {
+		t.Fatal("New without the password succeeded")
+	}
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Password: "pw-one", Logger: quiet})
+	if err != nil {
+		t.Fatalf("Config.Password: %v", err)
+	}
+	c.Close()
+	c, err = coordinator.New(context.Background(), coordinator.Config{Nodes: []string{"redis://:pw-one@" + srv.Addr() + "/2"}, Logger: quiet})
+	if err != nil {
+		t.Fatalf("URL password: %v", err)
+	}
+	if got := c.Nodes()[0].Addr; strings.Contains(got, "pw-one") || !strings.HasSuffix(got, "/2") {
+		t.Errorf("node address %q must show the db and never the password", got)
+	}
+	c.Close()
+}
+
+func TestMaxmemoryPolicyWarning(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	var logs syncBuf
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if !strings.Contains(logs.String(), "maxmemory-policy") {
+		t.Fatalf("no maxmemory-policy warning in %q", logs.String())
+	}
+}
+
+func TestKeyspaceOnNeedsConfig(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{Args: []string{"--rename-command", "CONFIG", ""}})
+	_, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Keyspace: coordinator.KeyspaceOn, Logger: quiet})
+	if !errors.Is(err, coordinator.ErrQuorumUnavailable) || !strings.Contains(err.Error(), "keyspace") {
+		t.Fatalf("KeyspaceOn without CONFIG: %v", err)
+	}
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet})
+	if err != nil {
+		t.Fatalf("KeyspaceAuto without CONFIG must carry on: %v", err)
+	}
+	if n := c.Nodes()[0]; n.Keyspace || !n.ConfigRefused {
+		t.Errorf("caps %+v", n.Capabilities)
+	}
+	c.Close()
+}
