@@ -1,0 +1,107 @@
+package primitives_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// A key that vanished from a restarted node is re-taken by the next
+// renewal, so the next fault does not cost the lease.
+func TestLockRenewalRetakesVanishedKey(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(c, "retake", primitives.WithTTL(600*time.Millisecond))
+	lease, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	srv[0].RestartEmpty()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := srv[0].Do("GET", "redlock:{retake}:lock")
+		if err == nil && v == "rl1:L:"+lease.Token() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key never re-taken on the restarted node: %q %v", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !lease.Valid() {
+		t.Fatalf("lease lost: %v", lease.Err())
+	}
+}
+
+// With keyspace events on, a deleted key wakes the waiting process through
+// a `del` event routed by the notify actor.
+func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	holder, _ := primitives.NewLock(newCoord(t, addrs), "ks", primitives.WithTTL(20*time.Second))
+	lease, err := holder.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease // a holder that will "crash": its keys are deleted by an operator below
+	wc := newCoord(t, addrs)
+	waitAllUp(t, wc)
+	for _, n := range wc.Nodes() {
+		if !n.Keyspace {
+			t.Fatalf("keyspace events not enabled by KeyspaceAuto: %+v", n)
+		}
+	}
+	waiter, _ := primitives.NewLock(wc, "ks")
+	got := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		l, err := waiter.Acquire(ctx)
+		if err == nil {
+			l.Release(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and waiting
+	before := wc.Router().Stats().Delivered
+	for _, s := range srv {
+		if _, err := s.Do("DEL", "redlock:{ks}:lock"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if wc.Router().Stats().Delivered <= before {
+		t.Fatal("no keyspace event reached the router")
+	}
+}
+
+// waitAllUp waits until every node answered and was probed (New returns as
+// soon as a quorum did).
+func waitAllUp(t *testing.T, c interface {
+	Nodes() []coordinator.NodeStatus
+}) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		up := 0
+		for _, n := range c.Nodes() {
+			if n.Up && n.Probed {
+				up++
+			}
+		}
+		if up == len(c.Nodes()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes never all up: %+v", c.Nodes())
+		}
+	}
+}
