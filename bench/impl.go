@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+
 	"log/slog"
 	"math"
 	"os"
@@ -208,13 +208,21 @@ var errFloorRefused = errors.New("floor: not granted by a quorum")
 func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) {
 	keys := floorKeys(key)
 	tok := token()
-	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "60000", "604800000"})
+	// The argument layout of primitives.Lock's 'acquire' call (keep in sync
+	// with primitives/lock.go acquireCall): token, ttl ms, owner, enqueue,
+	// queue entry ttl ms, fence idle ms, waiter id. One attempt: waiter id =
+	// token.
+	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "60000", "604800000", tok})
 	ok := 0
+	var errs []error
 	for _, r := range res {
-		if a, err := r.ToArray(); err == nil && len(a) == 4 {
-			if v, _ := a[0].AsInt64(); v == 1 {
-				ok++
-			}
+		a, err := r.ToArray()
+		if err != nil || len(a) < 1 {
+			errs = append(errs, fmt.Errorf("floor: acquire reply %v: %w", r, err))
+			continue
+		}
+		if v, _ := a[0].AsInt64(); v == 1 {
+			ok++
 		}
 	}
 	rel := func(ctx context.Context) error {
@@ -227,6 +235,9 @@ func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) 
 	}
 	if ok < len(f.nodes)/2+1 {
 		_ = rel(ctx)
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
 		return nil, errFloorRefused
 	}
 	return rel, nil
@@ -378,5 +389,3 @@ func FindLockLua(explicit string) (string, error) {
 	}
 	return "", fmt.Errorf("cannot find primitives/lock.lua (looked in %s): run from the bench/ directory of the redlock repo or pass -lua PATH", strconv.Quote(fmt.Sprint(cands)))
 }
-
-var _ = io.Discard

@@ -49,7 +49,7 @@ func (s *Servers) Close() {
 }
 
 // StartRedisServers starts n redis-server processes on free loopback ports
-// (--save '' --appendonly no) and waits until each answers PING.
+// (no RDB snapshots, no AOF) and waits until each answers PING.
 func StartRedisServers(n int) (*Servers, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
