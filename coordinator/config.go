@@ -65,7 +65,7 @@ type Config struct {
 	// (or the ctx deadline, if sooner).
 	StartTimeout time.Duration
 	// HandoffWindow is how long a release reserves the lock for the longest
-	// waiter; 0 means max(100ms, 4*NodeTimeout).
+	// waiter; 0 means max(100ms, NodeTimeout).
 	HandoffWindow time.Duration
 	// MeterProvider receives the metrics (OpenTelemetry metric API); nil
 	// means no-op. See docs/operations.md.
@@ -122,7 +122,7 @@ func (cfg *Config) normalize() error {
 		cfg.StartTimeout = 5 * time.Second
 	}
 	if cfg.HandoffWindow == 0 {
-		cfg.HandoffWindow = max(100*time.Millisecond, 4*cfg.NodeTimeout)
+		cfg.HandoffWindow = max(100*time.Millisecond, cfg.NodeTimeout)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

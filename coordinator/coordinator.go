@@ -25,6 +25,8 @@ type Coordinator struct {
 	rn     *renewer
 	ins    *Instruments
 
+	clock serverClock
+
 	mu     sync.Mutex
 	holds  map[*Hold]struct{}
 	closed bool
@@ -89,6 +91,37 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
+	ready, fatal := c.countReady()
+	for ready < c.quorum && wctx.Err() == nil {
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-wctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		ready, fatal = c.countReady()
+	}
+	if ready < c.quorum {
+		errs := fatal
+		for _, n := range c.nodes {
+			if st := n.Status(); !st.Up && st.Fatal == nil {
+				err := st.LastErr
+				if err == nil {
+					err = fmt.Errorf("no answer within %s", cfg.StartTimeout)
+				}
+				errs = append(errs, &NodeError{Addr: n.Addr(), Err: err})
+			}
+		}
+		c.Close()
+		return nil, fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
+			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// countReady counts the nodes that answered and passed their probes, and
+// collects the errors of those whose probes failed fatally.
+func (c *Coordinator) countReady() (int, []error) {
 	ready := 0
 	var fatal []error
 	for _, n := range c.nodes {
@@ -99,25 +132,10 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 			} else {
 				ready++
 			}
-		case <-wctx.Done():
-		}
-		if ready >= c.quorum {
-			break
+		default:
 		}
 	}
-	if ready < c.quorum {
-		var errs []error
-		errs = append(errs, fatal...)
-		for _, n := range c.nodes {
-			if st := n.Status(); !st.Up && st.LastErr != nil {
-				errs = append(errs, &NodeError{Addr: n.Addr(), Err: st.LastErr})
-			}
-		}
-		c.Close()
-		return nil, fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
-			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
-	}
-	return c, nil
+	return ready, fatal
 }
 
 // Quorum returns N/2+1.
@@ -243,4 +261,34 @@ func (c *Coordinator) onSubscribed(_ int, channels []string) {
 // Drift returns the clock-drift allowance for ttl: ttl*DriftFactor + 2ms.
 func (c *Coordinator) Drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.cfg.DriftFactor) + 2*time.Millisecond
+}
+
+// serverClock keeps the latest server TIME seen (ms) and when it was seen,
+// so that a fresh fence counter can start from a hybrid-clock value without
+// an extra round trip.
+type serverClock struct {
+	mu sync.Mutex
+	ms int64
+	at time.Time
+}
+
+// ObserveServerTime records a server TIME (ms) from a reply.
+func (c *Coordinator) ObserveServerTime(ms int64) {
+	c.clock.mu.Lock()
+	defer c.clock.mu.Unlock()
+	now := time.Now()
+	if c.clock.at.IsZero() || ms > c.clock.ms+now.Sub(c.clock.at).Milliseconds() {
+		c.clock.ms, c.clock.at = ms, now
+	}
+}
+
+// EstimateServerMs returns the latest server TIME seen plus the monotonic
+// time elapsed since, or 0 before any was seen.
+func (c *Coordinator) EstimateServerMs() int64 {
+	c.clock.mu.Lock()
+	defer c.clock.mu.Unlock()
+	if c.clock.at.IsZero() {
+		return 0
+	}
+	return c.clock.ms + time.Since(c.clock.at).Milliseconds()
 }

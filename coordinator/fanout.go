@@ -120,3 +120,18 @@ func (c *Coordinator) SendLate(i int, call nodeactor.Call) {
 
 // NodeCaps returns node i's probed capabilities.
 func (c *Coordinator) NodeCaps(i int) nodeactor.Capabilities { return c.nodes[i].Caps() }
+
+// Later runs f after d on a goroutine owned by the coordinator; it is
+// skipped if the coordinator closes first. Used for a second, delayed
+// cleanup that must land after requests still in flight.
+func (c *Coordinator) Later(d time.Duration, f func()) {
+	c.rnGo(func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-c.rn.done:
+		}
+	})
+}

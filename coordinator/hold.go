@@ -19,6 +19,7 @@ const (
 	OutcomeOK       Outcome = iota // the node confirmed our token (renewed, re-taken or deleted)
 	OutcomeNotOwner                // the node holds another owner's value: the hold is gone there
 	OutcomeError                   // transport error, timeout or unexpected reply
+	OutcomeRetaken                 // the key had vanished (a restarted node) and was re-taken: not a confirmation
 )
 
 // Protocol is what a held primitive gives the coordinator so that the one
@@ -68,6 +69,7 @@ type Hold struct {
 	deadline time.Time
 	renewAt  time.Time
 	inflight bool
+	round    chan struct{} // closed when the renewal round in flight ends; nil when none
 	maxAt    time.Time
 
 	lost   chan struct{}
@@ -219,11 +221,51 @@ func (h *Hold) Release(ctx context.Context) error {
 		return h.Release(ctx)
 	}
 	h.state = stateReleasing
+	round := h.round
 	h.mu.Unlock()
 	h.c.rn.remove(h)
+	h.waitRound(round)
 	err := h.c.release(ctx, h.spec.Protocol)
 	h.finish(stateReleased, ErrReleased)
 	return err
+}
+
+// waitRound waits (bounded) for a renewal round still in flight, so that no
+// renewal can reach a node after the release and re-create the key.
+func (h *Hold) waitRound(round chan struct{}) {
+	if round == nil {
+		return
+	}
+	t := time.NewTimer(h.c.releaseTimeout())
+	defer t.Stop()
+	select {
+	case <-round:
+	case <-t.C:
+	}
+}
+
+// startRound marks the hold as part of a renewal round; it reports false if
+// the hold is no longer held (then nothing must be sent for it).
+func (h *Hold) startRound() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != stateHeld {
+		return false
+	}
+	if h.round == nil {
+		h.round = make(chan struct{})
+	}
+	return true
+}
+
+// endRound ends the hold's part of a renewal round.
+func (h *Hold) endRound() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.round != nil {
+		close(h.round)
+		h.round = nil
+	}
 }
 
 // closeRelease is Release on Coordinator.Close.
@@ -234,7 +276,9 @@ func (h *Hold) closeRelease() {
 		return
 	}
 	h.state = stateReleasing
+	round := h.round
 	h.mu.Unlock()
+	h.waitRound(round)
 	_ = h.c.release(context.Background(), h.spec.Protocol)
 	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
 }
@@ -278,7 +322,11 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	h.mu.Unlock()
+	if !h.startRound() {
+		return h.Err()
+	}
 	ok, notOwner, r := h.renewRound(ctx, ttl)
+	h.endRound()
 	return h.applyRenewal(r.Start, ttl, ok, notOwner, r, true)
 }
 

@@ -177,15 +177,25 @@ func (r *renewer) renewRound(due []*Hold) {
 		h.mu.Unlock()
 		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now()}
 	}
+	live := make([]bool, len(ps))
+	for i := range ps {
+		live[i] = ps[i].h.startRound() // released meanwhile: send nothing for it
+	}
 	for j, nd := range c.nodes {
 		for i := range ps {
 			p := &ps[i]
+			if !live[i] {
+				continue
+			}
 			if err := nd.Send(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
 				p.ch <- nodeactor.Reply{Node: j, Err: &NodeError{Addr: nd.Addr(), Err: err}}
 			}
 		}
 	}
-	for _, p := range ps {
+	for i, p := range ps {
+		if !live[i] {
+			continue
+		}
 		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
 		ok, notOwner := 0, 0
 	collect:
@@ -203,6 +213,7 @@ func (r *renewer) renewRound(due []*Hold) {
 				break collect
 			}
 		}
+		p.h.endRound()
 		_ = p.h.applyRenewal(p.start, p.ttl, ok, notOwner, round, false)
 	}
 }

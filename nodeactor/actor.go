@@ -384,6 +384,26 @@ func (a *Actor) exec(batch []Request) {
 	start := time.Now()
 	res := cl.DoMulti(ctx, cmds...)
 	rtt := time.Since(start)
+	// A broken connection (the node restarted, a proxy reset it) fails the
+	// commands that were on it; rueidis reconnects on the next command. Send
+	// those once more: every redlock script is safe to repeat (a repeated
+	// grant finds its own token, a repeated release or renewal is a no-op).
+	var broken []int
+	for i, rr := range res {
+		if err := rr.NonRedisError(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			broken = append(broken, i)
+		}
+	}
+	if len(broken) > 0 {
+		again := make(rueidis.Commands, len(broken))
+		for j, i := range broken {
+			again[j] = a.build(cl, live[i].Call, false, caps)
+		}
+		for j, rr := range cl.DoMulti(ctx, again...) {
+			res[broken[j]] = rr
+		}
+	}
 	var retry []int
 	netFail := false
 	for i, rr := range res {

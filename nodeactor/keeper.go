@@ -31,7 +31,10 @@ func (a *Actor) connect() (rueidis.Client, error) {
 	opt := a.opt.Client
 	opt.DisableCache = true
 	opt.ForceSingleClient = true
-	opt.DisableRetry = true // a retried script could apply twice
+	opt.DisableRetry = true // the worker retries a broken connection itself, once
+	// One connection per node: requests of one client reach the node in the
+	// order the workers write them (scripts still tolerate reordering).
+	opt.PipelineMultiplex = -1
 	opt.SelectDB = a.opt.DB
 	if opt.Dialer.Timeout == 0 {
 		opt.Dialer.Timeout = a.opt.DialTimeout

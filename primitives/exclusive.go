@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +21,25 @@ type exclusive interface {
 	fenceCall(fence int64) nodeactor.Call
 	newHold(token string, fence uint64, start time.Time) (*Lease, error)
 	leaseTTL() time.Duration
+}
+
+// claimer is implemented by primitives whose waiters queue on the nodes: after
+// a won quorum, claimCall is sent to the nodes that did not grant, to drop the
+// waiter's queue entry there (and take a reservation made for it), so a late
+// release never reserves a node for a waiter that already won.
+type claimer interface {
+	claimCall(token, wid string) nodeactor.Call
+}
+
+// fenceInit is the value a node with no fence counter starts it from: the
+// hybrid clock (estimated server ms << hlcShift), or 0 when no server TIME
+// has been seen yet (the coordinator then decides and writes back).
+func fenceInit(c *coordinator.Coordinator) string {
+	est := c.EstimateServerMs()
+	if est <= 0 {
+		return "0"
+	}
+	return strconv.FormatInt(est<<hlcShift, 10)
 }
 
 // attemptExclusive makes one quorum attempt. wid identifies the waiter
@@ -51,6 +71,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		}, lg.late)
 	c.Instruments().Attempts.Add(ctx, 1)
 	granted, refused := 0, 0
+	var serverNow int64
 	var (
 		grants   []grant
 		hint     time.Duration
@@ -71,12 +92,16 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		case g.ok:
 			granted++
 			grants = append(grants, g)
+			c.ObserveServerTime(g.now)
 		default:
 			refused++
 			hint = max(hint, time.Duration(g.pttl)*time.Millisecond)
+			c.ObserveServerTime(g.now)
+			serverNow = max(serverNow, g.now)
 		}
 	}
 	fail := func(res attemptResult) attemptResult {
+		res.now = serverNow
 		lg.settle(nil)
 		if granted > 0 || r.NAnswered < n {
 			c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
@@ -109,6 +134,12 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		return attemptResult{err: err}
 	}
 	lg.settle(h)
+	if cl, ok := x.(claimer); ok && enqueue {
+		// Drop the waiter's queue entries everywhere (grants keep them so a
+		// split attempt keeps its place) and take reservations made for it.
+		claim := cl.claimCall(token, wid)
+		c.Broadcast(ctx, func(int) nodeactor.Call { return claim })
+	}
 	return attemptResult{lease: h}
 }
 

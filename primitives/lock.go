@@ -27,6 +27,10 @@ const (
 	// fallback. Lua numbers are doubles, so fences must stay below 2^53:
 	// ms << 10 does until the year 2248 and leaves 1024 steps per ms.
 	hlcShift = 10
+	// queueEntryTTL is how long a waiter's queue entry lives without a
+	// heartbeat (every attempt refreshes it; a waiter re-attempts at least
+	// once a second), so a crashed waiter holds its place at most this long.
+	queueEntryTTL = 3 * time.Second
 )
 
 // Lock is an exclusive distributed lock held on a quorum of nodes. It is
@@ -49,6 +53,9 @@ func NewLock(c *coordinator.Coordinator, name string, opts ...Option) (*Lock, er
 	if err != nil {
 		return nil, err
 	}
+	if err := o.fairOnly(); err != nil {
+		return nil, err
+	}
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -56,7 +63,8 @@ func NewLock(c *coordinator.Coordinator, name string, opts ...Option) (*Lock, er
 }
 
 func lockKeys(c *coordinator.Coordinator, name string) []string {
-	return []string{c.Key(name, "lock"), c.Key(name, "fence"), c.Key(name, "q"), c.Key(name, "qx"), c.Key(name, "holds"), c.Key(name, "epoch")}
+	return []string{c.Key(name, "lock"), c.Key(name, "fence"), c.Key(name, "q"), c.Key(name, "qx"),
+		c.Key(name, "holds"), c.Key(name, "epoch"), c.Key(name, "w"), c.Key(name, "gone")}
 }
 
 // Name returns the resource name.
@@ -79,8 +87,18 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
 	token := newToken()
+	// The waiter's queue score is the server TIME of its first refusal, the
+	// same value on every node: all nodes order their queues alike, so a
+	// release on every node reserves for the same waiter.
+	w := &lockWaiter{Lock: l}
 	return waitLoop(ctx, l.c, []string{l.topic}, token,
-		func(enqueue bool) attemptResult { return l.attempt(ctx, token, enqueue) },
+		func(enqueue bool) attemptResult {
+			r := attemptExclusive(ctx, l.c, w, token, enqueue)
+			if w.score == 0 && r.now > 0 {
+				w.score = r.now
+			}
+			return r
+		},
 		func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
 				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Config().HandoffWindow), l.channel}}
@@ -93,6 +111,7 @@ type attemptResult struct {
 	lease *Lease
 	hint  time.Duration // holder's remaining TTL, when refused
 	split bool          // some nodes granted but not a quorum
+	now   int64         // latest server TIME (ms) among refusals, 0 if none
 	err   error
 }
 
@@ -141,13 +160,33 @@ func (l *Lock) rollbackCall(token string) nodeactor.Call {
 }
 
 func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return l.acquireCallScore(token, wid, enqueue, 0)
+}
+
+func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
 	enq := "0"
 	if enqueue {
 		enq = "1"
 	}
-	entryTTL := max(2*l.o.ttl, 2*time.Second)
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(entryTTL), ms(FenceIdleTTL), wid}}
+		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(queueEntryTTL), ms(FenceIdleTTL), wid,
+			strconv.FormatInt(score, 10), fenceInit(l.c)}}
+}
+
+// lockWaiter is one blocked Acquire: the Lock plus the waiter's queue score.
+// Only its Acquire goroutine touches it.
+type lockWaiter struct {
+	*Lock
+	score int64
+}
+
+func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return w.acquireCallScore(token, wid, enqueue, w.score)
+}
+
+func (l *Lock) claimCall(token, wid string) nodeactor.Call {
+	return nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"claim", token, ms(l.o.ttl), wid, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
 }
 
 func (l *Lock) fenceCall(f int64) nodeactor.Call {
@@ -196,8 +235,10 @@ func (p *lockProto) Classify(rep nodeactor.Reply) coordinator.Outcome {
 	return classifyRenew(rep)
 }
 
-// classifyRenew maps a renewal reply: 1 (renewed), 2 (re-taken) or "OK"
-// (native SET IFEQ) are confirmations; 0, nil or WRONGTYPE mean another owner.
+// classifyRenew maps a renewal reply: 1 (renewed) or "OK" (native SET IFEQ)
+// confirm; 2 means the key had vanished and was re-taken (it does not count
+// toward the quorum: a key that vanished from a majority is lost); 0, nil or
+// WRONGTYPE mean another owner.
 func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
 	if rep.Err != nil {
 		if isWrongType(rep.Err) {
@@ -212,7 +253,10 @@ func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
 		return coordinator.OutcomeOK
 	}
 	if v, err := rep.Msg.AsInt64(); err == nil {
-		if v > 0 {
+		switch {
+		case v == 2:
+			return coordinator.OutcomeRetaken
+		case v > 0:
 			return coordinator.OutcomeOK
 		}
 		return coordinator.OutcomeNotOwner

@@ -1,7 +1,12 @@
 -- redlock Lock/MultiLock-compatible lock script, layout version 1 ("rl1").
 -- One script, one round trip per operation per node; ARGV[1] selects it.
 -- KEYS: 1 lock, 2 fence counter, 3 waiter order (zset), 4 waiter expiry (hash),
---       5 holds (zset, owner mode), 6 epoch fence (owner mode)
+--       5 holds (zset, owner mode), 6 epoch fence (owner mode),
+--       7 watch flag (a waiter that does not queue, e.g. a MultiLock, is listening),
+--       8 tombstones (zset waiter id -> until ms): waiters that left, so that an
+--         attempt still in flight when they left (the node actor keeps several
+--         batches in flight, so requests of one client can run out of order)
+--         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
 local op = ARGV[1]
@@ -10,8 +15,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function ktype(k) return redis.call('TYPE', k)['ok'] end
 local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock lock key') end
-local want = {'string', 'string', 'zset', 'hash', 'zset', 'string'}
-for i = 1, 6 do
+local want = {'string', 'string', 'zset', 'hash', 'zset', 'string', 'string', 'zset'}
+for i = 1, 8 do
   local kt = ktype(KEYS[i])
   if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i]) end
 end
@@ -24,22 +29,39 @@ local function dequeue(tok)
   if redis.call('ZREM', KEYS[3], tok) == 1 then redis.call('HDEL', KEYS[4], tok) end
 end
 
--- handoff reserves the lock for the longest live waiter and tells it; with
--- no live waiter it tells one local waiter to re-check.
-local function handoff(window, ch)
+local TOMBSTONE_MS = 3000
+local function bury(id)
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+  redis.call('ZADD', KEYS[8], now + TOMBSTONE_MS, id)
+  redis.call('PEXPIRE', KEYS[8], TOMBSTONE_MS)
+end
+local function buried(id)
+  local s = redis.call('ZSCORE', KEYS[8], id)
+  return s and tonumber(s) > now
+end
+
+-- free ends a hold: it reserves the lock for the longest live waiter and
+-- tells only that waiter (the SET overwrites the key: no `del` event wakes
+-- anyone else); with no live waiter it deletes the key and, if a waiter that
+-- does not queue is listening, tells one local waiter to re-check. Every
+-- node orders its queue by the same (score, waiter id), the score being
+-- chosen once by the waiter, so all nodes reserve for the same waiter. The
+-- entry stays until the waiter claims its win on every node (or leaves, or
+-- stops heartbeating), so a split attempt does not lose its place.
+local function free(window, ch)
   local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
   for _, id in ipairs(ids) do
     local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
     if exp > now then
       redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
       redis.call('PUBLISH', ch, 'h:' .. id)
-      return 1
+      return
     end
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
   end
-  redis.call('PUBLISH', ch, 'n:1')
-  return 0
+  redis.call('DEL', KEYS[1])
+  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('PUBLISH', ch, 'n:1') end
 end
 
 local function pexpire_max(k, ttl)
@@ -60,7 +82,9 @@ end
 if op == 'acquire' then
   -- ARGV: 2 token (new for every attempt), 3 ttl ms, 4 owner, 5 enqueue "1"/"0",
   -- 6 queue entry ttl ms, 7 fence idle ms, 8 waiter id (stable across one
-  -- Acquire's attempts: the queue entry and a handoff reservation are for it)
+  -- Acquire's attempts: the queue entry and a handoff reservation are for it),
+  -- 9 queue score (chosen once by the waiter from a server TIME, the same on
+  -- every node), 10 fence for a missing counter (hybrid clock, 0 = unknown)
   local tok, ttl, owner, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[8]
   local rsv = 'rl1:R:' .. wid
   local function fence_next()
@@ -69,13 +93,17 @@ if op == 'acquire' then
       redis.call('PEXPIRE', KEYS[2], ARGV[7])
       return c
     end
+    local init = tonumber(ARGV[10] or '0') or 0
+    if init > 0 then
+      redis.call('SET', KEYS[2], ARGV[10], 'PX', ARGV[7])
+      return init
+    end
     return 0 -- unknown: the coordinator decides
   end
   if owner == '' then
     local mine = 'rl1:L:' .. tok
     if v == false or v == mine or v == rsv then
       redis.call('SET', KEYS[1], mine, 'PX', ttl)
-      dequeue(wid)
       return {1, fence_next(), now, 0}
     end
   else
@@ -83,7 +111,6 @@ if op == 'acquire' then
     if v == mine and holds_left() > 0 then
       redis.call('ZADD', KEYS[5], now + ttl, tok)
       pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[5], ttl); pexpire_max(KEYS[6], ttl)
-      dequeue(wid)
       return {1, tonumber(redis.call('GET', KEYS[6]) or '0'), now, 1}
     end
     if v == false or v == rsv then
@@ -93,13 +120,14 @@ if op == 'acquire' then
       redis.call('PEXPIRE', KEYS[5], ttl)
       local f = fence_next()
       redis.call('SET', KEYS[6], f, 'PX', ttl)
-      dequeue(wid)
       return {1, f, now, 0}
     end
   end
-  if ARGV[5] == '1' then
+  if ARGV[5] == '1' and not buried(wid) then
     local ettl = tonumber(ARGV[6])
-    redis.call('ZADD', KEYS[3], 'NX', now, wid)
+    local score = tonumber(ARGV[9] or '0') or 0
+    if score <= 0 then score = now end
+    redis.call('ZADD', KEYS[3], 'NX', score, wid)
     redis.call('HSET', KEYS[4], wid, now + ettl)
     pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
   end
@@ -112,14 +140,13 @@ elseif op == 'release' or op == 'rollback' then
   local tok, owner = ARGV[2], ARGV[3]
   if owner == '' then
     if v == 'rl1:L:' .. tok then
-      redis.call('DEL', KEYS[1])
-      handoff(ARGV[4], ARGV[5])
+      free(ARGV[4], ARGV[5])
       return 1
     end
   elseif v == 'rl1:O:' .. owner and redis.call('ZREM', KEYS[5], tok) == 1 then
     if holds_left() == 0 then
-      redis.call('DEL', KEYS[1], KEYS[5], KEYS[6])
-      handoff(ARGV[4], ARGV[5])
+      redis.call('DEL', KEYS[5], KEYS[6])
+      free(ARGV[4], ARGV[5])
     else
       local rest = owner_ttl()
       redis.call('PEXPIRE', KEYS[1], rest); redis.call('PEXPIRE', KEYS[5], rest); redis.call('PEXPIRE', KEYS[6], rest)
@@ -129,13 +156,25 @@ elseif op == 'release' or op == 'rollback' then
   return 0
 
 elseif op == 'leave' then
-  -- a waiter gives up. ARGV: 2 token, 3 handoff window ms, 4 channel
+  -- a waiter gives up. ARGV: 2 waiter id, 3 handoff window ms, 4 channel
   dequeue(ARGV[2])
-  if v == 'rl1:R:' .. ARGV[2] then
-    redis.call('DEL', KEYS[1])
-    handoff(ARGV[3], ARGV[4])
-  end
+  bury(ARGV[2])
+  if v == 'rl1:R:' .. ARGV[2] then free(ARGV[3], ARGV[4]) end
   return 1
+
+elseif op == 'claim' then
+  -- the waiter won a quorum elsewhere: drop its queue entry here and turn a
+  -- reservation made for it into its hold (its lease's release covers it).
+  -- ARGV: 2 token, 3 ttl ms, 4 waiter id, 5 owner, 6 handoff window ms, 7 channel
+  dequeue(ARGV[4])
+  if v == 'rl1:R:' .. ARGV[4] then
+    if ARGV[5] == '' then
+      redis.call('SET', KEYS[1], 'rl1:L:' .. ARGV[2], 'PX', ARGV[3])
+      return 1
+    end
+    free(ARGV[6], ARGV[7]) -- owner mode: pass it on rather than fake a hold
+  end
+  return 0
 
 elseif op == 'renew' then
   -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take)

@@ -22,7 +22,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func newCoord(t *testing.T, addrs []string, mut ...func(*coordinator.Config)) *coordinator.Coordinator {
 	t.Helper()
-	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, Logger: quiet}
+	// NodeTimeout well above a loaded 2-core machine's hiccups under -race.
+	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: quiet}
 	for _, f := range mut {
 		f(&cfg)
 	}

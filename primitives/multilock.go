@@ -43,6 +43,9 @@ func NewMultiLock(c *coordinator.Coordinator, names []string, opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := o.fairOnly(); err != nil {
+		return nil, err
+	}
 	if o.ownerSet {
 		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
 	}
@@ -61,7 +64,7 @@ func NewMultiLock(c *coordinator.Coordinator, names []string, opts ...Option) (*
 			return nil, err
 		}
 		k := lockKeys(c, name)
-		m.keys = append(m.keys, k[0], k[1], k[2], k[3])
+		m.keys = append(m.keys, k[0], k[1], k[2], k[3], k[6])
 		m.topics = append(m.topics, c.Topic(name))
 		m.channels = append(m.channels, c.Topic(name)+":ch")
 	}
@@ -82,25 +85,30 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // Acquire blocks until every name is held or ctx ends (then it returns an
 // error that Is ctx.Err() and holds nothing). A MultiLock waiter does not
 // queue for handoffs (a reservation on one name while waiting for another
-// would block others); it is woken by any release of its names.
+// would block others); a refused attempt sets each name's watch flag, so
+// that a release of any of its names wakes it.
 func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken()
 	return waitLoop(ctx, m.c, m.topics, token,
-		func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, false) }, nil)
+		func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, true) }, nil)
 }
 
 func (m *MultiLock) call(args ...string) nodeactor.Call {
 	return nodeactor.Call{Script: multiScript, Keys: m.keys, Args: append(args, m.channels...)}
 }
 
-func (m *MultiLock) acquireCall(token, _ string, _ bool) nodeactor.Call {
-	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL))
+func (m *MultiLock) acquireCall(token, _ string, watch bool) nodeactor.Call {
+	w := "0"
+	if watch {
+		w = "1"
+	}
+	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), w, fenceInit(m.c))
 }
 
 func (m *MultiLock) rollbackCall(token string) nodeactor.Call {
-	return m.call("release", token, ms(m.c.Config().HandoffWindow))
+	return m.call("release", token, ms(m.c.Config().HandoffWindow), "0")
 }
 
 func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
@@ -126,6 +134,8 @@ func (p *multiProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
 	return p.m.call("renew", p.token, ms(ttl))
 }
 
-func (p *multiProto) ReleaseCall(int) nodeactor.Call { return p.m.rollbackCall(p.token) }
+func (p *multiProto) ReleaseCall(int) nodeactor.Call {
+	return p.m.call("release", p.token, ms(p.m.c.Config().HandoffWindow), "1")
+}
 
 func (p *multiProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }

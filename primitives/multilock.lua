@@ -1,20 +1,20 @@
 -- redlock MultiLock script, layout version 1 ("rl1"): all-or-nothing over a
 -- sorted, de-duplicated set of Lock names. Its keys ARE the Lock keys, so a
 -- MultiLock over {a, b} and a Lock on a exclude each other.
--- KEYS: per name i (1-based), 4 keys: lock, fence, q, qx at 4*(i-1)+1 ..
+-- KEYS: per name i (1-based), 5 keys: lock, fence, q, qx, watch at 5*(i-1)+1 ..
 -- ARGV[1] op, ARGV[2] token; then op-specific arguments; channels are the
 -- last #names arguments (one per name, same order).
 local op, tok = ARGV[1], ARGV[2]
-local n = #KEYS / 4
+local n = #KEYS / 5
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'rl1:L:' .. tok
-local want = {'string', 'string', 'zset', 'hash'}
+local want = {'string', 'string', 'zset', 'hash', 'string'}
 
 local vals, fences = {}, {}
 for i = 1, n do
-  local b = 4 * (i - 1)
-  for j = 1, 4 do
+  local b = 5 * (i - 1)
+  for j = 1, 5 do
     local kt = redis.call('TYPE', KEYS[b + j])['ok']
     if kt ~= 'none' and kt ~= want[j] then
       return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + j] .. ' is not a redlock lock key')
@@ -33,8 +33,10 @@ end
 
 local function channel(i) return ARGV[#ARGV - n + i] end
 
-local function handoff(i, window)
-  local b = 4 * (i - 1)
+-- free a name: reserve it for the longest live Lock waiter (overwriting the
+-- key: no `del` event), else delete it and wake a listener if one watches
+local function free(i, window)
+  local b = 5 * (i - 1)
   local ids = redis.call('ZRANGE', KEYS[b + 3], 0, 31)
   for _, id in ipairs(ids) do
     local exp = tonumber(redis.call('HGET', KEYS[b + 4], id) or '0')
@@ -46,15 +48,20 @@ local function handoff(i, window)
       return
     end
   end
-  redis.call('PUBLISH', channel(i), 'n:1')
+  redis.call('DEL', KEYS[b + 1])
+  if redis.call('EXISTS', KEYS[b + 5]) == 1 then redis.call('PUBLISH', channel(i), 'n:1') end
 end
 
 if op == 'acquire' then
-  -- ARGV: 3 ttl ms, 4 fence idle ms
+  -- ARGV: 3 ttl ms, 4 fence idle ms, 5 watch "1"/"0" (a blocked Acquire
+  -- asks releases of these names to wake it), 6 fence for missing counters
   for i = 1, n do
     local v = vals[i]
-    if v and v ~= mine and v ~= 'rl1:R:' .. tok then
-      return {0, redis.call('PTTL', KEYS[4 * (i - 1) + 1]), now, 0}
+    if v and v ~= mine then
+      if ARGV[5] == '1' then
+        for j = 1, n do redis.call('SET', KEYS[5 * (j - 1) + 5], '1', 'PX', 3000) end
+      end
+      return {0, redis.call('PTTL', KEYS[5 * (i - 1) + 1]), now, 0}
     end
   end
   -- every key is free, ours or reserved for us: take them all
@@ -63,9 +70,10 @@ if op == 'acquire' then
     if fences[i] then present = present + 1; m = math.max(m, tonumber(fences[i])) end
   end
   local f = 0
-  if present == n then f = m + 1 end -- any missing counter makes the node's answer unknown
+  if present == n then f = m + 1 -- any missing counter makes the node's answer unknown...
+  elseif tonumber(ARGV[6]) > m then f = tonumber(ARGV[6]) end -- ...unless the caller supplied a hybrid-clock value
   for i = 1, n do
-    local b = 4 * (i - 1)
+    local b = 5 * (i - 1)
     redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
     if redis.call('ZREM', KEYS[b + 3], tok) == 1 then redis.call('HDEL', KEYS[b + 4], tok) end
     if f > 0 then redis.call('SET', KEYS[b + 2], f, 'PX', ARGV[4]) end
@@ -73,12 +81,12 @@ if op == 'acquire' then
   return {1, f, now, 0}
 
 elseif op == 'release' then
-  -- ARGV: 3 handoff window ms, channels
+  -- ARGV: 3 handoff window ms, 4 "1" for a lease's release or "0" for an
+  -- attempt's rollback, channels
   local released = 0
   for i = 1, n do
     if vals[i] == mine then
-      redis.call('DEL', KEYS[4 * (i - 1) + 1])
-      handoff(i, ARGV[3])
+      free(i, ARGV[3])
       released = released + 1
     end
   end
@@ -93,7 +101,7 @@ elseif op == 'renew' then
   local ttl = tonumber(ARGV[3])
   local retaken = 0
   for i = 1, n do
-    local k = KEYS[4 * (i - 1) + 1]
+    local k = KEYS[5 * (i - 1) + 1]
     if vals[i] then
       if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
     else
@@ -108,7 +116,7 @@ elseif op == 'fence' then
   local f = tonumber(ARGV[3])
   for i = 1, n do
     if not fences[i] or tonumber(fences[i]) < f then
-      redis.call('SET', KEYS[4 * (i - 1) + 2], ARGV[3], 'PX', ARGV[4])
+      redis.call('SET', KEYS[5 * (i - 1) + 2], ARGV[3], 'PX', ARGV[4])
     end
   end
   return 1

@@ -16,6 +16,16 @@ type options struct {
 	maxHold   time.Duration
 	owner     string
 	ownerSet  bool
+
+	waiterTimeout time.Duration // FairLock only
+}
+
+// fairOnly rejects options that only a FairLock understands.
+func (o *options) fairOnly() error {
+	if o.waiterTimeout != 0 {
+		return fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
+	}
+	return nil
 }
 
 // WithTTL sets the key TTL of each hold (100ms..24h); the default is the

@@ -43,6 +43,9 @@ func NewRWLock(c *coordinator.Coordinator, name string, opts ...Option) (*RWLock
 	if err != nil {
 		return nil, err
 	}
+	if err := o.fairOnly(); err != nil {
+		return nil, err
+	}
 	if o.ownerSet {
 		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
 	}

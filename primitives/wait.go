@@ -47,8 +47,16 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, 
 		t.Stop()
 	}
 	// Once an attempt failed the waiter may hold queue entries (a first try
-	// of some primitives enqueues too): leave on every way out but success.
-	if leave == nil {
+	// of some primitives enqueues too): leave on every way out but success,
+	// and once more after NodeTimeout, when an attempt that was still in
+	// flight (and may enqueue again) has been executed or dropped.
+	if leave != nil {
+		once := leave
+		leave = func() {
+			once()
+			c.Later(cfg.NodeTimeout+10*time.Millisecond, once)
+		}
+	} else {
 		leave = func() {}
 	}
 	backoff := cfg.RetryDelay

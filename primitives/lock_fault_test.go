@@ -1,0 +1,1548 @@
+package primitives_test
+
+// Integration and fault tests of the Lock on real redis-servers (SPEC §5,
+// FAULTS.md (b)). Each test tries to break a property and uses checkers
+// rather than timing: an in-critical-section flag that, when it trips,
+// asks whether the previous holder was still Valid (S1); a lost-update
+// probe; and a fencing store that rejects stale fences (S2).
+//
+// Timing rules: no upper bound tighter than seconds is asserted on elapsed
+// time, except the S3 "Lost closes by Deadline" checks, which compare two
+// instants of the library's own clock with a 50 ms slack.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// ---------------------------------------------------------------- helpers
+
+func lockKey(name, suffix string) string { return "redlock:{" + name + "}:" + suffix }
+
+// admin runs an admin command on s and fails the test on an error reply.
+// Test goroutine only.
+func admin(t *testing.T, s *testutil.Server, args ...string) string {
+	t.Helper()
+	r, err := s.Do(args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v", s.Addr(), args, err)
+	}
+	return r
+}
+
+// waitFor polls cond every 5ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// zcardAll returns ZCARD of key on every server (-1 on error).
+func zcardAll(servers []*testutil.Server, key string) []int {
+	out := make([]int, len(servers))
+	for i, s := range servers {
+		r, err := s.Do("ZCARD", key)
+		if err != nil {
+			out[i] = -1
+			continue
+		}
+		out[i], _ = strconv.Atoi(r)
+	}
+	return out
+}
+
+func allEqual(xs []int, v int) bool {
+	for _, x := range xs {
+		if x != v {
+			return false
+		}
+	}
+	return true
+}
+
+// fenceStore is the resource a fencing token protects: it accepts a write
+// only if its fence is at least the highest fence seen so far.
+type fenceStore struct {
+	mu       sync.Mutex
+	last     uint64
+	lastTok  string
+	accepted int
+	rejected int
+	dupFence int // two different leases with the same fence (S2 violation)
+}
+
+func (f *fenceStore) Write(fence uint64, token string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fence < f.last {
+		f.rejected++
+		return false
+	}
+	if fence == f.last && token != f.lastTok && f.lastTok != "" {
+		f.dupFence++
+	}
+	f.last, f.lastTok = fence, token
+	f.accepted++
+	return true
+}
+
+// csChecker is the S1 checker: an in-critical-section flag and the lease
+// of the current occupant. When the flag trips, the checker asks whether
+// the occupant's lease is still Valid: if so two leases were Valid at once.
+type csChecker struct {
+	in         atomic.Bool
+	holder     atomic.Pointer[primitives.Lease]
+	violations atomic.Int64 // both Valid at once
+	overlaps   atomic.Int64 // flag tripped, but the occupant's lease was no longer Valid
+	counter    atomic.Int64 // lost-update probe: read, sleep, write
+	total      atomic.Int64
+	msgs       sync.Mutex
+	log        []string
+}
+
+func (c *csChecker) note(format string, args ...any) {
+	c.msgs.Lock()
+	defer c.msgs.Unlock()
+	if len(c.log) < 20 {
+		c.log = append(c.log, fmt.Sprintf(format, args...))
+	}
+}
+
+// enter runs the critical section of lease; it returns false if the lease
+// was not Valid on entry (nothing is done then).
+func (c *csChecker) enter(lease *primitives.Lease, store *fenceStore, hold time.Duration) bool {
+	if !lease.Valid() {
+		return false
+	}
+	if !c.in.CompareAndSwap(false, true) {
+		if prev := c.holder.Load(); prev != nil && prev.Valid() && lease.Valid() {
+			c.violations.Add(1)
+			c.note("S1: lease %s (fence %d) entered while %s (fence %d) still Valid",
+				lease.Token()[:8], lease.Fence(), prev.Token()[:8], prev.Fence())
+		} else {
+			c.overlaps.Add(1)
+			c.note("overlap after loss: lease %s entered; previous occupant no longer Valid", lease.Token()[:8])
+		}
+	}
+	c.holder.Store(lease)
+	if !store.Write(lease.Fence(), lease.Token()) {
+		c.note("fence store rejected fence %d of a Valid lease %s", lease.Fence(), lease.Token()[:8])
+	}
+	v := c.counter.Load()
+	time.Sleep(hold)
+	c.counter.Store(v + 1)
+	c.total.Add(1)
+	if !lease.Valid() {
+		c.note("lease %s lost during its critical section (err %v)", lease.Token()[:8], lease.Err())
+	}
+	c.holder.CompareAndSwap(lease, nil)
+	c.in.Store(false)
+	return true
+}
+
+func (c *csChecker) report(t *testing.T, store *fenceStore) {
+	t.Helper()
+	c.msgs.Lock()
+	for _, m := range c.log {
+		t.Log(m)
+	}
+	c.msgs.Unlock()
+	if n := c.violations.Load(); n > 0 {
+		t.Errorf("S1 violated %d times: two leases Valid at once", n)
+	}
+	if n := c.overlaps.Load(); n > 0 {
+		t.Errorf("%d critical sections overlapped after a lease was lost under a minority fault", n)
+	}
+	if got, want := c.counter.Load(), c.total.Load(); got != want {
+		t.Errorf("lost-update probe: counter %d after %d critical sections", got, want)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.rejected > 0 || store.dupFence > 0 {
+		t.Errorf("S2: fence store rejected %d writes, %d duplicate fences across leases", store.rejected, store.dupFence)
+	}
+}
+
+func stratName(s coordinator.WaitStrategy) string {
+	if s == coordinator.WaitPolling {
+		return "polling"
+	}
+	return "notify"
+}
+
+// worker runs Acquire/critical section/Release until ctx ends.
+func lockWorker(t *testing.T, ctx context.Context, l *primitives.Lock, cs *csChecker, store *fenceStore, done *atomic.Int64) {
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		lease, err := l.Acquire(actx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.Errorf("Acquire: %v", err)
+			return
+		}
+		if cs.enter(lease, store, time.Duration(1+rand.IntN(3))*time.Millisecond) {
+			done.Add(1)
+		}
+		if err := lease.Release(context.Background()); err != nil && !errors.Is(err, primitives.ErrLeaseLost) {
+			// a release not confirmed by a quorum is allowed under faults
+			cs.note("release: %v", err)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- 1. S1 under faults
+
+// TestLockFaultS1PauseAndDelayedRestart: 8 clients, 3 nodes, TTL 1s; one
+// node is SIGSTOPped for 2s, later another is kill -9ed and restarted
+// (empty) only after more than the max TTL. S1 must hold and every client
+// must make progress.
+func TestLockFaultS1PauseAndDelayedRestart(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, strat := range []coordinator.WaitStrategy{coordinator.WaitNotify, coordinator.WaitPolling} {
+		t.Run(stratName(strat), func(t *testing.T) {
+			srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			const ttl = time.Second
+			var cs csChecker
+			var store fenceStore
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			counts := make([]atomic.Int64, 8)
+			var wg sync.WaitGroup
+			for w := range counts {
+				c := newCoord(t, addrs, func(cfg *coordinator.Config) {
+					cfg.WaitStrategy = strat
+					cfg.DefaultTTL = ttl
+				})
+				l, err := primitives.NewLock(c, "s1faults", primitives.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() { lockWorker(t, ctx, l, &cs, &store, &counts[w]) })
+			}
+			phase := func(name string, d time.Duration) {
+				before := cs.total.Load()
+				time.Sleep(d)
+				n := cs.total.Load() - before
+				t.Logf("phase %-22s %4d critical sections", name, n)
+				// A very low bar (polling mode does ~10x more): at least
+				// one critical section per client in the phase.
+				if n < int64(len(counts)) {
+					t.Errorf("L1: only %d critical sections for %d clients during phase %q", n, len(counts), name)
+				}
+			}
+			phase("warm-up", 500*time.Millisecond)
+			srv[1].Pause()
+			phase("node 1 SIGSTOP", 2*time.Second)
+			srv[1].Resume()
+			phase("after SIGCONT", 500*time.Millisecond)
+			srv[2].Kill()
+			phase("node 2 killed", ttl+500*time.Millisecond) // delayed restart: >= max TTL
+			srv[2].Restart()
+			phase("node 2 restarted", time.Second)
+			stop()
+			wg.Wait()
+			for w := range counts {
+				if counts[w].Load() == 0 {
+					t.Errorf("client %d made no progress", w)
+				}
+			}
+			t.Logf("total %d critical sections; per client %v", cs.total.Load(), func() []int64 {
+				out := make([]int64, len(counts))
+				for i := range counts {
+					out[i] = counts[i].Load()
+				}
+				return out
+			}())
+			cs.report(t, &store)
+		})
+	}
+}
+
+// ---------------------------------------------------------------- 2. five nodes, two paused
+
+func TestLockFaultFiveNodesTwoPaused(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, strat := range []coordinator.WaitStrategy{coordinator.WaitNotify, coordinator.WaitPolling} {
+		t.Run(stratName(strat), func(t *testing.T) {
+			srv := testutil.StartServers(t, 5, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			var cs csChecker
+			var store fenceStore
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			counts := make([]atomic.Int64, 4)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			for w := range counts {
+				c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.DefaultTTL = time.Second; cfg.WaitStrategy = strat })
+				l, _ := primitives.NewLock(c, "five", primitives.WithTTL(time.Second))
+				wg.Go(func() { lockWorker(t, ctx, l, &cs, &store, &counts[w]) })
+			}
+			time.Sleep(300 * time.Millisecond)
+			// The last two nodes: New's start-up wait with the first nodes
+			// down is tested on its own in TestLockFaultNewWithFirstNodeDown.
+			srv[3].Pause()
+			srv[4].Pause()
+			defer srv[3].Resume()
+			defer srv[4].Resume()
+			before := make([]int64, len(counts))
+			for w := range counts {
+				before[w] = counts[w].Load()
+			}
+			time.Sleep(2 * time.Second)
+			during := make([]int64, len(counts))
+			for w := range counts {
+				during[w] = counts[w].Load() - before[w]
+			}
+			// a fresh client on the degraded cluster (L1: New succeeds)
+			lc, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quiet, StartTimeout: 2 * time.Second})
+			if err != nil {
+				t.Errorf("New with 2 of 5 paused: %v", err)
+			} else {
+				l, _ := primitives.NewLock(lc, "five-fresh")
+				lease, err := l.TryAcquire(context.Background())
+				if err != nil {
+					t.Errorf("TryAcquire on 3 of 5 nodes: %v", err)
+				} else {
+					lease.Release(context.Background())
+				}
+				lc.Close()
+			}
+			stop()
+			wg.Wait()
+			t.Logf("critical sections per client in 2s with 2 of 5 paused: %v", during)
+			for w, n := range during {
+				if n == 0 {
+					t.Errorf("L1: client %d made no progress in 2s with 2 of 5 nodes paused", w)
+				}
+			}
+			cs.report(t, &store)
+		})
+	}
+}
+
+// ---------------------------------------------------------------- 2b. New with the first node down
+
+// TestLockFaultNewWithFirstNodeDown: L1 says New succeeds with a minority
+// of nodes down. Here the down nodes come first in Config.Nodes.
+func TestLockFaultNewWithFirstNodeDown(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, tc := range []struct {
+		n    int
+		down []int
+		kill bool
+	}{{3, []int{0}, true}, {5, []int{0, 1}, false}} {
+		t.Run(fmt.Sprintf("%d-nodes-%v-down", tc.n, tc.down), func(t *testing.T) {
+			srv := testutil.StartServers(t, tc.n, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			for _, i := range tc.down {
+				if tc.kill {
+					srv[i].Kill()
+				} else {
+					srv[i].Pause()
+					defer srv[i].Resume()
+				}
+			}
+			const tries = 3
+			failed := 0
+			for i := range tries {
+				cfg := coordinator.Config{Nodes: addrs, DefaultTTL: time.Second, Logger: quiet, StartTimeout: time.Second}
+				start := time.Now()
+				c, err := coordinator.New(context.Background(), cfg)
+				t.Logf("try %d: New took %v, err %v", i, time.Since(start).Round(time.Millisecond), err)
+				if err != nil {
+					failed++
+					continue
+				}
+				l, _ := primitives.NewLock(c, "newdown")
+				if lease, err := l.TryAcquire(context.Background()); err != nil {
+					t.Errorf("TryAcquire with a minority down: %v", err)
+				} else {
+					lease.Release(context.Background())
+				}
+				c.Close()
+			}
+			if failed > 0 {
+				t.Errorf("coordinator.New failed %d of %d times with nodes %v of %d down (L1: New must succeed with a minority down)", failed, tries, tc.down, tc.n)
+			}
+		})
+	}
+}
+
+// ---------------------------------------------------------------- 3. majority down
+
+func TestLockFaultMajorityPausedQuorumUnavailable(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(c, "majority", primitives.WithTTL(time.Second))
+	srv[1].Pause()
+	srv[2].Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv[1].Resume()
+			srv[2].Resume()
+		}
+	}()
+	start := time.Now()
+	lease, err := l.TryAcquire(context.Background())
+	el := time.Since(start)
+	if lease != nil {
+		t.Fatalf("TryAcquire with 2 of 3 paused succeeded (false success)")
+	}
+	if !errors.Is(err, primitives.ErrQuorumUnavailable) || errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with 2 of 3 paused: %v; want ErrQuorumUnavailable and not ErrNotAcquired", err)
+	}
+	if el > 3*time.Second {
+		t.Errorf("TryAcquire took %v with NodeTimeout %v", el, c.Config().NodeTimeout)
+	}
+	t.Logf("TryAcquire failed after %v: %v", el.Round(time.Millisecond), err)
+
+	// a blocking Acquire must end with the ctx, with an error that Is ctx.Err()
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	start = time.Now()
+	_, err = l.Acquire(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire with majority paused: %v; want context.DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("Acquire returned %v after its 700ms ctx", el)
+	}
+
+	// heal: partial grants are rolled back; another client acquires at once
+	srv[1].Resume()
+	srv[2].Resume()
+	resumed = true
+	c2 := newCoord(t, testutil.Addrs(srv))
+	l2, _ := primitives.NewLock(c2, "majority", primitives.WithTTL(10*time.Second))
+	start = time.Now()
+	var got *primitives.Lease
+	waitFor(5*time.Second, func() bool {
+		got, err = l2.TryAcquire(context.Background())
+		return err == nil
+	})
+	if got == nil {
+		t.Fatalf("after healing, another client could not acquire within 5s: %v", err)
+	}
+	t.Logf("after healing another client acquired in %v", time.Since(start).Round(time.Millisecond))
+	got.Release(context.Background())
+	for i, s := range srv {
+		if v := admin(t, s, "GET", lockKey("majority", "lock")); v != testutil.NilReply {
+			t.Errorf("node %d: lock key %q left after release", i, v)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- 4. renewals made to fail
+
+func TestLockFaultRenewalFailsLostByDeadline(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.DefaultTTL = time.Second })
+	l, _ := primitives.NewLock(c, "renewfail", primitives.WithTTL(time.Second))
+	lease, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt := make(chan time.Time, 1)
+	go func() { <-lease.Lost(); lostAt <- time.Now() }()
+	time.Sleep(400 * time.Millisecond) // at least one renewal
+	dBefore := lease.Deadline()
+	srv[1].Pause()
+	srv[2].Pause()
+	defer srv[1].Resume()
+	defer srv[2].Resume()
+	var at time.Time
+	select {
+	case at = <-lostAt:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Lost not closed 5s after pausing 2 of 3 nodes (deadline was %v ahead)", time.Until(lease.Deadline()))
+	}
+	dl := lease.Deadline()
+	t.Logf("deadline before pause %v, final %v; Lost closed %v after the final deadline",
+		dBefore.Format("15:04:05.000"), dl.Format("15:04:05.000"), at.Sub(dl))
+	if at.After(dl.Add(50 * time.Millisecond)) {
+		t.Errorf("S3: Lost closed %v after Deadline (allowed 50ms)", at.Sub(dl))
+	}
+	if at.Before(dl) {
+		t.Logf("note: Lost closed %v before Deadline", dl.Sub(at))
+	}
+	if lease.Valid() {
+		t.Errorf("Valid() true after Lost")
+	}
+	if !errors.Is(lease.Err(), primitives.ErrLeaseLost) {
+		t.Errorf("Err() = %v, want ErrLeaseLost", lease.Err())
+	}
+	select {
+	case <-lease.Done():
+	default:
+		t.Errorf("Done not closed after Lost")
+	}
+	if cause := context.Cause(lease.Context()); !errors.Is(cause, primitives.ErrLeaseLost) {
+		t.Errorf("Context cause = %v", cause)
+	}
+	if err := lease.Release(context.Background()); !errors.Is(err, primitives.ErrLeaseLost) {
+		t.Errorf("Release after loss = %v, want ErrLeaseLost", err)
+	}
+}
+
+// ---------------------------------------------------------------- 5. auto-renew
+
+func TestLockFaultAutoRenewKeepsShortLease(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(c, "autorenew", primitives.WithTTL(500*time.Millisecond))
+	lease, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(3 * time.Second)
+	invalid := 0
+	for time.Now().Before(end) {
+		if !lease.Valid() {
+			invalid++
+		}
+		select {
+		case <-lease.Lost():
+			t.Fatalf("auto-renewed 500ms lease lost after %v: %v", 3*time.Second-time.Until(end), lease.Err())
+		default:
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if invalid > 0 {
+		t.Errorf("auto-renewed lease was not Valid in %d samples", invalid)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+
+	// without auto-renew Lost closes by the Deadline
+	l2, _ := primitives.NewLock(c, "noautorenew", primitives.WithTTL(500*time.Millisecond), primitives.WithAutoRenew(false))
+	lease, err = l2.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := lease.Deadline()
+	select {
+	case <-lease.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Lost not closed 5s after acquiring a 500ms lease without auto-renew")
+	}
+	at := time.Now()
+	t.Logf("no auto-renew: Lost closed %v after Deadline", at.Sub(dl))
+	if at.After(dl.Add(50 * time.Millisecond)) {
+		t.Errorf("S3: Lost closed %v after Deadline", at.Sub(dl))
+	}
+	if lease.Deadline() != dl {
+		t.Errorf("Deadline moved without auto-renew: %v -> %v", dl, lease.Deadline())
+	}
+	if lease.Valid() || !errors.Is(lease.Err(), primitives.ErrLeaseLost) {
+		t.Errorf("after Lost: Valid %v Err %v", lease.Valid(), lease.Err())
+	}
+}
+
+// ---------------------------------------------------------------- 6. stale release
+
+func TestLockFaultStaleReleaseKeepsNextHolder(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	ca := newCoord(t, testutil.Addrs(srv))
+	cb := newCoord(t, testutil.Addrs(srv))
+	la, _ := primitives.NewLock(ca, "stale", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
+	lb, _ := primitives.NewLock(cb, "stale", primitives.WithTTL(5*time.Second))
+	a, err := la.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.Lost()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := lb.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("B Acquire after A lost: %v", err)
+	}
+	defer b.Release(context.Background())
+	want := "rl1:L:" + b.Token()
+	had := make([]bool, len(srv))
+	n := 0
+	for i, s := range srv {
+		had[i] = admin(t, s, "GET", lockKey("stale", "lock")) == want
+		if had[i] {
+			n++
+		}
+	}
+	if n < 2 {
+		t.Fatalf("B holds its key on %d nodes only", n)
+	}
+	if err := a.Release(context.Background()); !errors.Is(err, primitives.ErrLeaseLost) {
+		t.Errorf("stale Release = %v, want ErrLeaseLost", err)
+	}
+	time.Sleep(100 * time.Millisecond) // let any best-effort delete land
+	for i, s := range srv {
+		if v := admin(t, s, "GET", lockKey("stale", "lock")); had[i] && v != want {
+			t.Errorf("node %d: B's lock key became %q after A's stale Release", i, v)
+		}
+	}
+	if !b.Valid() {
+		t.Errorf("B not Valid after A's stale Release")
+	}
+}
+
+// ---------------------------------------------------------------- 7. S2 fencing
+
+func TestLockFaultFenceMonotonicAcrossEmptyRestarts(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(c, "fence", primitives.WithTTL(2*time.Second))
+	var last uint64
+	var seq []uint64
+	acquire := func(stage string, i int) {
+		t.Helper()
+		var lease *primitives.Lease
+		var err error
+		if !waitFor(10*time.Second, func() bool {
+			lease, err = l.TryAcquire(context.Background())
+			return err == nil
+		}) {
+			t.Fatalf("%s #%d: TryAcquire: %v", stage, i, err)
+		}
+		f := lease.Fence()
+		seq = append(seq, f)
+		if f <= last {
+			t.Errorf("S2 %s #%d: fence %d after %d", stage, i, f, last)
+		}
+		if f > math.MaxInt64 || f >= 1<<53 {
+			t.Errorf("fence %d does not fit int64 / Lua double", f)
+		}
+		last = f
+		if err := lease.Release(context.Background()); err != nil {
+			t.Errorf("%s #%d: Release: %v", stage, i, err)
+		}
+	}
+	for i := range 50 {
+		acquire("fresh", i)
+	}
+	srv[0].RestartEmpty()
+	for i := range 10 {
+		acquire("node0-empty", i)
+	}
+	for _, s := range srv {
+		s.RestartEmpty()
+	}
+	for i := range 10 {
+		acquire("all-empty", i)
+	}
+	t.Logf("fences: first %v ... last %v", seq[:3], seq[len(seq)-3:])
+}
+
+// ---------------------------------------------------------------- 8. DEMO: state loss
+
+// TestDemoLockStateLossDoubleGrant reproduces the known Redlock hole (F4):
+// A holds on all three nodes; node 1 restarts empty at once and A's key on
+// node 2 is lost too (emulated with DEL, as an early expiry would). B then
+// acquires on nodes 1 and 2 while A is still Valid. It logs the double
+// grant and checks that the fencing store rejects the older fence.
+func TestDemoLockStateLossDoubleGrant(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	ca := newCoord(t, testutil.Addrs(srv))
+	cb := newCoord(t, testutil.Addrs(srv))
+	la, _ := primitives.NewLock(ca, "demo", primitives.WithTTL(5*time.Second))
+	lb, _ := primitives.NewLock(cb, "demo", primitives.WithTTL(5*time.Second))
+	a, err := la.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(context.Background())
+	srv[1].RestartEmpty()
+	admin(t, srv[2], "DEL", lockKey("demo", "lock"))
+	var b *primitives.Lease
+	if !waitFor(5*time.Second, func() bool {
+		b, err = lb.TryAcquire(context.Background())
+		return err == nil
+	}) {
+		t.Fatalf("B could not acquire after the state loss: %v", err)
+	}
+	defer b.Release(context.Background())
+	both := a.Valid() && b.Valid()
+	t.Logf("DEMO: A valid=%v (fence %d), B valid=%v (fence %d): double grant=%v", a.Valid(), a.Fence(), b.Valid(), b.Fence(), both)
+	if !both {
+		t.Logf("DEMO did not reproduce the double grant")
+	}
+	var store fenceStore
+	if !store.Write(b.Fence(), b.Token()) {
+		t.Errorf("fence store rejected B's write")
+	}
+	if store.Write(a.Fence(), a.Token()) {
+		t.Errorf("fence store accepted A's older fence %d after B's %d: the fence did not increase", a.Fence(), b.Fence())
+	}
+}
+
+// ---------------------------------------------------------------- 9. ctx cancel while waiting
+
+func TestLockFaultCancelWaiterLeavesQueue(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ch := newCoord(t, addrs)
+	cw := newCoord(t, addrs)
+	const name = "cancelwait"
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(5*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(5*time.Second))
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	qkey, qxkey := lockKey(name, "q"), lockKey(name, "qx")
+
+	// A publisher storm makes the waiter re-attempt constantly, so that the
+	// cancel often lands while an enqueueing attempt is in flight.
+	failures := 0
+	for iter := range 60 {
+		if failures >= 2 {
+			break
+		}
+		storm := iter%4 != 0
+		ctx, cancel := context.WithCancel(context.Background())
+		type res struct {
+			err error
+			at  time.Time
+		}
+		out := make(chan res, 1)
+		go func() {
+			lease, err := lw.Acquire(ctx)
+			if lease != nil {
+				lease.Release(context.Background())
+			}
+			out <- res{err, time.Now()}
+		}()
+		if !waitFor(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), 1) }) {
+			cancel()
+			<-out
+			t.Fatalf("iter %d: waiter never enqueued on every node: %v", iter, zcardAll(srv, qkey))
+		}
+		stopStorm := make(chan struct{})
+		var sw sync.WaitGroup
+		if storm {
+			for _, s := range srv {
+				sw.Go(func() {
+					for {
+						select {
+						case <-stopStorm:
+							return
+						default:
+						}
+						s.Do("PUBLISH", "redlock:{"+name+"}:ch", "n:1")
+					}
+				})
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+		cancelAt := time.Now()
+		cancel()
+		r := <-out
+		close(stopStorm)
+		sw.Wait()
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("iter %d: Acquire after cancel: %v, want context.Canceled", iter, r.err)
+		}
+		if d := r.at.Sub(cancelAt); d > 2*time.Second {
+			t.Errorf("iter %d: Acquire returned %v after cancel", iter, d)
+		}
+		ok := waitFor(time.Second, func() bool {
+			for _, s := range srv {
+				if v, _ := s.Do("ZCARD", qkey); v != "0" {
+					return false
+				}
+				if v, _ := s.Do("HLEN", qxkey); v != "0" {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			failures++
+			t.Errorf("iter %d (storm %v): queue entry not gone 1s after cancel: ZCARD %v", iter, storm, zcardAll(srv, qkey))
+			// clean up for the next iteration
+			for _, s := range srv {
+				s.Do("DEL", qkey, qxkey)
+			}
+		}
+	}
+	if !h.Valid() {
+		t.Errorf("holder lost its lease during the waiter's cancellations")
+	}
+}
+
+// ---------------------------------------------------------------- 10. S6 clean state
+
+// lockKeysOn lists the keys of resource name on s.
+func lockKeysOn(t *testing.T, s *testutil.Server, name string) []string {
+	t.Helper()
+	r := admin(t, s, "KEYS", "redlock:{"+name+"}*")
+	r = strings.Trim(r, "[]")
+	if r == "" {
+		return nil
+	}
+	return strings.Fields(r)
+}
+
+func TestLockFaultCleanStateAfterRelease(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	c := newCoord(t, addrs)
+	c2 := newCoord(t, addrs)
+	check := func(name, what string) {
+		t.Helper()
+		for i, s := range srv {
+			for _, k := range lockKeysOn(t, s, name) {
+				if k != lockKey(name, "fence") {
+					val, _ := s.Do("GET", k)
+					if k != lockKey(name, "lock") {
+						val, _ = s.Do("TYPE", k)
+					}
+					t.Errorf("%s: node %d still has %s (%s) after Release", what, i, k, val)
+				}
+			}
+		}
+	}
+	// plain
+	l, _ := primitives.NewLock(c, "clean")
+	a, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check("clean", "plain")
+
+	// refused TryAcquire leaves no queue entry
+	a, _ = l.Acquire(context.Background())
+	l2, _ := primitives.NewLock(c2, "clean")
+	if _, err := l2.TryAcquire(context.Background()); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Errorf("TryAcquire on held lock: %v", err)
+	}
+	if q := zcardAll(srv, lockKey("clean", "q")); !allEqual(q, 0) {
+		t.Errorf("refused TryAcquire left queue entries %v", q)
+	}
+	// with a waiter: handoff, then the waiter releases
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		b, err := l2.Acquire(context.Background())
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- b
+	}()
+	waitFor(3*time.Second, func() bool { return allEqual(zcardAll(srv, lockKey("clean", "q")), 1) })
+	a.Release(context.Background())
+	b := <-got
+	if b != nil {
+		b.Release(context.Background())
+	}
+	check("clean", "handoff")
+
+	// owner mode, two holds
+	lo, _ := primitives.NewLock(c, "cleanowner", primitives.WithOwner("o1"))
+	h1, err1 := lo.Acquire(context.Background())
+	h2, err2 := lo.Acquire(context.Background())
+	if err1 != nil || err2 != nil {
+		t.Fatalf("owner acquires: %v %v", err1, err2)
+	}
+	h1.Release(context.Background())
+	h2.Release(context.Background())
+	check("cleanowner", "owner mode")
+
+	// Release racing a renewal: TTL 300ms renews at ~100ms; release around it.
+	lr, _ := primitives.NewLock(c, "cleanrace", primitives.WithTTL(300*time.Millisecond))
+	ghosts := 0
+	for i := range 15 {
+		lease, err := lr.Acquire(context.Background())
+		if err != nil {
+			t.Fatalf("race #%d: %v", i, err)
+		}
+		time.Sleep(time.Duration(90+rand.IntN(25)) * time.Millisecond)
+		if err := lease.Release(context.Background()); err != nil {
+			t.Errorf("race #%d: Release: %v", i, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		for j, s := range srv {
+			if v := admin(t, s, "GET", lockKey("cleanrace", "lock")); v != testutil.NilReply {
+				ghosts++
+				t.Errorf("race #%d: node %d lock key %q re-created after Release (released lease's token %s; only a renewal's re-take writes it)", i, j, v, lease.Token())
+				s.Do("DEL", lockKey("cleanrace", "lock"))
+			}
+		}
+	}
+	check("cleanrace", "release/renew race")
+}
+
+// ---------------------------------------------------------------- 11. handoff order
+
+func TestLockFaultHandoffOrderNoBarging(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "handoff"
+	ch := newCoord(t, addrs)
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(5*time.Second))
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	var cs csChecker
+	var store fenceStore
+	record := func(who string, lease *primitives.Lease) {
+		mu.Lock()
+		order = append(order, who)
+		mu.Unlock()
+		cs.enter(lease, &store, 30*time.Millisecond)
+		if err := lease.Release(context.Background()); err != nil {
+			t.Errorf("%s Release: %v", who, err)
+		}
+	}
+	var wg sync.WaitGroup
+	qkey := lockKey(name, "q")
+	for i := range 3 {
+		c := newCoord(t, addrs)
+		l, _ := primitives.NewLock(c, name, primitives.WithTTL(5*time.Second))
+		who := fmt.Sprintf("W%d", i+1)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			lease, err := l.Acquire(ctx)
+			if err != nil {
+				t.Errorf("%s: %v", who, err)
+				return
+			}
+			record(who, lease)
+		})
+		if !waitFor(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), i+1) }) {
+			t.Fatalf("%s not enqueued on every node: %v", who, zcardAll(srv, qkey))
+		}
+		time.Sleep(5 * time.Millisecond) // distinct server-ms scores
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// the releaser tries to barge right back in
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	again, err := lh.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("releaser re-Acquire: %v", err)
+	}
+	record("H", again)
+	wg.Wait()
+	t.Logf("order: %v", order)
+	if strings.Join(order, ",") != "W1,W2,W3,H" {
+		t.Errorf("handoff order %v, want [W1 W2 W3 H] (FIFO of queued waiters, releaser last)", order)
+	}
+	cs.report(t, &store)
+}
+
+// ---------------------------------------------------------------- 12. bad input
+
+func TestLockFaultBadInput(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	c := newCoord(t, addrs)
+	dbsize := func() []string {
+		out := make([]string, len(srv))
+		for i, s := range srv {
+			out[i] = admin(t, s, "DBSIZE")
+		}
+		return out
+	}
+	before := dbsize()
+	mustInvalid := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("%s: err %v, want ErrInvalidArgument", what, err)
+		}
+	}
+	newLock := func(c *coordinator.Coordinator, name string, opts ...primitives.Option) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		l, err := primitives.NewLock(c, name, opts...)
+		if l != nil && err != nil {
+			t.Errorf("NewLock returned a lock and an error")
+		}
+		return err
+	}
+	_, err := primitives.NewLock(c, "")
+	mustInvalid("empty name", err)
+	mustInvalid("513-byte name", newLock(c, strings.Repeat("n", 513)))
+	if err := newLock(c, strings.Repeat("n", 512)); err != nil {
+		t.Errorf("512-byte name: %v", err)
+	}
+	mustInvalid("name with {", newLock(c, "a{b"))
+	mustInvalid("name with }", newLock(c, "a}b"))
+	for _, d := range []time.Duration{0, -1, 50 * time.Millisecond, 25 * time.Hour} {
+		mustInvalid("TTL "+d.String(), newLock(c, "ok", primitives.WithTTL(d)))
+	}
+	mustInvalid("nil coordinator", newLock(nil, "ok"))
+	mustInvalid("WithOwner(\"\")", newLock(c, "ok", primitives.WithOwner("")))
+	mustInvalid("nil option", newLock(c, "ok", nil))
+	mustInvalid("WithMaxHold(0)", newLock(c, "ok", primitives.WithMaxHold(0)))
+
+	newCoordErr := func(cfg coordinator.Config) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		cfg.Logger = quiet
+		cfg.StartTimeout = time.Second
+		cc, err := coordinator.New(context.Background(), cfg)
+		if cc != nil {
+			cc.Close()
+		}
+		return err
+	}
+	mustInvalid("KeyPrefix with {", newCoordErr(coordinator.Config{Nodes: addrs, KeyPrefix: "a{"}))
+	mustInvalid("KeyPrefix with }", newCoordErr(coordinator.Config{Nodes: addrs, KeyPrefix: "a}"}))
+	mustInvalid("zero nodes", newCoordErr(coordinator.Config{}))
+	for _, bad := range []string{"", "localhost", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:99999", "127.0.0.1:abc", "redis://[::1"} {
+		mustInvalid(fmt.Sprintf("node address %q", bad), newCoordErr(coordinator.Config{Nodes: []string{addrs[0], bad, addrs[2]}}))
+	}
+	mustInvalid("duplicate node", newCoordErr(coordinator.Config{Nodes: []string{addrs[0], addrs[0], addrs[1]}}))
+	mustInvalid("DefaultTTL 50ms", newCoordErr(coordinator.Config{Nodes: addrs, DefaultTTL: 50 * time.Millisecond}))
+	mustInvalid("negative NodeTimeout", newCoordErr(coordinator.Config{Nodes: addrs, NodeTimeout: -1}))
+	if after := dbsize(); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("bad input touched Redis: DBSIZE %v -> %v", before, after)
+	}
+
+	// a user's keys at our names: ErrWrongType, and they stay untouched
+	for _, s := range srv {
+		admin(t, s, "SET", lockKey("userkey", "lock"), "hello")
+		admin(t, s, "HSET", lockKey("userhash", "fence"), "f", "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lu, _ := primitives.NewLock(c, "userkey")
+	if _, err := lu.TryAcquire(ctx); !errors.Is(err, primitives.ErrWrongType) {
+		t.Errorf("TryAcquire over a user's string: %v, want ErrWrongType", err)
+	}
+	if _, err := lu.Acquire(ctx); !errors.Is(err, primitives.ErrWrongType) {
+		t.Errorf("Acquire over a user's string: %v, want ErrWrongType", err)
+	}
+	lh, _ := primitives.NewLock(c, "userhash")
+	if _, err := lh.TryAcquire(ctx); !errors.Is(err, primitives.ErrWrongType) {
+		t.Errorf("TryAcquire with a user's hash at :fence: %v, want ErrWrongType", err)
+	}
+	time.Sleep(100 * time.Millisecond) // rollbacks are asynchronous
+	for i, s := range srv {
+		if v := admin(t, s, "GET", lockKey("userkey", "lock")); v != "hello" {
+			t.Errorf("node %d: user's string changed to %q", i, v)
+		}
+		if v := admin(t, s, "PTTL", lockKey("userkey", "lock")); v != "-1" {
+			t.Errorf("node %d: user's string got a TTL %s", i, v)
+		}
+		if v := admin(t, s, "HGETALL", lockKey("userhash", "fence")); v != "[f v]" {
+			t.Errorf("node %d: user's hash changed to %s", i, v)
+		}
+		if v := admin(t, s, "EXISTS", lockKey("userhash", "lock"), lockKey("userkey", "fence"), lockKey("userkey", "q")); v != "0" {
+			t.Errorf("node %d: a lock key was created beside the user's keys", i)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- 13. reentrancy
+
+func TestLockFaultReentrantOwner(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	c := newCoord(t, addrs)
+	c2 := newCoord(t, addrs)
+	ctx := context.Background()
+	lx, _ := primitives.NewLock(c, "reentrant", primitives.WithOwner("x"))
+	ly, _ := primitives.NewLock(c2, "reentrant", primitives.WithOwner("y"))
+	lp, _ := primitives.NewLock(c2, "reentrant")
+	h1, err := lx.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	h2, err := lx.Acquire(actx)
+	cancel()
+	if err != nil {
+		t.Fatalf("second Acquire by the same owner: %v", err)
+	}
+	if h1.Fence() != h2.Fence() {
+		t.Errorf("holds of one owner have fences %d and %d, want equal", h1.Fence(), h2.Fence())
+	}
+	if h1.Token() == h2.Token() {
+		t.Errorf("two holds share a token")
+	}
+	refused := func(when string) {
+		t.Helper()
+		if _, err := ly.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Errorf("%s: owner y TryAcquire = %v, want ErrNotAcquired", when, err)
+		}
+		if _, err := lp.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Errorf("%s: plain TryAcquire = %v, want ErrNotAcquired", when, err)
+		}
+	}
+	refused("both holds")
+	if err := h1.Release(ctx); err != nil {
+		t.Errorf("release h1: %v", err)
+	}
+	if !h2.Valid() {
+		t.Errorf("h2 not Valid after h1's release")
+	}
+	refused("one hold left")
+	if err := h2.Release(ctx); err != nil {
+		t.Errorf("release h2: %v", err)
+	}
+	hy, err := ly.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("owner y after both holds released: %v", err)
+	}
+	if hy.Fence() <= h2.Fence() {
+		t.Errorf("new owner's fence %d not above %d", hy.Fence(), h2.Fence())
+	}
+	hy.Release(ctx)
+}
+
+// ---------------------------------------------------------------- 14. Extend
+
+func TestLockFaultExtend(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	ctx := context.Background()
+	l, _ := primitives.NewLock(c, "extend", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := lease.Deadline()
+	if err := lease.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatalf("Extend(5s): %v", err)
+	}
+	d1 := lease.Deadline()
+	if d1.Sub(d0) < 3*time.Second {
+		t.Errorf("Extend(5s) moved Deadline by %v", d1.Sub(d0))
+	}
+	for i, s := range srv {
+		if p, _ := strconv.Atoi(admin(t, s, "PTTL", lockKey("extend", "lock"))); p < 4000 {
+			t.Errorf("node %d PTTL %d after Extend(5s)", i, p)
+		}
+	}
+	if err := lease.Extend(ctx, 0); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("Extend(0) = %v", err)
+	}
+	// never shortens
+	if err := lease.Extend(ctx, 200*time.Millisecond); err != nil {
+		t.Errorf("Extend(200ms): %v", err)
+	}
+	if lease.Deadline().Before(d1) {
+		t.Errorf("Extend(200ms) shortened the Deadline")
+	}
+	// a minority with another owner: Extend still succeeds (quorum confirms)
+	other := "rl1:L:someoneelse"
+	admin(t, srv[0], "SET", lockKey("extend", "lock"), other, "PX", "5000")
+	if err := lease.Extend(ctx, 5*time.Second); err != nil {
+		t.Errorf("Extend with 1 of 3 taken by another: %v", err)
+	}
+	if !lease.Valid() {
+		t.Fatalf("lease lost after a minority failure")
+	}
+	// a majority with another owner: Extend fails and the lease is lost
+	admin(t, srv[1], "SET", lockKey("extend", "lock"), other, "PX", "5000")
+	err = lease.Extend(ctx, 5*time.Second)
+	if !errors.Is(err, primitives.ErrLeaseLost) {
+		t.Errorf("Extend with 2 of 3 taken by another = %v, want ErrLeaseLost", err)
+	}
+	select {
+	case <-lease.Lost():
+	case <-time.After(2 * time.Second):
+		t.Errorf("Lost not closed after a quorum reported another owner")
+	}
+	if err := lease.Release(ctx); !errors.Is(err, primitives.ErrLeaseLost) {
+		t.Errorf("Release after loss = %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i := range 2 {
+		if v := admin(t, srv[i], "GET", lockKey("extend", "lock")); v != other {
+			t.Errorf("node %d: other owner's key changed to %q", i, v)
+		}
+	}
+
+	// F9 wording: "DEL the key on 2 of 3 nodes, then extend -> must fail".
+	// The library re-takes vanished keys while the hold is valid; log it.
+	l2, _ := primitives.NewLock(c, "extend-del", primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false))
+	lease2, err := l2.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin(t, srv[0], "DEL", lockKey("extend-del", "lock"))
+	admin(t, srv[1], "DEL", lockKey("extend-del", "lock"))
+	err = lease2.Extend(ctx, 2*time.Second)
+	t.Logf("observation: Extend after DEL on 2 of 3 nodes returned %v (the renew op re-takes vanished keys; FAULTS F9 expects a failure)", err)
+	lease2.Release(ctx)
+}
+
+// ---------------------------------------------------------------- 15. fault proxy: lost replies
+
+func TestLockFaultProxyDroppedRepliesRolledBack(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	px := make([]*testutil.Proxy, 3)
+	paddrs := make([]string, 3)
+	for i := range px {
+		px[i] = testutil.NewProxy(t, addrs[i])
+		paddrs[i] = px[i].Addr()
+	}
+	const nodeTimeout = 100 * time.Millisecond
+	ca := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = nodeTimeout; cfg.DefaultTTL = 10 * time.Second })
+	cb := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.DefaultTTL = 10 * time.Second })
+	la, _ := primitives.NewLock(ca, "dropped")
+	lb, _ := primitives.NewLock(cb, "dropped")
+
+	px[1].SetFault(testutil.DropReplies)
+	px[2].SetFault(testutil.DropReplies)
+	a, err := la.TryAcquire(context.Background())
+	if err == nil {
+		a.Release(context.Background())
+		t.Fatalf("TryAcquire succeeded with 2 of 3 replies dropped")
+	}
+	t.Logf("A with dropped replies: %v", err)
+	px[1].SetFault(testutil.Pass)
+	px[2].SetFault(testutil.Pass)
+
+	start := time.Now()
+	var b *primitives.Lease
+	bound := nodeTimeout*10 + time.Second
+	waitFor(bound, func() bool {
+		b, err = lb.TryAcquire(context.Background())
+		return err == nil
+	})
+	if b == nil {
+		t.Fatalf("B did not acquire within %v after A's failed attempt (rollback of late grants did not reach the nodes): %v", bound, err)
+	}
+	t.Logf("B acquired %v after the fault healed", time.Since(start).Round(time.Millisecond))
+	defer b.Release(context.Background())
+
+	// A's connections went through the fault: A must still see B's hold.
+	for i := range 5 {
+		if a, err := la.TryAcquire(context.Background()); err == nil {
+			t.Errorf("attempt %d: A acquired while B holds (B valid %v, A valid %v)", i, b.Valid(), a.Valid())
+			a.Release(context.Background())
+		} else if !errors.Is(err, primitives.ErrNotAcquired) && !errors.Is(err, primitives.ErrQuorumUnavailable) {
+			t.Errorf("attempt %d: A: %v", i, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ---------------------------------------------------------------- 16. late rollback of an earlier attempt
+
+// TestLockFaultLateRollbackDeletesLaterGrant tries to break S1 with minority
+// faults only. A waiter reuses one token for all its attempts. When a grant
+// of attempt k arrives after attempt k was decided, the Late handler sends
+// a rollback for that token. If attempt k+1 has meanwhile been granted on
+// that node, the rollback deletes the *current* hold there.
+//
+// Setup (3 durable nodes): node 2 crashes and restarts with its data while
+// H acquires, so H holds nodes 0 and 1 only. Client A reaches node 2 with
+// 100ms one-way latency (slow, within its 500ms NodeTimeout). A waits on
+// H. As soon as A's enqueueing attempt (k) is decided by the refusals of
+// nodes 0 and 1, H releases (handing off to A) and A is partitioned from
+// node 0. A's attempt k+1 is granted by nodes 1 and 2: a quorum. Then the
+// late grant of attempt k on node 2 triggers a rollback which deletes A's
+// key on node 2. B then acquires nodes 0 and 2 while A is still Valid.
+func TestLockFaultLateRollbackDeletesLaterGrant(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{Durable: true})
+	addrs := testutil.Addrs(srv)
+	const name = "laterollback"
+	ch := newCoord(t, addrs)
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
+	srv[2].Kill()
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("H with node 2 down: %v", err)
+	}
+	srv[2].Restart() // durable: keeps its (empty) data; it never had H's key
+	if v := admin(t, srv[2], "GET", lockKey(name, "lock")); v != testutil.NilReply {
+		t.Fatalf("node 2 has %q", v)
+	}
+
+	px := make([]*testutil.Proxy, 3)
+	paddrs := make([]string, 3)
+	for i := range px {
+		px[i] = testutil.NewProxy(t, addrs[i])
+		paddrs[i] = px[i].Addr()
+	}
+	ca := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 500 * time.Millisecond })
+	// A long TTL: A's first renewal (at TTL/3) would re-take a deleted key
+	// and close the window this test looks for.
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(10*time.Second))
+	px[2].SetLatency(100 * time.Millisecond)
+
+	type res struct {
+		lease *primitives.Lease
+		err   error
+	}
+	out := make(chan res, 1)
+	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		lease, err := la.Acquire(actx)
+		out <- res{lease, err}
+	}()
+	// attempt k (the first enqueueing one) has run on node 1
+	if !waitFor(5*time.Second, func() bool { v, _ := srv[1].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
+		t.Fatalf("A never enqueued")
+	}
+	px[0].SetFault(testutil.Blackhole) // A is cut off from node 0 (a minority)
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatalf("H release: %v", err)
+	}
+	r := <-out
+	if r.err != nil {
+		t.Logf("A did not acquire (%v): scenario not reproduced", r.err)
+		px[0].SetFault(testutil.Pass)
+		return
+	}
+	a := r.lease
+	defer a.Release(context.Background())
+	time.Sleep(300 * time.Millisecond) // late rollbacks land; H's handoff reservation on node 0 expires
+	vals := make([]string, 3)
+	for i, s := range srv {
+		vals[i] = admin(t, s, "GET", lockKey(name, "lock"))
+	}
+	t.Logf("A holds (Valid %v, fence %d); node values: %v; A's value %q", a.Valid(), a.Fence(), vals, "rl1:L:"+a.Token())
+
+	cb := newCoord(t, addrs)
+	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(5*time.Second))
+	var b *primitives.Lease
+	waitFor(time.Second, func() bool {
+		b, err = lb.TryAcquire(context.Background())
+		return err == nil
+	})
+	if b != nil {
+		defer b.Release(context.Background())
+		av, bv := a.Valid(), b.Valid()
+		t.Logf("B acquired: A valid %v (fence %d), B valid %v (fence %d)", av, a.Fence(), bv, b.Fence())
+		if av && bv {
+			t.Errorf("S1 violated under minority faults: A and B both Valid. A late rollback of A's earlier attempt (same token) deleted A's current grant on node 2; node values before B: %v", vals)
+		}
+	} else {
+		t.Logf("B could not acquire (%v): S1 held", err)
+	}
+	px[0].SetFault(testutil.Pass)
+}
+
+// ---------------------------------------------------------------- 17. queue entry of a successful waiter
+
+// TestLockFaultQueueEntryLeftAfterAcquire: a waiter enqueued on every node
+// acquires with a quorum that does not include node 2 (node 2 holds a stray
+// minority grant of another contender). After it releases, its queue entry
+// must not remain on node 2 (S6). A left-over entry is later picked by a
+// handoff on node 2, which then reserves the lock for a waiter that no
+// longer exists for HandoffWindow.
+func TestLockFaultQueueEntryLeftAfterAcquire(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "staleentry"
+	ch := newCoord(t, addrs)
+	cw := newCoord(t, addrs)
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(5*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(5*time.Second))
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w, err := lw.Acquire(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- w
+	}()
+	qkey := lockKey(name, "q")
+	if !waitFor(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), 1) }) {
+		t.Fatalf("waiter not enqueued on every node: %v", zcardAll(srv, qkey))
+	}
+	admin(t, srv[2], "SET", lockKey(name, "lock"), "rl1:L:stray", "PX", "3000")
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatalf("H release: %v", err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	if err := w.Release(context.Background()); err != nil {
+		t.Fatalf("W release: %v", err)
+	}
+	if !waitFor(time.Second, func() bool { return allEqual(zcardAll(srv, qkey), 0) }) {
+		ids := admin(t, srv[2], "ZRANGE", qkey, "0", "-1")
+		t.Errorf("S6: 1s after the waiter's lease was released its queue entry is still on nodes: ZCARD %v (node 2: %s, PTTL %s ms)",
+			zcardAll(srv, qkey), ids, admin(t, srv[2], "PTTL", qkey))
+		// consequence: the next release on node 2 reserves the lock for it
+		admin(t, srv[2], "DEL", lockKey(name, "lock"))
+		c, err := lh.TryAcquire(context.Background())
+		if err == nil {
+			c.Release(context.Background())
+			t.Logf("after the next release node 2 holds %q (reserved for the departed waiter)",
+				admin(t, srv[2], "GET", lockKey(name, "lock")))
+		}
+	}
+}
+
+// ---------------------------------------------------------------- 18. notify vs polling under contention
+
+// TestLockFaultNotifyContentionThroughput compares the two wait strategies
+// under the same contention (8 clients, 3 healthy nodes, 2s each). Notify
+// mode is the default and promises a waiter gets the lock about one round
+// trip after a release (L2); it must not be far behind polling. It also
+// samples the lock key on every node: a handoff that reserves the lock for
+// different waiters on different nodes is a split no one can win until the
+// reservations expire.
+func TestLockFaultNotifyContentionThroughput(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	run := func(strat coordinator.WaitStrategy) (int64, map[string]int) {
+		name := "tput-" + stratName(strat)
+		var cs csChecker
+		var store fenceStore
+		var done atomic.Int64
+		ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
+		defer stop()
+		var wg sync.WaitGroup
+		for range 8 {
+			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat; cfg.DefaultTTL = time.Second })
+			l, _ := primitives.NewLock(c, name, primitives.WithTTL(time.Second))
+			wg.Go(func() { lockWorker(t, ctx, l, &cs, &store, &done) })
+		}
+		hist := map[string]int{}
+		for ctx.Err() == nil {
+			holders := map[string]int{}
+			rsv := map[string]bool{}
+			for _, s := range srv {
+				v, _ := s.Do("GET", lockKey(name, "lock"))
+				switch {
+				case strings.HasPrefix(v, "rl1:R:"):
+					rsv[v] = true
+				case strings.HasPrefix(v, "rl1:L:"):
+					holders[v]++
+				}
+			}
+			held := false
+			for _, n := range holders {
+				held = held || n >= 2
+			}
+			switch {
+			case held:
+				hist["held by a quorum"]++
+			case len(rsv) >= 2:
+				hist["split reservations"]++
+			case len(rsv) == 1:
+				hist["one reservation"]++
+			default:
+				hist["other"]++
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		wg.Wait()
+		cs.report(t, &store)
+		return done.Load(), hist
+	}
+	nNotify, hist := run(coordinator.WaitNotify)
+	nPoll, _ := run(coordinator.WaitPolling)
+	t.Logf("critical sections in 2s: notify %d, polling %d; notify-mode node states sampled: %v", nNotify, nPoll, hist)
+	if nNotify*4 < nPoll {
+		t.Errorf("L2: notify mode made %d critical sections against %d in polling mode under the same contention", nNotify, nPoll)
+	}
+}
+
+// ---------------------------------------------------------------- 19. release while a node is paused
+
+// TestLockFaultReleaseDuringPauseLeavesNoGhost: node 2 is SIGSTOPped while a
+// lease is held and renewed; renewals to node 2 queue up in its sockets.
+// The lease is released (confirmed by nodes 0 and 1) and node 2 resumes.
+// F5/S6: after SIGCONT the stale key on node 2 must be gone by CAD or TTL.
+// A renewal that node 2 runs after the release must not re-create the key
+// with a fresh TTL (the renew op re-takes a vanished key).
+func TestLockFaultReleaseDuringPauseLeavesNoGhost(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	const ttl = 500 * time.Millisecond
+	l, _ := primitives.NewLock(c, "ghost", primitives.WithTTL(ttl))
+	key := lockKey("ghost", "lock")
+	ghosts := 0
+	const trials = 5
+	for trial := range trials {
+		lease, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv[2].Pause()
+		time.Sleep(400 * time.Millisecond) // renewals at ~170ms and ~330ms wait in node 2's sockets
+		if err := lease.Release(context.Background()); err != nil {
+			t.Errorf("trial %d: Release with 2 of 3 up: %v", trial, err)
+		}
+		releasedAt := time.Now()
+		srv[2].Resume()
+		time.Sleep(100 * time.Millisecond)
+		v := admin(t, srv[2], "GET", key)
+		if v != testutil.NilReply {
+			ghosts++
+			pttl := admin(t, srv[2], "PTTL", key)
+			t.Logf("trial %d: node 2 holds %q with PTTL %sms %v after the Release (released token %s)",
+				trial, v, pttl, time.Since(releasedAt).Round(time.Millisecond), lease.Token())
+			admin(t, srv[2], "DEL", key)
+		}
+	}
+	if ghosts > 0 {
+		t.Errorf("F5/S6: in %d of %d trials a renewal that node 2 ran after the Release re-created the released lease's key with a fresh TTL", ghosts, trials)
+	}
+}
