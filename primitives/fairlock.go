@@ -1,0 +1,307 @@
+package primitives
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+//go:embed fairlock.lua
+var fairLua string
+
+var fairScript = nodeactor.NewScript("fairlock", fairLua)
+
+// DefaultMinWaiterTimeout is the floor of a FairLock's default waiter
+// timeout (see WithWaiterTimeout).
+const DefaultMinWaiterTimeout = 3 * time.Second
+
+// FairLock is an exclusive distributed lock granted in FIFO order: every
+// node orders its waiters by (ticket, waiter id), where the ticket comes from
+// a quorum counter, so all nodes agree on the order without any client
+// clock. A FairLock and a Lock of the same name are different resources. It
+// is safe for concurrent use; each Acquire yields its own Lease. See
+// docs/fairlock.md.
+type FairLock struct {
+	c       *coordinator.Coordinator
+	name    string
+	o       options
+	wt      time.Duration // waiter timeout
+	keys    []string
+	topic   string
+	channel string
+}
+
+var _ Locker = (*FairLock)(nil)
+
+// WithWaiterTimeout sets how long a FairLock waiter's queue entry lives
+// without a heartbeat: a waiter that crashed (or was cut off) is evicted that
+// long after its last attempt, so it blocks the queue for at most that long.
+// Live waiters heartbeat at every attempt, at least every
+// max(1s, 1.5·MaxRetryDelay) + 2·NodeTimeout (the heartbeat gap); d must be
+// at least 1.5 times that gap. The default is max(3s, 2·gap). FairLock only:
+// other primitives reject it with ErrInvalidArgument.
+func WithWaiterTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 || d > coordinator.MaxTTL {
+			return fmt.Errorf("%w: waiter timeout %s out of range (0, %s]", ErrInvalidArgument, d, coordinator.MaxTTL)
+		}
+		o.waiterTimeout = d
+		return nil
+	}
+}
+
+// NewFairLock returns the fair lock called name. It validates its arguments
+// (errors wrap ErrInvalidArgument) and does no network I/O. WithOwner makes
+// it reentrant as for Lock; WithWaiterTimeout bounds how long a dead waiter
+// blocks the queue.
+func NewFairLock(c *coordinator.Coordinator, name string, opts ...Option) (*FairLock, error) {
+	o, err := buildOptions(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := coordinator.ValidateName(name); err != nil {
+		return nil, err
+	}
+	gap := heartbeatGap(c.Config())
+	wt := max(DefaultMinWaiterTimeout, 2*gap)
+	if o.waiterTimeout != 0 {
+		if o.waiterTimeout < gap+gap/2 {
+			return nil, fmt.Errorf("%w: waiter timeout %s is below 1.5 × the heartbeat gap %s", ErrInvalidArgument, o.waiterTimeout, gap)
+		}
+		wt = o.waiterTimeout
+	}
+	topic := c.Topic(name) + ":f"
+	return &FairLock{c: c, name: name, o: o, wt: wt, keys: fairKeys(c, name), topic: topic, channel: topic + ":ch"}, nil
+}
+
+// heartbeatGap bounds the time between two attempts of a live waiter: the
+// notify re-check cap or the polling/split backoff cap (with jitter), plus
+// a ticket round and an attempt.
+func heartbeatGap(cfg coordinator.Config) time.Duration {
+	return max(recheckCap, cfg.MaxRetryDelay*3/2) + 2*cfg.NodeTimeout
+}
+
+func fairKeys(c *coordinator.Coordinator, name string) []string {
+	return []string{c.Key(name, "flock"), c.Key(name, "ffence"), c.Key(name, "fq"), c.Key(name, "fqx"),
+		c.Key(name, "fticket"), c.Key(name, "fholds"), c.Key(name, "fepoch"), c.Key(name, "fgone")}
+}
+
+// Name returns the resource name.
+func (f *FairLock) Name() string { return f.name }
+
+// WaiterTimeout returns how long a waiter's entry lives without a heartbeat.
+func (f *FairLock) WaiterTimeout() time.Duration { return f.wt }
+
+// TryAcquire makes one attempt. It fails with ErrNotAcquired (a
+// *NotAcquiredError) when the lock is held or others are queued, and leaves
+// no queue entry on any node; ErrQuorumUnavailable and ErrWrongType as for
+// Lock.TryAcquire.
+func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	w := &fairWaiter{f: f, wid: newToken()}
+	r := attemptExclusive(ctx, f.c, w, w.wid, false)
+	return r.lease, r.err
+}
+
+// Acquire blocks until the lock is held or ctx ends; then it returns an
+// error that Is ctx.Err() and holds nothing (its queue entry is removed from
+// every node). Waiters are granted in the order their enqueue completed.
+func (f *FairLock) Acquire(ctx context.Context) (*Lease, error) {
+	w := &fairWaiter{f: f, wid: newToken()}
+	first := true
+	lease, err := waitLoop(ctx, f.c, []string{f.topic}, w.wid, func(enqueue bool) attemptResult {
+		if first && !enqueue {
+			// the uncontended path: one round, no ticket, no entry
+			first = false
+			return attemptExclusive(ctx, f.c, w, w.wid, false)
+		}
+		first = false
+		// every later attempt enqueues, also in WaitPolling mode: each poll
+		// is the heartbeat that keeps the waiter's place
+		if w.ticket == 0 {
+			t, err := f.takeTicket(ctx)
+			if err != nil {
+				return attemptResult{err: err}
+			}
+			w.ticket = t
+		}
+		return attemptExclusive(ctx, f.c, w, w.wid, true)
+	}, nil)
+	if err != nil && w.ticket != 0 {
+		f.c.Broadcast(ctx, func(int) nodeactor.Call {
+			return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"leave", w.wid, f.channel, ms(f.wt)}}
+		})
+	}
+	return lease, err
+}
+
+// ticketTTL is how long a ticket counter outlives the last use.
+func (f *FairLock) ticketTTL() time.Duration { return 2 * f.wt }
+
+// takeTicket is the enqueue round: INCR the ticket counter on every node;
+// the ticket is the max over a quorum of replies. The first enqueued
+// attempt then writes it back (each acquire script raises the counter to the
+// ticket it carries), so once a waiter's entry is on a quorum, so is a
+// counter >= its ticket, and any later enqueue round draws a larger ticket.
+func (f *FairLock) takeTicket(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, q := f.c.N(), f.c.Quorum()
+	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"ticket", ms(f.ticketTTL())}}
+	r := f.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
+		func(r *coordinator.Round) bool {
+			ok := answeredOK(r)
+			return ok >= q || r.NAnswered-ok > n-q
+		}, nil)
+	var (
+		ticket int64
+		ok     int
+		errs   []error
+	)
+	for i, rep := range r.Replies {
+		if !r.Answered[i] || rep.Err != nil {
+			if isWrongType(rep.Err) {
+				return 0, fmt.Errorf("%w: %w", ErrWrongType, rep.Err)
+			}
+			if rep.Err != nil {
+				errs = append(errs, rep.Err)
+			}
+			continue
+		}
+		v, err := rep.Msg.AsInt64()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ok++
+		ticket = max(ticket, v)
+	}
+	if ok < q {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: ticket from %d of %d nodes: %w", ErrQuorumUnavailable, ok, n, errors.Join(errs...))
+	}
+	return ticket, nil
+}
+
+// fairWaiter is one Acquire (or TryAcquire) of a FairLock: a stable waiter
+// id and, once enqueued, its ticket. It implements exclusive, so the attempt,
+// rollback and fence rules are the Lock's.
+type fairWaiter struct {
+	f      *FairLock
+	wid    string
+	ticket int64 // 0: not enqueued (try only)
+}
+
+func (w *fairWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	f := w.f
+	ticket := "0"
+	if enqueue && w.ticket > 0 {
+		ticket = strconv.FormatInt(w.ticket, 10)
+	}
+	return nodeactor.Call{Script: fairScript, Keys: f.keys,
+		Args: []string{"acquire", token, ms(f.o.ttl), f.o.owner, wid, ticket,
+			ms(f.wt), ms(f.ticketTTL()), ms(FenceIdleTTL), f.channel}}
+}
+
+func (w *fairWaiter) rollbackCall(token string) nodeactor.Call {
+	f := w.f
+	return nodeactor.Call{Script: fairScript, Keys: f.keys,
+		Args: []string{"rollback", token, f.o.owner, f.channel, w.wid}}
+}
+
+func (w *fairWaiter) fenceCall(fence int64) nodeactor.Call {
+	f := w.f
+	return nodeactor.Call{Script: fairScript, Keys: f.keys,
+		Args: []string{"fence", strconv.FormatInt(fence, 10), ms(FenceIdleTTL), f.o.owner}}
+}
+
+func (w *fairWaiter) leaseTTL() time.Duration { return w.f.o.ttl }
+
+// claimCall drops the waiter's entry on a node that did not grant, once the
+// attempt won a quorum elsewhere (it no longer waits).
+func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
+	return nodeactor.Call{Script: fairScript, Keys: w.f.keys, Args: []string{"claim", wid}}
+}
+
+func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	f := w.f
+	return f.c.NewHold(coordinator.HoldSpec{
+		Keys: []string{f.name}, Token: token, Fence: fence, TTL: f.o.ttl, Start: start,
+		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold,
+		Protocol: &fairProto{f: f, token: token, fence: fence, wid: w.wid},
+	})
+}
+
+// fairProto renews and releases one FairLock lease.
+type fairProto struct {
+	f     *FairLock
+	token string
+	fence uint64
+	wid   string
+}
+
+func (p *fairProto) RenewCall(i int, ttl time.Duration) nodeactor.Call {
+	f := p.f
+	if f.o.owner == "" && ttl >= f.o.ttl && f.c.NodeCaps(i).NativeCAS {
+		v := "rl1:F:" + p.token
+		return nodeactor.Call{Args: []string{"SET", f.keys[0], v, "IFEQ", v, "PX", ms(ttl)}}
+	}
+	return nodeactor.Call{Script: fairScript, Keys: f.keys,
+		Args: []string{"renew", p.token, ms(ttl), f.o.owner, strconv.FormatUint(p.fence, 10)}}
+}
+
+func (p *fairProto) ReleaseCall(int) nodeactor.Call {
+	f := p.f
+	return nodeactor.Call{Script: fairScript, Keys: f.keys,
+		Args: []string{"release", p.token, f.o.owner, f.channel, p.wid}}
+}
+
+func (p *fairProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+
+// Status reads the fair lock's state on every node (one read-only script
+// each). Waiters counts the live queue entries (a holder's entry may still
+// be counted for up to one TTL after its grant).
+func (f *FairLock) Status(ctx context.Context) []NodeState {
+	r := f.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
+		return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"status"}}
+	}, nil, nil)
+	nodes := f.c.Nodes()
+	out := make([]NodeState, len(r.Replies))
+	for i, rep := range r.Replies {
+		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
+		if rep.Err == nil {
+			arr, err := rep.Msg.ToArray()
+			if err != nil || len(arr) < 5 {
+				st.Err = fmt.Errorf("redlock: unexpected status reply")
+			} else {
+				v, _ := arr[0].ToString()
+				pttl, _ := arr[1].AsInt64()
+				st.Fence, _ = arr[2].ToString()
+				ids, _ := arr[3].ToArray()
+				st.Waiters = int64(len(ids))
+				st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
+				switch {
+				case v == "":
+					st.State = "free"
+				case strings.HasPrefix(v, "rl1:F:"):
+					st.State, st.Holder = "held", prefix8(v[6:])
+				case strings.HasPrefix(v, "rl1:FO:"):
+					st.State, st.Holder = "owner", v[7:]
+				default:
+					st.State = "unknown"
+				}
+			}
+		}
+		out[i] = st
+	}
+	return out
+}
