@@ -101,6 +101,20 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		t.Stop()
 		ready, fatal = c.countReady()
 	}
+	// A quorum answered. Give the others a short grace (they are usually a
+	// moment behind), so that the first operation does not find a healthy
+	// node still connecting.
+	grace, gcancel := context.WithTimeout(wctx, max(100*time.Millisecond, cfg.NodeTimeout))
+	for ready >= c.quorum && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-grace.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		ready, fatal = c.countReady()
+	}
+	gcancel()
 	if ready < c.quorum {
 		errs := fatal
 		for _, n := range c.nodes {

@@ -23,10 +23,10 @@ type exclusive interface {
 	leaseTTL() time.Duration
 }
 
-// claimer is implemented by primitives whose waiters queue on the nodes: after
-// a won quorum, claimCall is sent to the nodes that did not grant, to drop the
-// waiter's queue entry there (and take a reservation made for it), so a late
-// release never reserves a node for a waiter that already won.
+// claimer is implemented by primitives whose waiters queue on the nodes and
+// must drop their entries as soon as they win (FairLock): after a won
+// quorum, claimCall is sent to every node. (Lock drops its entry with the
+// lease's release instead, which costs no extra round.)
 type claimer interface {
 	claimCall(token, wid string) nodeactor.Call
 }
@@ -136,7 +136,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	lg.settle(h)
 	if cl, ok := x.(claimer); ok && enqueue {
 		// Drop the waiter's queue entries everywhere (grants keep them so a
-		// split attempt keeps its place) and take reservations made for it.
+		// split attempt keeps its place).
 		claim := cl.claimCall(token, wid)
 		c.Broadcast(ctx, func(int) nodeactor.Call { return claim })
 	}

@@ -90,7 +90,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	// The waiter's queue score is the server TIME of its first refusal, the
 	// same value on every node: all nodes order their queues alike, so a
 	// release on every node reserves for the same waiter.
-	w := &lockWaiter{Lock: l}
+	w := &lockWaiter{Lock: l, wid: token}
 	return waitLoop(ctx, l.c, []string{l.topic}, token,
 		func(enqueue bool) attemptResult {
 			r := attemptExclusive(ctx, l.c, w, token, enqueue)
@@ -177,16 +177,16 @@ func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) no
 // Only its Acquire goroutine touches it.
 type lockWaiter struct {
 	*Lock
+	wid   string
 	score int64
+}
+
+func (w *lockWaiter) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	return w.newHoldWid(token, w.wid, fence, start)
 }
 
 func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	return w.acquireCallScore(token, wid, enqueue, w.score)
-}
-
-func (l *Lock) claimCall(token, wid string) nodeactor.Call {
-	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"claim", token, ms(l.o.ttl), wid, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
 }
 
 func (l *Lock) fenceCall(f int64) nodeactor.Call {
@@ -195,10 +195,14 @@ func (l *Lock) fenceCall(f int64) nodeactor.Call {
 }
 
 func (l *Lock) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	return l.newHoldWid(token, "", fence, start)
+}
+
+func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*Lease, error) {
 	return l.c.NewHold(coordinator.HoldSpec{
 		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold,
-		Protocol: &lockProto{l: l, token: token, fence: fence},
+		Protocol: &lockProto{l: l, token: token, wid: wid, fence: fence},
 	})
 }
 
@@ -212,6 +216,7 @@ func (l *Lock) attempt(ctx context.Context, wid string, enqueue bool) attemptRes
 type lockProto struct {
 	l     *Lock
 	token string
+	wid   string // the waiter id whose queue entries the release drops ("" for TryAcquire)
 	fence uint64
 }
 
@@ -228,7 +233,7 @@ func (p *lockProto) RenewCall(i int, ttl time.Duration) nodeactor.Call {
 func (p *lockProto) ReleaseCall(int) nodeactor.Call {
 	l := p.l
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"release", p.token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
+		Args: []string{"release", p.token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel, p.wid}}
 }
 
 func (p *lockProto) Classify(rep nodeactor.Reply) coordinator.Outcome {

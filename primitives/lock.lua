@@ -46,8 +46,8 @@ end
 -- does not queue is listening, tells one local waiter to re-check. Every
 -- node orders its queue by the same (score, waiter id), the score being
 -- chosen once by the waiter, so all nodes reserve for the same waiter. The
--- entry stays until the waiter claims its win on every node (or leaves, or
--- stops heartbeating), so a split attempt does not lose its place.
+-- entry stays until the waiter's lease is released (or it leaves, or stops
+-- heartbeating), so a split attempt does not lose its place.
 local function free(window, ch)
   local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
   for _, id in ipairs(ids) do
@@ -134,10 +134,16 @@ if op == 'acquire' then
   return {0, redis.call('PTTL', KEYS[1]), now, 0}
 
 elseif op == 'release' or op == 'rollback' then
-  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel. A rollback
-  -- undoes one attempt's grant (its token is never reused); a release ends a
-  -- lease.
+  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel, 6 waiter id
+  -- (release only). A rollback undoes one attempt's grant (its token is
+  -- never reused) and keeps the waiter's queue entry, so a split attempt
+  -- keeps its place; a release ends a lease: it drops the holder's entry
+  -- (kept while it held) and frees a reservation a late release made for it.
   local tok, owner = ARGV[2], ARGV[3]
+  if op == 'release' and ARGV[6] and ARGV[6] ~= '' then
+    dequeue(ARGV[6])
+    if v == 'rl1:R:' .. ARGV[6] then free(ARGV[4], ARGV[5]); return 0 end
+  end
   if owner == '' then
     if v == 'rl1:L:' .. tok then
       free(ARGV[4], ARGV[5])
@@ -161,20 +167,6 @@ elseif op == 'leave' then
   bury(ARGV[2])
   if v == 'rl1:R:' .. ARGV[2] then free(ARGV[3], ARGV[4]) end
   return 1
-
-elseif op == 'claim' then
-  -- the waiter won a quorum elsewhere: drop its queue entry here and turn a
-  -- reservation made for it into its hold (its lease's release covers it).
-  -- ARGV: 2 token, 3 ttl ms, 4 waiter id, 5 owner, 6 handoff window ms, 7 channel
-  dequeue(ARGV[4])
-  if v == 'rl1:R:' .. ARGV[4] then
-    if ARGV[5] == '' then
-      redis.call('SET', KEYS[1], 'rl1:L:' .. ARGV[2], 'PX', ARGV[3])
-      return 1
-    end
-    free(ARGV[6], ARGV[7]) -- owner mode: pass it on rather than fake a hold
-  end
-  return 0
 
 elseif op == 'renew' then
   -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take)
