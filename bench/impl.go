@@ -184,7 +184,7 @@ func newFloor(lua string) func(context.Context, []string) (Client, error) {
 // floorKeys is the key layout of primitives.Lock with the default prefix.
 func floorKeys(name string) []string {
 	b := "redlock:{" + name + "}:"
-	return []string{b + "lock", b + "fence", b + "q", b + "qx", b + "holds", b + "epoch"}
+	return []string{b + "lock", b + "fence", b + "q", b + "qx", b + "holds", b + "epoch", b + "w", b + "gone"}
 }
 
 // fanout runs args on every node at once and waits for every reply.
@@ -210,9 +210,9 @@ func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) 
 	tok := token()
 	// The argument layout of primitives.Lock's 'acquire' call (keep in sync
 	// with primitives/lock.go acquireCall): token, ttl ms, owner, enqueue,
-	// queue entry ttl ms, fence idle ms, waiter id. One attempt: waiter id =
-	// token.
-	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "60000", "604800000", tok})
+	// queue entry ttl ms, fence idle ms, waiter id, queue score, fence init.
+	// One attempt: waiter id = token.
+	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "3000", "604800000", tok, "0", "0"})
 	ok := 0
 	var errs []error
 	for _, r := range res {
@@ -226,7 +226,7 @@ func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) 
 		}
 	}
 	rel := func(ctx context.Context) error {
-		for _, r := range f.fanout(ctx, keys, []string{"release", tok, "", "100", "redlock:{" + key + "}:ch"}) {
+		for _, r := range f.fanout(ctx, keys, []string{"release", tok, "", "100", "redlock:{" + key + "}:ch", ""}) {
 			if err := r.Error(); err != nil {
 				return err
 			}
