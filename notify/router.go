@@ -37,10 +37,10 @@ type Waiter struct {
 	topics  []string
 	token   string
 	unready int // topics not yet confirmed; router-owned
-	c     chan struct{}
-	ready chan struct{}
-	r     *Router
-	once  sync.Once
+	c       chan struct{}
+	ready   chan struct{}
+	r       *Router
+	once    sync.Once
 }
 
 // C returns the wake-up channel. It is never closed.
