@@ -50,6 +50,11 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	if err := ctx.Err(); err != nil {
 		return attemptResult{err: err}
 	}
+	select {
+	case <-c.Done():
+		return attemptResult{err: ErrClosed}
+	default:
+	}
 	n, q := c.N(), c.Quorum()
 	token := newToken()
 	call := x.acquireCall(token, wid, enqueue)

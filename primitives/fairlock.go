@@ -104,18 +104,22 @@ func (f *FairLock) WaiterTimeout() time.Duration { return f.wt }
 // no queue entry on any node; ErrQuorumUnavailable and ErrWrongType as for
 // Lock.TryAcquire.
 func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
 	w := &fairWaiter{f: f, wid: newToken()}
 	r := attemptExclusive(ctx, f.c, w, w.wid, false)
+	f.c.Instruments().RecordAcquire("fairlock", start, r.err)
 	return r.lease, r.err
 }
 
 // Acquire blocks until the lock is held or ctx ends; then it returns an
 // error that Is ctx.Err() and holds nothing (its queue entry is removed from
 // every node). Waiters are granted in the order their enqueue completed.
-func (f *FairLock) Acquire(ctx context.Context) (*Lease, error) {
+func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	start := time.Now()
+	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
 	w := &fairWaiter{f: f, wid: newToken()}
 	first := true
-	lease, err := waitLoop(ctx, f.c, []string{f.topic}, w.wid, func(enqueue bool) attemptResult {
+	lease, err = waitLoop(ctx, f.c, []string{f.topic}, w.wid, func(enqueue bool) attemptResult {
 		if first && !enqueue {
 			// the uncontended path: one round, no ticket, no entry
 			first = false

@@ -1,0 +1,398 @@
+package primitives
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+//go:embed latch.lua
+var latchLua string
+
+var latchScript = nodeactor.NewScript("latch", latchLua)
+
+const (
+	// LatchIdleTTL is how long a latch in progress survives without any
+	// CountDown, Count or Wait check; every one of them refreshes it.
+	LatchIdleTTL = 7 * 24 * time.Hour
+	// LatchOpenTTL is how long an opened latch stays (open) after it opened;
+	// after that its name starts a new latch.
+	LatchOpenTTL = 24 * time.Hour
+	// latchRetries bounds the rounds of one CountDown that fail to reach a
+	// quorum before it returns an error.
+	latchRetries = 4
+)
+
+// CountDownLatch opens once `count` distinct count-downs were made. Each
+// count-down is an id: CountDown draws a random one (reused by its internal
+// retries), CountDownID takes the caller's, so a retried call counts once.
+// Per node the latch is its initial count plus the set of ids; the count is
+// initial − |union of the ids over a quorum|, never below zero. The latch
+// is created on first use and a second creator never resets it. It is safe
+// for concurrent use. See docs/latch.md.
+type CountDownLatch struct {
+	c       *coordinator.Coordinator
+	name    string
+	count   int
+	keys    []string
+	topic   string
+	channel string
+}
+
+// NewCountDownLatch returns the latch called name with initial count count
+// (count 0 is open at once). It validates its arguments (errors wrap
+// ErrInvalidArgument; WithOwner is not supported) and does no network I/O:
+// the latch is created on first use, where it is missing; an existing latch
+// is never reset, and one stored with another count is refused
+// (ErrInvalidArgument) at first use.
+func NewCountDownLatch(c *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
+	o, err := buildOptions(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.fairOnly(); err != nil {
+		return nil, err
+	}
+	if o.ownerSet {
+		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
+	}
+	if err := coordinator.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if count < 0 {
+		return nil, fmt.Errorf("%w: latch count %d is negative", ErrInvalidArgument, count)
+	}
+	return &CountDownLatch{c: c, name: name, count: count,
+		keys:  []string{c.Key(name, "latch"), c.Key(name, "latch:ids")},
+		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
+}
+
+// Name returns the latch's name.
+func (l *CountDownLatch) Name() string { return l.name }
+
+// Initial returns the initial count.
+func (l *CountDownLatch) Initial() int { return l.count }
+
+// CountDown counts down once, with a fresh random id that its internal
+// retries reuse. It returns nil once a quorum of nodes recorded the id (or
+// showed the latch open: a late count-down is a no-op). If it returns an
+// error the count-down may still have been recorded (at least once).
+func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	return l.CountDownID(ctx, newToken())
+}
+
+// CountDownID counts down with the caller's id: exactly once per id, however
+// often it is called or retried. The id is 1..512 bytes.
+func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
+	if id == "" || len(id) > coordinator.MaxNameLen {
+		return fmt.Errorf("%w: count-down id must be 1..%d bytes", ErrInvalidArgument, coordinator.MaxNameLen)
+	}
+	if l.count == 0 {
+		return nil
+	}
+	backoff := l.c.Config().RetryDelay
+	var err error
+	for try := 0; try < latchRetries; try++ {
+		if try > 0 {
+			t := time.NewTimer(jitter(backoff))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("redlock: latch %q count-down: %w (%w)", l.name, ctx.Err(), err)
+			}
+			backoff = min(2*backoff, l.c.Config().MaxRetryDelay)
+		}
+		var v *latchRound
+		v, err = l.round(ctx, l.call("countdown", id, l.channel))
+		if err == nil {
+			// Recorded on a quorum: the count-down is done. Opening is
+			// best effort here; waiters re-check (the script told one per
+			// process) and open it themselves if this fails.
+			_, _ = l.settle(ctx, v)
+			return nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// Count returns initial − |union of the ids over a quorum|, never below
+// zero (0 once open). It creates the latch where it is missing.
+func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
+	if l.count == 0 {
+		return 0, nil
+	}
+	v, err := l.round(ctx, l.call("get"))
+	if err != nil {
+		return 0, err
+	}
+	return l.settle(ctx, v)
+}
+
+// Wait blocks until a quorum of nodes shows the latch open (or the union
+// of the ids over a quorum reaches the count: then it opens the latch). On
+// ctx end it returns an error that Is ctx.Err(). It wakes on the opening's
+// push message and re-checks at least every second without one (a lost
+// push); in WaitPolling mode it re-checks with backoff.
+func (l *CountDownLatch) Wait(ctx context.Context) error {
+	if l.count == 0 {
+		return nil
+	}
+	cfg := l.c.Config()
+	var wake <-chan struct{}
+	if cfg.WaitStrategy == coordinator.WaitNotify {
+		w := l.c.Router().Register(l.topic, "")
+		defer w.Close()
+		wake = w.C()
+		t := time.NewTimer(2 * cfg.NodeTimeout)
+		select {
+		case <-w.Ready():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	backoff := cfg.RetryDelay
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("redlock: latch %q wait: %w", l.name, err)
+		}
+		n, err := l.Count(ctx)
+		switch {
+		case err == nil && n == 0:
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("redlock: latch %q wait: %w", l.name, ctx.Err())
+		case err != nil && !retryable(err):
+			return err
+		}
+		d := recheckCap
+		if wake == nil || err != nil {
+			d = min(jitter(backoff), recheckCap)
+			backoff = min(2*backoff, cfg.MaxRetryDelay)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+func (l *CountDownLatch) call(op string, args ...string) nodeactor.Call {
+	ttl := LatchIdleTTL
+	if op == "open" {
+		ttl = LatchOpenTTL
+	}
+	return nodeactor.Call{Script: latchScript, Keys: l.keys,
+		Args: append([]string{op, strconv.Itoa(l.count), ms(ttl)}, args...)}
+}
+
+// latchState is one node's view.
+type latchState struct {
+	size    int64
+	opened  bool
+	digest  string
+	existed bool
+	ids     []string // members op only
+}
+
+func parseLatch(rep nodeactor.Reply) (st latchState, mismatch int64, err error) {
+	if rep.Err != nil {
+		return st, 0, rep.Err
+	}
+	arr, err := rep.Msg.ToArray()
+	if err != nil || len(arr) < 5 {
+		return st, 0, fmt.Errorf("redlock: unexpected latch reply %v", rep.Msg)
+	}
+	code, err1 := arr[0].AsInt64()
+	size, err2 := arr[1].AsInt64()
+	op, err3 := arr[2].AsInt64()
+	dg, err4 := arr[3].ToString()
+	ex, err5 := arr[4].AsInt64()
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return st, 0, fmt.Errorf("redlock: unexpected latch reply %v: %w", rep.Msg, err)
+	}
+	if code == -2 {
+		return st, size, nil
+	}
+	st = latchState{size: size, opened: op == 1, digest: dg, existed: ex == 1}
+	for _, m := range arr[5:] {
+		s, err := m.ToString()
+		if err != nil {
+			return st, 0, fmt.Errorf("redlock: unexpected latch id %v", m)
+		}
+		st.ids = append(st.ids, s)
+	}
+	return st, 0, nil
+}
+
+// latchRound is the states of the nodes that answered one round.
+type latchRound struct {
+	states []latchState
+}
+
+// round sends call to every node and returns once a quorum answered with
+// the latch's state. A stored count that differs on so many nodes that no
+// quorum can agree is ErrInvalidArgument; too few answers is
+// ErrQuorumUnavailable.
+func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latchRound, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-l.c.Done(): // a closed coordinator is fatal, not a lost quorum
+		return nil, fmt.Errorf("redlock: latch %q: %w", l.name, ErrClosed)
+	default:
+	}
+	n, q := l.c.N(), l.c.Quorum()
+	// Writes (countdown, add, open) go on the urgent lane: they reach every
+	// node even after a quorum decided; reads may be dropped once decided.
+	lane := nodeactor.Urgent
+	if call.Args[0] == "get" || call.Args[0] == "members" {
+		lane = nodeactor.Normal
+	}
+	r := l.c.Fanout(ctx, lane, func(int) nodeactor.Call { return call },
+		func(r *coordinator.Round) bool {
+			ok := 0
+			for i, rep := range r.Replies {
+				if r.Answered[i] {
+					if _, m, err := parseLatch(rep); err == nil && m == 0 {
+						ok++
+					}
+				}
+			}
+			return ok >= q || r.NAnswered-ok > n-q
+		}, nil)
+	out := &latchRound{}
+	mismatch, stored := 0, int64(0)
+	var errs []error
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			errs = append(errs, rep.Err)
+			continue
+		}
+		st, m, err := parseLatch(rep)
+		switch {
+		case err != nil && isWrongType(err):
+			return nil, fmt.Errorf("%w: %w", ErrWrongType, err)
+		case err != nil:
+			errs = append(errs, err)
+		case m != 0:
+			mismatch++
+			stored = m
+		default:
+			out.states = append(out.states, st)
+		}
+	}
+	if len(out.states) >= q {
+		return out, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if mismatch > 0 {
+		err := fmt.Errorf("%w: latch %q exists with count %d, not %d", ErrInvalidArgument, l.name, stored, l.count)
+		if mismatch > n-q {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("%w: latch %q: %d of %d nodes answered: %w",
+		ErrQuorumUnavailable, l.name, len(out.states), n, errors.Join(errs...))
+}
+
+// settle turns a quorum's states into the count: open if any node shows
+// the open marker (propagated to a quorum before saying so) or the union of
+// the ids reaches the count (made durable on a quorum, then the marker
+// written); otherwise initial − |union|.
+func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error) {
+	q := l.c.Quorum()
+	opened := 0
+	for _, st := range v.states {
+		if st.opened {
+			opened++
+		}
+	}
+	if opened >= q {
+		return 0, nil
+	}
+	if opened > 0 {
+		// Someone saw the union reach the count on a quorum and started
+		// writing the marker: finish it.
+		return 0, l.open(ctx)
+	}
+	size, err := l.union(ctx, v)
+	if err != nil {
+		return 0, err
+	}
+	if size >= l.count {
+		return 0, l.open(ctx)
+	}
+	return l.count - size, nil
+}
+
+// union returns |union of the ids| over a quorum. When every state agrees
+// (same size and digest) that is the size; otherwise it reads the members
+// of a quorum and writes the union back (read-repair) to a quorum, so the
+// count it reports never goes up again.
+func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) {
+	same := true
+	for _, st := range v.states[1:] {
+		if st.size != v.states[0].size || st.digest != v.states[0].digest {
+			same = false
+			break
+		}
+	}
+	if same {
+		return int(v.states[0].size), nil
+	}
+	m, err := l.round(ctx, l.call("members"))
+	if err != nil {
+		return 0, err
+	}
+	set := map[string]struct{}{}
+	for _, st := range m.states {
+		if st.opened {
+			return l.count, nil
+		}
+		for _, id := range st.ids {
+			set[id] = struct{}{}
+		}
+	}
+	complete := true
+	for _, st := range m.states {
+		if int(st.size) != len(set) {
+			complete = false
+		}
+	}
+	if complete {
+		return len(set), nil
+	}
+	ids := make([]string, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	if _, err := l.round(ctx, l.call("add", ids...)); err != nil {
+		return 0, err
+	}
+	return len(set), nil
+}
+
+// open writes the open marker to every node (each node publishes "a",
+// waking every waiter) and succeeds once a quorum confirmed it.
+func (l *CountDownLatch) open(ctx context.Context) error {
+	_, err := l.round(ctx, l.call("open", l.channel))
+	return err
+}

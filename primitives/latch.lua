@@ -1,0 +1,113 @@
+-- redlock CountDownLatch script, layout version 1 ("rl1"). Per node the
+-- latch is its initial count plus the SET of count-down ids; the client
+-- takes the union over a quorum. One script, one round trip per operation
+-- per node; ARGV[1] selects it.
+-- KEYS[1] hash "<p>{name}:latch": t = "rl1:latch" (type marker), count =
+--         initial count, opened = "1" once open, d = digest of the ids (sum
+--         of the first 52 bits of each id's SHA1, mod 2^52: equal sets have
+--         equal digests, so equal (size, digest) on every reply means no
+--         member round is needed)
+-- KEYS[2] set "<p>{name}:latch:ids"
+-- Every op that answers the latch's state replies
+--   {code, size, opened, digest, existed}
+-- code 1 = ok, -2 = another initial count is stored (size = that count);
+-- existed = 0 when this call created the latch on this node (its ids are
+-- unknown there: a restarted node, never a zero count).
+local op = ARGV[1]
+local count, ttl = tonumber(ARGV[2]), ARGV[3]
+
+local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock latch key') end
+local ht = redis.call('TYPE', KEYS[1])['ok']
+if ht ~= 'none' and ht ~= 'hash' then return wrong(KEYS[1]) end
+if ht == 'hash' and redis.call('HGET', KEYS[1], 't') ~= 'rl1:latch' then return wrong(KEYS[1]) end
+local st = redis.call('TYPE', KEYS[2])['ok']
+if st ~= 'none' and st ~= 'set' then return wrong(KEYS[2]) end
+
+local existed = 1
+local stored = false
+if ht == 'hash' then stored = tonumber(redis.call('HGET', KEYS[1], 'count') or '') end
+if stored and stored ~= count then return {-2, stored, 0, '0', 1} end
+local opened = ht == 'hash' and redis.call('HGET', KEYS[1], 'opened') == '1'
+
+local function pexpire_max(k, ms)
+  if redis.call('PTTL', k) < tonumber(ms) then redis.call('PEXPIRE', k, ms) end
+end
+
+-- create the latch where it is missing; keep an open latch's TTL (set when
+-- it opened), refresh an open one's idle TTL
+local function touch()
+  if not stored then
+    redis.call('HSET', KEYS[1], 't', 'rl1:latch', 'count', count)
+    if redis.call('HEXISTS', KEYS[1], 'd') == 0 then redis.call('HSET', KEYS[1], 'd', '0') end
+    if ht == 'none' then existed = 0 end
+    stored = count
+  end
+  if not opened then
+    pexpire_max(KEYS[1], ttl)
+    if redis.call('EXISTS', KEYS[2]) == 1 then pexpire_max(KEYS[2], ttl) end
+  end
+end
+
+local function add(id)
+  if redis.call('SADD', KEYS[2], id) == 1 then
+    local h = tonumber(string.sub(redis.sha1hex(id), 1, 13), 16)
+    local d = tonumber(redis.call('HGET', KEYS[1], 'd') or '0') + h
+    d = d % 4503599627370496
+    redis.call('HSET', KEYS[1], 'd', string.format('%.0f', d))
+    return 1
+  end
+  return 0
+end
+
+local function state()
+  return {1, redis.call('SCARD', KEYS[2]), opened and 1 or 0,
+    redis.call('HGET', KEYS[1], 'd') or '0', existed}
+end
+
+if op == 'get' then
+  -- ARGV: 2 count, 3 idle ms
+  touch()
+  return state()
+
+elseif op == 'countdown' then
+  -- ARGV: 2 count, 3 idle ms, 4 id, 5 channel. A late count-down (the latch
+  -- is open) is a no-op. Each new id tells one waiter per process to
+  -- re-check, so a count-down whose own view missed a concurrent one (or
+  -- whose caller died before opening) still opens the latch at once.
+  touch()
+  if not opened and add(ARGV[4]) == 1 then
+    pexpire_max(KEYS[2], ttl)
+    redis.call('PUBLISH', ARGV[5], 'n:1')
+  end
+  return state()
+
+elseif op == 'members' then
+  -- ARGV: 2 count, 3 idle ms. state, then the ids
+  touch()
+  local out = state()
+  for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do out[#out + 1] = id end
+  return out
+
+elseif op == 'add' then
+  -- read-repair: ARGV: 2 count, 3 idle ms, 4.. ids
+  touch()
+  if not opened then
+    for i = 4, #ARGV do add(ARGV[i]) end
+    if #ARGV >= 4 then pexpire_max(KEYS[2], ttl) end
+  end
+  return state()
+
+elseif op == 'open' then
+  -- ARGV: 2 count, 3 ttl ms after opening, 4 channel. Written to every node
+  -- once the union reached the count on a quorum; wakes every waiter.
+  touch()
+  if not opened then
+    redis.call('HSET', KEYS[1], 'opened', '1')
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+    opened = true
+    redis.call('PUBLISH', ARGV[4], 'a')
+  end
+  return state()
+end
+return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

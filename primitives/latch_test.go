@@ -1,0 +1,426 @@
+package primitives_test
+
+// CountDownLatch tests (SPEC §3, §5 S5): miniredis unit tests, then real
+// redis-servers: concurrent counters and waiters, a node restarted empty,
+// the channel API.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/chanapi"
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+func mustLatch(t *testing.T, c *coordinator.Coordinator, name string, count int) *primitives.CountDownLatch {
+	t.Helper()
+	l, err := primitives.NewCountDownLatch(c, name, count)
+	if err != nil {
+		t.Fatalf("NewCountDownLatch(%q, %d): %v", name, count, err)
+	}
+	return l
+}
+
+func latchCount(t *testing.T, l *primitives.CountDownLatch) int {
+	t.Helper()
+	n, err := l.Count(context.Background())
+	if err != nil {
+		t.Fatalf("Count: %v", err)
+	}
+	return n
+}
+
+// latchWait runs l.Wait with timeout d and returns its error.
+func latchWait(l *primitives.CountDownLatch, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return l.Wait(ctx)
+}
+
+func TestLatchMiniBasic(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	c := newCoord(t, testutil.MiniAddrs(ms))
+	ctx := context.Background()
+	l := mustLatch(t, c, "basic", 3)
+	for i := 3; i > 0; i-- {
+		if n := latchCount(t, l); n != i {
+			t.Fatalf("Count = %d, want %d", n, i)
+		}
+		if err := latchWait(l, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on a closed latch (count %d): %v", i, err)
+		}
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatalf("CountDown: %v", err)
+		}
+	}
+	if err := latchWait(l, 5*time.Second); err != nil {
+		t.Fatalf("Wait after the last CountDown: %v", err)
+	}
+	for range 3 { // late count-downs are no-ops; never below zero
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := latchCount(t, l); n != 0 {
+		t.Fatalf("Count after extra count-downs = %d", n)
+	}
+	for i, m := range ms {
+		for _, k := range m.Keys() {
+			if ttl := m.TTL(k); ttl <= 0 || ttl > primitives.LatchOpenTTL {
+				t.Errorf("node %d: key %s TTL %v (open latches expire after %v)", i, k, ttl, primitives.LatchOpenTTL)
+			}
+		}
+	}
+}
+
+func TestLatchMiniCountDownIDOnce(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	c := newCoord(t, testutil.MiniAddrs(ms))
+	ctx := context.Background()
+	l := mustLatch(t, c, "ids", 3)
+	for range 3 {
+		if err := l.CountDownID(ctx, "job-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := latchCount(t, l); n != 2 {
+		t.Fatalf("CountDownID of one id three times: Count = %d, want 2", n)
+	}
+	// a second process counting down with the same id counts once too
+	l2 := mustLatch(t, newCoord(t, testutil.MiniAddrs(ms)), "ids", 3)
+	if err := l2.CountDownID(ctx, "job-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.CountDownID(ctx, "job-2"); err != nil {
+		t.Fatal(err)
+	}
+	if n := latchCount(t, l); n != 1 {
+		t.Fatalf("Count = %d, want 1", n)
+	}
+	for i, m := range ms {
+		if ttl := m.TTL("redlock:{ids}:latch:ids"); ttl <= 0 || ttl > primitives.LatchIdleTTL {
+			t.Errorf("node %d: ids TTL %v", i, ttl)
+		}
+	}
+}
+
+func TestLatchMiniSecondCreatorDoesNotReset(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	ctx := context.Background()
+	l1 := mustLatch(t, newCoord(t, testutil.MiniAddrs(ms)), "shared", 4)
+	if err := l1.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustLatch(t, newCoord(t, testutil.MiniAddrs(ms)), "shared", 4)
+	if n := latchCount(t, l2); n != 2 {
+		t.Fatalf("second creator sees Count %d, want 2 (a latch in progress is never reset)", n)
+	}
+	l3 := mustLatch(t, newCoord(t, testutil.MiniAddrs(ms)), "shared", 7)
+	if _, err := l3.Count(ctx); !errors.Is(err, primitives.ErrInvalidArgument) || !strings.Contains(err.Error(), "count 4") {
+		t.Fatalf("count mismatch: %v", err)
+	}
+	if err := l3.CountDown(ctx); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("CountDown with a count mismatch: %v", err)
+	}
+	if err := latchWait(l3, 5*time.Second); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("Wait with a count mismatch must fail at once: %v", err)
+	}
+	if n := latchCount(t, l1); n != 2 {
+		t.Fatalf("the mismatched creator changed the latch: Count %d", n)
+	}
+}
+
+func TestLatchMiniMissingNodeIsUnknownNotZero(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	c := newCoord(t, testutil.MiniAddrs(ms))
+	ctx := context.Background()
+	l := mustLatch(t, c, "lost", 3)
+	for range 2 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each count-down reached a quorum, and two quorums of 3 share a node:
+	// some node has both ids. Keep it; the other two fail: one loses
+	// everything (restarted empty), one is down. The quorum {empty, keeper}
+	// must still count the keeper's ids.
+	keep := -1
+	if !semEventually(5*time.Second, func() bool {
+		for i, m := range ms {
+			if ids, _ := m.Members("redlock:{lost}:latch:ids"); len(ids) == 2 {
+				keep = i
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no node has both acknowledged count-downs")
+	}
+	empty, down := ms[(keep+1)%3], ms[(keep+2)%3]
+	empty.FlushAll()
+	down.Close()
+	if n := latchCount(t, l); n != 1 {
+		t.Fatalf("Count with one node emptied and one down = %d, want 1", n)
+	}
+	if m, _ := empty.Members("redlock:{lost}:latch:ids"); len(m) != 2 {
+		t.Fatalf("read-repair did not write the ids back to the emptied node: %v", m)
+	}
+	if err := latchWait(l, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait opened early: %v", err)
+	}
+	if err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := latchWait(l, 5*time.Second); err != nil {
+		t.Fatalf("Wait after the last count-down: %v", err)
+	}
+}
+
+func TestLatchMiniZeroAndCancel(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	c := newCoord(t, testutil.MiniAddrs(ms))
+	z := mustLatch(t, c, "zero", 0)
+	if err := latchWait(z, time.Second); err != nil {
+		t.Fatalf("count 0 latch: Wait = %v", err)
+	}
+	if n := latchCount(t, z); n != 0 {
+		t.Fatalf("count 0 latch: Count = %d", n)
+	}
+	l := mustLatch(t, c, "cancel", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait after cancel: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return after cancel")
+	}
+	if err := latchWait(l, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a deadline: %v", err)
+	}
+}
+
+func TestLatchMiniWrongType(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	c := newCoord(t, testutil.MiniAddrs(ms))
+	for _, m := range ms {
+		m.Set("redlock:{wt}:latch", "a user's value")
+	}
+	l := mustLatch(t, c, "wt", 2)
+	if err := l.CountDown(context.Background()); !errors.Is(err, primitives.ErrWrongType) {
+		t.Fatalf("CountDown over a user's key: %v", err)
+	}
+	if err := latchWait(l, 5*time.Second); !errors.Is(err, primitives.ErrWrongType) {
+		t.Fatalf("Wait over a user's key: %v", err)
+	}
+	if v, _ := ms[0].Get("redlock:{wt}:latch"); v != "a user's value" {
+		t.Fatalf("user's key changed: %q", v)
+	}
+	if ms[0].Exists("redlock:{wt}:latch:ids") {
+		t.Fatal("ids key created next to a user's key")
+	}
+}
+
+func TestLatchMiniBadInput(t *testing.T) {
+	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
+	cases := map[string]func() error{
+		"count -1":        func() error { _, err := primitives.NewCountDownLatch(c, "x", -1); return err },
+		"WithOwner":       func() error { _, err := primitives.NewCountDownLatch(c, "x", 1, primitives.WithOwner("o")); return err },
+		"WithResize":      func() error { _, err := primitives.NewCountDownLatch(c, "x", 1, primitives.WithResize()); return err },
+		"nil coordinator": func() error { _, err := primitives.NewCountDownLatch(nil, "x", 1); return err },
+		"empty name":      func() error { _, err := primitives.NewCountDownLatch(c, "", 1); return err },
+		"empty id": func() error {
+			return mustLatch(t, c, "x", 1).CountDownID(context.Background(), "")
+		},
+		"nil latch watcher": func() error { _, err := chanapi.Latch(nil); return err },
+	}
+	for name, f := range cases {
+		if err := f(); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func TestLatchMiniWatcher(t *testing.T) {
+	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 3)))
+	l := mustLatch(t, c, "watched", 2)
+	w, err := chanapi.Latch(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	stopped, err := chanapi.Latch(l) // closed before the latch opens
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped.Close()
+	stopped.Close()
+	select {
+	case <-stopped.Opened():
+		t.Fatal("Opened closed by Close")
+	default:
+	}
+	for range 2 {
+		select {
+		case <-w.Opened():
+			t.Fatal("Opened before the count reached zero")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if err := l.CountDown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-w.Opened():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Opened not closed after the last count-down")
+	}
+	if w.Err() != nil {
+		t.Fatalf("Err after opening: %v", w.Err())
+	}
+}
+
+// ---------------------------------------------------------------- real servers
+
+func TestLatchRealCountersAndWaiters(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const n = 5
+	for round, strat := range []coordinator.WaitStrategy{coordinator.WaitNotify, coordinator.WaitPolling} {
+		name := "gate" + strconv.Itoa(round)
+		var counted atomic.Int64  // count-downs started
+		var early atomic.Int64    // waiters that returned before the 5th count-down started
+		var returned atomic.Int64 // waiters that returned
+		var lastStart atomic.Int64
+		var wg sync.WaitGroup
+		lat := make([]time.Duration, n)
+		for w := range n {
+			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })
+			l := mustLatch(t, c, name, n)
+			wg.Go(func() {
+				err := latchWait(l, 20*time.Second)
+				if counted.Load() < n {
+					early.Add(1)
+				}
+				if err != nil {
+					t.Errorf("waiter %d: %v", w, err)
+					return
+				}
+				lat[w] = time.Duration(time.Now().UnixNano() - lastStart.Load())
+				returned.Add(1)
+			})
+		}
+		time.Sleep(100 * time.Millisecond) // waiters are subscribed and waiting
+		var cw sync.WaitGroup
+		for k := range n {
+			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })
+			l := mustLatch(t, c, name, n)
+			cw.Go(func() {
+				time.Sleep(time.Duration(k) * 30 * time.Millisecond)
+				if k == n-1 { // the 5th: nobody may have returned yet
+					lastStart.Store(time.Now().UnixNano())
+				}
+				counted.Add(1)
+				if err := l.CountDown(context.Background()); err != nil {
+					t.Errorf("counter %d: %v", k, err)
+				}
+			})
+		}
+		cw.Wait()
+		wg.Wait()
+		if early.Load() > 0 {
+			t.Fatalf("strategy %d: %d waiters returned before the 5th CountDown", strat, early.Load())
+		}
+		if returned.Load() != n {
+			t.Fatalf("strategy %d: %d of %d waiters returned", strat, returned.Load(), n)
+		}
+		t.Logf("strategy %d: waiters released %v after the last CountDown started", strat, lat)
+	}
+}
+
+func TestLatchRealConcurrentCountDownsNeverBelowZero(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const count = 3
+	var wg sync.WaitGroup
+	for k := range 8 {
+		l := mustLatch(t, newCoord(t, addrs), "burst", count)
+		wg.Go(func() {
+			if err := l.CountDown(context.Background()); err != nil {
+				t.Errorf("counter %d: %v", k, err)
+			}
+			if n, err := l.Count(context.Background()); err != nil || n < 0 || n > count {
+				t.Errorf("counter %d: Count = %d, %v", k, n, err)
+			}
+		})
+	}
+	wg.Wait()
+	l := mustLatch(t, newCoord(t, addrs), "burst", count)
+	if n := latchCount(t, l); n != 0 {
+		t.Fatalf("Count after 8 count-downs of 3 = %d", n)
+	}
+	if err := latchWait(l, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range srv {
+		if v, err := s.Do("HGET", "redlock:{burst}:latch", "opened"); err != nil || v != "1" {
+			t.Errorf("node %d: opened marker %q, %v", i, v, err)
+		}
+	}
+}
+
+func TestLatchRealRestartedEmptyNodeDoesNotOpen(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 100 * time.Millisecond })
+	ctx := context.Background()
+	l := mustLatch(t, c, "restart", 3)
+	// two count-downs that reach nodes 1 and 2 only (node 0 is down)
+	srv[0].Kill()
+	for range 2 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv[0].RestartEmpty()
+	srv[2].RestartEmpty() // node 2 loses its ids too: only node 1 remembers them
+	var n int
+	var err error
+	if !semEventually(5*time.Second, func() bool { n, err = l.Count(ctx); return err == nil }) {
+		t.Fatalf("Count: %v", err)
+	}
+	if n < 1 {
+		t.Fatalf("latch opened early after empty restarts: Count %d", n)
+	}
+	t.Logf("Count after two nodes restarted empty: %d (true count 1; 3 means both ids were on no quorum)", n)
+	if err := latchWait(l, 300*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait returned early after empty restarts: %v", err)
+	}
+	for range n {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := latchWait(l, 5*time.Second); err != nil {
+		t.Fatalf("Wait after the count reached zero: %v", err)
+	}
+}

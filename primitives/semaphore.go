@@ -1,0 +1,545 @@
+package primitives
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+//go:embed semaphore.lua
+var semLua string
+
+var semScript = nodeactor.NewScript("semaphore", semLua)
+
+const (
+	// MaxPermits bounds a semaphore's permit count: a refused attempt scans
+	// every slot on the node (one GET each, inside the script).
+	MaxPermits = 1024
+	// semMaxFree bounds the free slots one refusal reports.
+	semMaxFree = 64
+	// semProposals bounds the slots one attempt proposes in a row while the
+	// replies show a slot reserved for this waiter or free on a quorum.
+	semProposals = 4
+)
+
+// errResize is what WithResize returns to constructors that do not take it:
+// only NewSemaphore recognises it (and drops it).
+var errResize = fmt.Errorf("%w: WithResize is only supported by Semaphore", ErrInvalidArgument)
+
+// WithResize lets a Semaphore change the permit count of a live semaphore
+// to its own: its acquisitions overwrite the stored count. A grow takes
+// effect at once; a shrink stops new grants on the removed slots at once,
+// and this semaphore's own acquisitions wait until every removed slot is
+// free (so once one of them succeeds, at most the new count is held). Other
+// clients must then use the new count (they get ErrInvalidArgument until
+// they do). Only NewSemaphore accepts it.
+func WithResize() Option {
+	return func(*options) error { return errResize }
+}
+
+// Semaphore admits at most `permits` holders at once across a quorum of
+// nodes. The permits are slots, each an exclusive quorum lock (see
+// docs/semaphore.md); each acquired permit is its own Lease, with a
+// per-slot fence. It is safe for concurrent use. Blocked acquirers queue on
+// the nodes and a released permit is handed to the longest waiter.
+type Semaphore struct {
+	c       *coordinator.Coordinator
+	name    string
+	permits int
+	o       options
+	resize  bool
+	keys    []string // config, waiter order, waiter state
+	prefix  string   // slot key prefix "<p>{name}:s:"
+	topic   string
+	channel string
+}
+
+var _ Locker = (*Semaphore)(nil)
+
+// NewSemaphore returns the semaphore called name with permits permits
+// (1..MaxPermits). It validates its arguments (errors wrap
+// ErrInvalidArgument; WithOwner is not supported) and does no network I/O.
+// A semaphore stored with another permit count is refused at the first
+// attempt (ErrInvalidArgument) unless WithResize is given.
+func NewSemaphore(c *coordinator.Coordinator, name string, permits int, opts ...Option) (*Semaphore, error) {
+	resize := false
+	kept := make([]Option, 0, len(opts))
+	for _, opt := range opts {
+		if opt != nil {
+			var probe options
+			if err := opt(&probe); errors.Is(err, errResize) {
+				resize = true
+				continue
+			}
+		}
+		kept = append(kept, opt)
+	}
+	o, err := buildOptions(c, kept)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.fairOnly(); err != nil {
+		return nil, err
+	}
+	if o.ownerSet {
+		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
+	}
+	if err := coordinator.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if permits <= 0 || permits > MaxPermits {
+		return nil, fmt.Errorf("%w: permits %d out of range 1..%d", ErrInvalidArgument, permits, MaxPermits)
+	}
+	return &Semaphore{c: c, name: name, permits: permits, o: o, resize: resize,
+		keys: []string{c.Key(name, "sem"), c.Key(name, "sq"), c.Key(name, "sqx")}, prefix: c.Key(name, "s:"),
+		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
+}
+
+// Name returns the resource name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits returns the permit count this semaphore was created with.
+func (s *Semaphore) Permits() int { return s.permits }
+
+// TryAcquire makes one attempt: it proposes a slot and, while the replies
+// show another slot free on a quorum, proposes that one (at most a few in a
+// row). It never queues. It returns a *NotAcquiredError (Is
+// ErrNotAcquired, carrying the soonest permit expiry) when every permit is
+// held, ErrQuorumUnavailable when fewer than a quorum answered, and
+// ErrInvalidArgument when the stored permit count differs.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
+	start := time.Now()
+	r := s.attempt(ctx, newProposer(s.permits), newToken(), false)
+	s.c.Instruments().RecordAcquire("semaphore", start, r.err)
+	return r.lease, r.err
+}
+
+// Acquire blocks until a permit is held or ctx ends; then it returns an
+// error that Is ctx.Err() and holds nothing (its queue entry is removed and
+// a permit reserved for it passes on). A blocked Acquire queues on every
+// node; a released permit is handed to the longest waiter, so waiters are
+// served about in arrival order and a releaser cannot barge back in.
+func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
+	start := time.Now()
+	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
+	pr := newProposer(s.permits)
+	wid := newToken()
+	return waitLoop(ctx, s.c, []string{s.topic}, wid,
+		func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
+		func() {
+			s.c.Broadcast(ctx, func(int) nodeactor.Call {
+				return s.call("leave", wid, ms(s.c.Config().HandoffWindow), s.channel)
+			})
+		})
+}
+
+// Available returns the number of slots free on a quorum of the nodes that
+// answered: a hint under contention. It fails with ErrQuorumUnavailable when
+// fewer than a quorum answered.
+func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	q := s.c.Quorum()
+	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
+		return s.call("status", strconv.Itoa(s.permits))
+	}, nil, nil)
+	held := make([]int, s.permits)
+	answered, mismatch, stored := 0, 0, 0
+	var errs []error
+	for i, rep := range r.Replies {
+		if !r.Answered[i] || rep.Err != nil {
+			if rep.Err != nil && isWrongType(rep.Err) {
+				return 0, fmt.Errorf("%w: %w", ErrWrongType, rep.Err)
+			}
+			errs = append(errs, rep.Err)
+			continue
+		}
+		v, err := rep.Msg.AsIntSlice()
+		if err != nil || len(v) < 1 {
+			errs = append(errs, fmt.Errorf("redlock: unexpected semaphore status reply %v", rep.Msg))
+			continue
+		}
+		if v[0] != 0 && int(v[0]) != s.permits && !s.resize {
+			mismatch++
+			stored = int(v[0])
+			continue
+		}
+		answered++
+		for _, slot := range v[1:] {
+			if slot >= 0 && int(slot) < s.permits {
+				held[slot]++
+			}
+		}
+	}
+	if answered < q {
+		if mismatch > 0 {
+			return 0, s.mismatchErr(stored)
+		}
+		return 0, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, answered, s.c.N(), errors.Join(errs...))
+	}
+	free := 0
+	for _, h := range held {
+		if answered-h >= q {
+			free++
+		}
+	}
+	return free, nil
+}
+
+func (s *Semaphore) mismatchErr(stored int) error {
+	return fmt.Errorf("%w: semaphore %q exists with %d permits, not %d (use WithResize to change it)",
+		ErrInvalidArgument, s.name, stored, s.permits)
+}
+
+func (s *Semaphore) call(args ...string) nodeactor.Call {
+	return nodeactor.Call{Script: semScript, Keys: s.keys, Args: append([]string{args[0], s.prefix}, args[1:]...)}
+}
+
+// proposer picks the slot an attempt proposes: one the last refusals
+// showed reserved for us, else one they showed free (see learn), else a
+// random one. It belongs to one Acquire (or TryAcquire).
+type proposer struct {
+	p     int
+	cand  []int
+	score int64 // queue score: the server time this waiter was first refused
+}
+
+func newProposer(p int) *proposer { return &proposer{p: p} }
+
+func (pr *proposer) next() int {
+	if len(pr.cand) == 0 {
+		return rand.IntN(pr.p)
+	}
+	i := rand.IntN(len(pr.cand))
+	s := pr.cand[i]
+	pr.cand[i] = pr.cand[len(pr.cand)-1]
+	pr.cand = pr.cand[:len(pr.cand)-1]
+	return s
+}
+
+// learn keeps, except tried, the slots reserved for us on some node (a
+// handoff: proposing one either wins it or its rollback frees it there)
+// or, if there are none, the slots that enough refusals show free (a
+// quorum of them, or all of them when fewer answered).
+func (pr *proposer) learn(refusals []semReply, tried int, q int) {
+	pr.cand = pr.cand[:0]
+	need := min(q, len(refusals))
+	count := map[int64]int{}
+	reserved := map[int64]bool{}
+	var order []int64
+	for _, r := range refusals {
+		for i, x := range r.free {
+			if x < 0 || int(x) >= pr.p || int(x) == tried {
+				continue
+			}
+			if count[x] == 0 {
+				order = append(order, x)
+			}
+			count[x]++
+			if i < r.nres {
+				reserved[x] = true
+			}
+		}
+	}
+	for _, x := range order {
+		if reserved[x] {
+			pr.cand = append(pr.cand, int(x))
+		}
+	}
+	if len(pr.cand) > 0 {
+		return
+	}
+	for _, x := range order {
+		if count[x] >= need {
+			pr.cand = append(pr.cand, int(x))
+		}
+	}
+}
+
+// attempt proposes slots until one is granted, the replies show no slot to
+// try next (see learn), or semProposals slots were tried.
+func (s *Semaphore) attempt(ctx context.Context, pr *proposer, wid string, enqueue bool) attemptResult {
+	var res attemptResult
+	select {
+	case <-s.c.Done(): // a closed coordinator is fatal, not a lost quorum
+		return attemptResult{err: fmt.Errorf("redlock: semaphore %q: %w", s.name, ErrClosed)}
+	default:
+	}
+	for range semProposals {
+		slot := pr.next()
+		var retry bool
+		res, retry = s.propose(ctx, pr, slot, wid, enqueue)
+		if res.lease != nil || !retry || len(pr.cand) == 0 {
+			return res
+		}
+	}
+	return res
+}
+
+// semReply is one node's answer to an acquire.
+type semReply struct {
+	code  int64 // 1 granted, 0 refused, -2 permit-count mismatch
+	v     int64 // fence if granted; soonest expiry (ms, -1 none) if refused; stored permits on mismatch
+	now   int64
+	drain bool    // refused because a shrink is draining (resizer only)
+	nres  int     // the first nres slots of free are reserved for this waiter
+	free  []int64 // refused: slots reserved for us, then free slots
+}
+
+func parseSemReply(rep nodeactor.Reply) (semReply, error) {
+	if rep.Err != nil {
+		return semReply{}, rep.Err
+	}
+	v, err := rep.Msg.AsIntSlice()
+	if err != nil || len(v) < 4 {
+		return semReply{}, fmt.Errorf("redlock: unexpected semaphore reply %v", rep.Msg)
+	}
+	r := semReply{code: v[0], v: v[1], now: v[2], drain: v[3] == 1}
+	if len(v) > 4 {
+		r.nres = int(min(max(v[4], 0), int64(len(v)-5)))
+		r.free = v[5:]
+	}
+	return r, nil
+}
+
+// propose makes one quorum attempt on slot: the exclusive attempt of the
+// Lock (fresh token, early decision, rollback of partial and late grants,
+// validity, S2 fence per slot), with the replies' free lists fed to pr.
+// retry reports that another proposal may succeed at once.
+func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid string, enqueue bool) (attemptResult, bool) {
+	if err := ctx.Err(); err != nil {
+		return attemptResult{err: err}, false
+	}
+	n, q := s.c.N(), s.c.Quorum()
+	x := semSlot{s: s, slot: slot, score: pr.score}
+	token := newToken()
+	call := x.acquireCall(token, wid, enqueue)
+	rollback := x.rollbackCall(token)
+	lg := &lateGrants{c: s.c, rollback: rollback}
+	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Config().HandoffWindow), s.channel)}
+	late := lg.late
+	if enqueue {
+		late = func(rep nodeactor.Reply) { lg.late(rep); cl.late(rep) }
+	}
+	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
+		func(r *coordinator.Round) bool {
+			g := 0
+			for i, rep := range r.Replies {
+				if r.Answered[i] {
+					if x, err := parseSemReply(rep); err == nil && x.code == 1 {
+						g++
+					}
+				}
+			}
+			return g >= q || r.NAnswered-g > n-q
+		}, late)
+	granted, refused, mismatch, stored := 0, 0, 0, 0
+	var serverNow int64
+	var (
+		grants   []grant
+		hint     time.Duration
+		lists    []semReply
+		errs     []error
+		wrongErr error
+	)
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			errs = append(errs, rep.Err)
+			continue
+		}
+		g, err := parseSemReply(rep)
+		switch {
+		case err != nil && isWrongType(err):
+			wrongErr = err
+		case err != nil:
+			errs = append(errs, err)
+		case g.code == 1:
+			granted++
+			grants = append(grants, grant{ok: true, fence: g.v, now: g.now})
+		case g.code == -2:
+			mismatch++
+			stored = int(g.v)
+		default:
+			refused++
+			if pr.score == 0 {
+				serverNow = max(serverNow, g.now)
+			}
+			hint = max(hint, time.Duration(g.v)*time.Millisecond)
+			if !g.drain {
+				lists = append(lists, g)
+			}
+		}
+	}
+	fail := func(res attemptResult) attemptResult {
+		if pr.score == 0 {
+			// every node orders this waiter by the same score
+			pr.score = serverNow
+		}
+		lg.settle(nil)
+		cl.settle(false)
+		if granted > 0 || r.NAnswered < n {
+			s.c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
+		}
+		return res
+	}
+	if wrongErr != nil {
+		return fail(attemptResult{err: fmt.Errorf("%w: %w", ErrWrongType, wrongErr)}), false
+	}
+	if granted < q {
+		if err := ctx.Err(); err != nil {
+			return fail(attemptResult{err: err}), false
+		}
+		if mismatch > n-q {
+			return fail(attemptResult{err: s.mismatchErr(stored)}), false
+		}
+		if refused > 0 && granted+refused >= q {
+			pr.learn(lists, slot, q)
+			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}}), true
+		}
+		if mismatch > 0 {
+			errs = append(errs, s.mismatchErr(stored))
+		}
+		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
+			ErrQuorumUnavailable, granted+refused, n, errors.Join(errs...))}), false
+	}
+	if ttl := s.o.ttl; ttl-time.Since(r.Start)-s.c.Drift(ttl) <= 0 {
+		return fail(attemptResult{split: true, err: fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start))}), false
+	}
+	fence, err := decideFence(ctx, s.c, x, grants)
+	if err != nil {
+		return fail(attemptResult{err: err}), false
+	}
+	h, err := x.newHold(token, fence, r.Start)
+	if err != nil {
+		lg.settle(nil)
+		cl.settle(false)
+		return attemptResult{err: err}, false
+	}
+	lg.settle(h)
+	if enqueue {
+		// Nodes that did not grant may still queue us (or have reserved a
+		// slot for us): claim there now, and again when a late refusal
+		// shows our request ran after this claim.
+		for i, rep := range r.Replies {
+			if g, err := parseSemReply(rep); !r.Answered[i] || err != nil || g.code != 1 {
+				s.c.SendLate(i, cl.claim)
+			}
+		}
+		cl.settle(true)
+	}
+	return attemptResult{lease: h}, false
+}
+
+// semClaims sends a won waiter's claim to the nodes whose refusal arrived
+// after the attempt was decided (their request ran after the first claim,
+// and queued the waiter again).
+type semClaims struct {
+	c       *coordinator.Coordinator
+	claim   nodeactor.Call
+	mu      sync.Mutex
+	settled bool
+	won     bool
+	pending []int
+}
+
+// late runs on an actor worker goroutine: it never blocks.
+func (sc *semClaims) late(rep nodeactor.Reply) {
+	if g, err := parseSemReply(rep); err != nil || g.code == 1 {
+		return
+	}
+	sc.mu.Lock()
+	if !sc.settled {
+		sc.pending = append(sc.pending, rep.Node)
+		sc.mu.Unlock()
+		return
+	}
+	won := sc.won
+	sc.mu.Unlock()
+	if won {
+		sc.c.SendLate(rep.Node, sc.claim)
+	}
+}
+
+func (sc *semClaims) settle(won bool) {
+	sc.mu.Lock()
+	sc.settled, sc.won = true, won
+	pending := sc.pending
+	sc.pending = nil
+	sc.mu.Unlock()
+	if won {
+		for _, i := range pending {
+			sc.c.SendLate(i, sc.claim)
+		}
+	}
+}
+
+// semSlot is one slot of a semaphore seen as an exclusive lock; it
+// implements the exclusive interface (decideFence writes its fence back).
+type semSlot struct {
+	s     *Semaphore
+	slot  int
+	score int64 // queue score (0: the node's now)
+}
+
+var _ exclusive = semSlot{}
+
+func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	s := x.s
+	resize, enq := "0", "0"
+	if s.resize {
+		resize = "1"
+	}
+	if enqueue {
+		enq = "1"
+	}
+	entryTTL := max(2*s.o.ttl, 2*time.Second)
+	return s.call("acquire", token, strconv.Itoa(x.slot), strconv.Itoa(s.permits), resize,
+		ms(s.o.ttl), ms(FenceIdleTTL), strconv.Itoa(rand.IntN(s.permits)), strconv.Itoa(semMaxFree),
+		wid, enq, ms(entryTTL), strconv.FormatInt(x.score, 10), ms(s.c.Config().HandoffWindow), s.channel)
+}
+
+func (x semSlot) rollbackCall(token string) nodeactor.Call {
+	return x.s.call("rollback", token, strconv.Itoa(x.slot), ms(x.s.c.Config().HandoffWindow), x.s.channel)
+}
+
+func (x semSlot) fenceCall(f int64) nodeactor.Call {
+	return x.s.call("fence", strconv.Itoa(x.slot), strconv.FormatInt(f, 10), ms(FenceIdleTTL), strconv.Itoa(x.s.permits))
+}
+
+func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
+
+func (x semSlot) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+	s := x.s
+	return s.c.NewHold(coordinator.HoldSpec{
+		Keys: []string{s.name}, Token: token, Fence: fence, TTL: s.o.ttl, Start: start,
+		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold,
+		Protocol: &semProto{x: x, token: token},
+	})
+}
+
+// semProto renews and releases one permit (one slot).
+type semProto struct {
+	x     semSlot
+	token string
+}
+
+func (p *semProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
+	s := p.x.s
+	return s.call("renew", p.token, strconv.Itoa(p.x.slot), ms(ttl), ms(FenceIdleTTL), strconv.Itoa(s.permits))
+}
+
+func (p *semProto) ReleaseCall(int) nodeactor.Call {
+	s := p.x.s
+	return s.call("release", p.token, strconv.Itoa(p.x.slot), ms(s.c.Config().HandoffWindow), s.channel)
+}
+
+func (p *semProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }

@@ -1,0 +1,263 @@
+-- redlock Semaphore script, layout version 1 ("rl1"). A semaphore of P
+-- permits is P slots, each an exclusive quorum lock; one script, one round
+-- trip per operation per node; ARGV[1] selects it, ARGV[2] is the slot key
+-- prefix "<p>{name}:s:" (slot i is prefix .. i; every slot key shares the
+-- hash tag of KEYS[1], so it lives in the same cluster slot).
+-- KEYS[1]: config hash "<p>{name}:sem": t = "rl1:sem" (type marker),
+--          p = permits, hi = slots that may still be held (> p while a
+--          shrink drains), f<i> = fence counter of slot i.
+-- KEYS[2]: waiter order (zset: waiter id, score chosen by the waiter, the
+--          same on every node)
+-- KEYS[3]: waiter state (hash: <id> -> entry expiry in server ms,
+--          r:<id> -> the slot reserved for it here, a:<id> -> it made no
+--          attempt since that reservation)
+-- Slot values: "rl1:S:<token>" held, "rl1:R:<waiter id>" reserved for that
+-- waiter by a handoff.
+local op, prefix = ARGV[1], ARGV[2]
+local cfg = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function wrong(k, what)
+  return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not ' .. what)
+end
+local ct = redis.call('TYPE', cfg)['ok']
+if ct ~= 'none' and ct ~= 'hash' then return wrong(cfg, 'a redlock semaphore key') end
+if ct == 'hash' and redis.call('HGET', cfg, 't') ~= 'rl1:sem' then
+  return wrong(cfg, 'a redlock semaphore key')
+end
+local qt = redis.call('TYPE', KEYS[2])['ok']
+if qt ~= 'none' and qt ~= 'zset' then return wrong(KEYS[2], 'a redlock semaphore queue') end
+local xt = redis.call('TYPE', KEYS[3])['ok']
+if xt ~= 'none' and xt ~= 'hash' then return wrong(KEYS[3], 'a redlock semaphore queue') end
+local cp = false
+if ct == 'hash' then cp = tonumber(redis.call('HGET', cfg, 'p') or '') or false end
+
+-- slot(i) returns the slot's value (false when free) or nil, err on a
+-- foreign key.
+local function slot(i)
+  local k = prefix .. i
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' and v.err then return nil, wrong(k, 'a redlock semaphore slot') end
+  if v and string.sub(v, 1, 4) ~= 'rl1:' then return nil, wrong(k, 'a redlock semaphore slot') end
+  return v
+end
+
+local function pexpire_max(k, ttl)
+  if redis.call('PTTL', k) < tonumber(ttl) then redis.call('PEXPIRE', k, ttl) end
+end
+
+-- touch creates the config where missing (or where it lost its permits)
+-- and keeps it alive for the idle time.
+local function touch(p, idle)
+  if not cp then
+    redis.call('HSET', cfg, 't', 'rl1:sem', 'p', p)
+    if tonumber(redis.call('HGET', cfg, 'hi') or '0') < tonumber(p) then redis.call('HSET', cfg, 'hi', p) end
+    cp = tonumber(p)
+  end
+  pexpire_max(cfg, idle)
+end
+
+local function dequeue(id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[3], id, 'r:' .. id, 'a:' .. id)
+end
+
+-- reserved(id) returns the slot reserved for waiter id on this node, if any
+local function reserved(id)
+  local r = redis.call('HGET', KEYS[3], 'r:' .. id)
+  if r and redis.pcall('GET', prefix .. r) == 'rl1:R:' .. id then return tonumber(r) end
+  return nil
+end
+
+-- handoff: slot i was freed. Reserve it for the longest live waiter that
+-- holds no reservation here and tell that waiter; with none (or a slot a
+-- shrink removed), free the slot and tell one local waiter per process to
+-- re-check. Every node orders the waiters by the same score (chosen by the
+-- waiter), so the nodes reserve a freed slot for the same waiter. A waiter
+-- keeps its place until it wins, leaves or expires; one that made no
+-- attempt since its last reservation here lapsed is dropped (a dead waiter
+-- costs one handoff window; a live one queues again under its score).
+local function handoff(i, window, ch)
+  if not cp or i < cp then
+    local ids = redis.call('ZRANGE', KEYS[2], 0, 31)
+    for _, id in ipairs(ids) do
+      local exp = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+      local live = exp > now
+      local r = reserved(id)
+      if live and not r and redis.call('HEXISTS', KEYS[3], 'a:' .. id) == 1 then live = false end
+      if not live then
+        dequeue(id)
+      elseif not r then
+        redis.call('SET', prefix .. i, 'rl1:R:' .. id, 'PX', window)
+        redis.call('HSET', KEYS[3], 'r:' .. id, i, 'a:' .. id, 1)
+        redis.call('PUBLISH', ch, 'h:' .. id)
+        return
+      end
+    end
+  end
+  redis.call('DEL', prefix .. i)
+  redis.call('PUBLISH', ch, 'n:1')
+end
+
+-- unqueue(id): the waiter won or gave up: drop its entry and pass on a
+-- reservation made for it here
+local function unqueue(id, window, ch)
+  local r = reserved(id)
+  dequeue(id)
+  if r then handoff(r, window, ch) end
+end
+
+if op == 'acquire' then
+  -- ARGV: 3 token (fresh per attempt), 4 slot, 5 permits, 6 resize "1"/"0",
+  -- 7 ttl ms, 8 idle ms, 9 scan start, 10 max free slots returned,
+  -- 11 waiter id (stable across one Acquire), 12 enqueue "1"/"0",
+  -- 13 queue entry ttl ms, 14 queue score (server ms the waiter first saw
+  -- refused; "0": this node's now), 15 handoff window ms, 16 channel.
+  -- Reply: {1, fence, now, 0} granted; {0, soonest expiry ms, now, drain,
+  -- n, slots...} refused, where the first n slots are reserved for this
+  -- waiter and the rest are free; {-2, stored permits, now, 0} mismatch.
+  -- Every check that can fail runs before the first write.
+  local tok, s, p = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+  local resize = ARGV[6] == '1'
+  if cp and cp ~= p and not resize then return {-2, cp, now, 0} end
+  local v, err = slot(s)
+  if err then return err end
+  local mine, rsv = 'rl1:S:' .. tok, 'rl1:R:' .. ARGV[11]
+  local hi, busy = p, -1
+  if resize then
+    -- WithResize: this client's permit count wins. A shrink refuses the
+    -- resizer until the removed slots [p, hi) are free on this node (nobody
+    -- proposes them any more once p is written).
+    hi = math.max(tonumber(redis.call('HGET', cfg, 'hi') or '0'), cp or 0, p)
+    for i = p, hi - 1 do
+      local x, e = slot(i)
+      if e then return e end
+      if x then busy = math.max(busy, redis.call('PTTL', prefix .. i)) end
+    end
+  end
+  local granted = busy < 0 and s < p and (v == false or v == mine or v == rsv)
+  local out
+  if granted then
+    out = {1, 0, now, 0}
+  elseif busy >= 0 then
+    out = {0, busy, now, 1, 0} -- draining: no free list
+  else
+    -- refused: this node's slots reserved for us, then its free slots,
+    -- scanned from the client's start so that every node returns the same
+    -- window, and the soonest expiry of the others
+    local soon, mineR, free = -1, {}, {}
+    local start, maxfree = tonumber(ARGV[9]), tonumber(ARGV[10])
+    for j = 0, p - 1 do
+      local i = (start + j) % p
+      local x, e = slot(i)
+      if e then return e end
+      if x == rsv then
+        mineR[#mineR + 1] = i
+      elseif not x then
+        if #free < maxfree then free[#free + 1] = i end
+      else
+        local pt = redis.call('PTTL', prefix .. i)
+        if soon < 0 or pt < soon then soon = pt end
+      end
+    end
+    out = {0, soon, now, 0, #mineR}
+    for _, i in ipairs(mineR) do out[#out + 1] = i end
+    for _, i in ipairs(free) do out[#out + 1] = i end
+  end
+  touch(p, ARGV[8])
+  if resize then
+    if busy < 0 then hi = p end
+    redis.call('HSET', cfg, 'p', p, 'hi', hi)
+  end
+  if granted then
+    redis.call('SET', prefix .. s, mine, 'PX', ARGV[7])
+    unqueue(ARGV[11], ARGV[15], ARGV[16])
+    if redis.call('HEXISTS', cfg, 'f' .. s) == 1 then
+      out[2] = redis.call('HINCRBY', cfg, 'f' .. s, 1)
+    end
+  elseif ARGV[12] == '1' and busy < 0 then
+    local ettl = tonumber(ARGV[13])
+    local score = tonumber(ARGV[14])
+    if score <= 0 then score = now end
+    redis.call('ZADD', KEYS[2], 'NX', score, ARGV[11])
+    redis.call('HSET', KEYS[3], ARGV[11], now + ettl)
+    redis.call('HDEL', KEYS[3], 'a:' .. ARGV[11]) -- it is alive
+    pexpire_max(KEYS[2], ettl); pexpire_max(KEYS[3], ettl)
+  end
+  return out
+
+elseif op == 'release' or op == 'rollback' then
+  -- ARGV: 3 token, 4 slot, 5 handoff window ms, 6 channel. Only our own
+  -- token frees the slot, so a stale or double release never adds a
+  -- permit. A release hands the slot to the longest waiter. A rollback
+  -- undoes one attempt's grant (its token is never reused) and frees the
+  -- slot for everyone: the attempt lost a contention (or a reservation it
+  -- could not use), and passing it to the next waiter here could repeat
+  -- that.
+  local s = tonumber(ARGV[4])
+  local v, err = slot(s)
+  if err then return err end
+  if v == 'rl1:S:' .. ARGV[3] then
+    if op == 'release' then
+      handoff(s, ARGV[5], ARGV[6])
+    else
+      redis.call('DEL', prefix .. s)
+      redis.call('PUBLISH', ARGV[6], 'n:1')
+    end
+    return 1
+  end
+  return 0
+
+elseif op == 'claim' or op == 'leave' then
+  -- leave: a waiter gives up. claim: a waiter won a permit on a quorum
+  -- without this node. Either way drop its queue entry here and pass on a
+  -- reservation made for it, so no release hands a permit to a waiter that
+  -- is gone. (A claim does not take the won slot here: it can arrive after
+  -- the lease's own release.)
+  -- ARGV: 3 waiter id, 4 handoff window ms, 5 channel
+  unqueue(ARGV[3], ARGV[4], ARGV[5])
+  return 1
+
+elseif op == 'renew' then
+  -- ARGV: 3 token, 4 slot, 5 ttl ms, 6 idle ms, 7 permits
+  local v, err = slot(tonumber(ARGV[4]))
+  if err then return err end
+  local mine = 'rl1:S:' .. ARGV[3]
+  if v == mine then
+    pexpire_max(prefix .. ARGV[4], ARGV[5])
+    touch(ARGV[7], ARGV[6])
+    return 1
+  end
+  if v == false then
+    -- the key vanished (restarted node) while the lease is valid: re-take it
+    redis.call('SET', prefix .. ARGV[4], mine, 'PX', ARGV[5])
+    touch(ARGV[7], ARGV[6])
+    return 2
+  end
+  return 0
+
+elseif op == 'fence' then
+  -- write back a fence decided by the coordinator. ARGV: 3 slot, 4 fence,
+  -- 5 idle ms, 6 permits
+  local fk = 'f' .. ARGV[3]
+  local cur = tonumber(redis.call('HGET', cfg, fk) or '0')
+  if cur < tonumber(ARGV[4]) then redis.call('HSET', cfg, fk, ARGV[4]) end
+  touch(ARGV[6], ARGV[5])
+  return 1
+
+elseif op == 'status' then
+  -- read-only: {stored permits (0 if none), taken slots...} over
+  -- [0, max(permits, stored, hi)); a reserved slot is taken
+  local p = tonumber(ARGV[3])
+  local hi = 0
+  if ct == 'hash' then hi = tonumber(redis.call('HGET', cfg, 'hi') or '0') end
+  local out = {cp or 0}
+  for i = 0, math.max(p, hi, cp or 0) - 1 do
+    local x, e = slot(i)
+    if e then return e end
+    if x then out[#out + 1] = i end
+  end
+  return out
+end
+return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))
