@@ -105,3 +105,42 @@ func waitAllUp(t *testing.T, c interface {
 		}
 	}
 }
+
+// F12: the push connections are killed while a waiter waits (CLIENT KILL
+// TYPE pubsub on every node): the waiter's node actors reconnect and
+// re-subscribe, the router re-checks, and the waiter still acquires after
+// the release, well within the caller's timeout.
+func TestLockLostNotificationStillAcquires(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	holder, _ := primitives.NewLock(newCoord(t, addrs), "f12", primitives.WithTTL(20*time.Second))
+	lease, err := holder.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := newCoord(t, addrs)
+	waiter, _ := primitives.NewLock(wc, "f12")
+	got := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		l, err := waiter.Acquire(ctx)
+		if err == nil {
+			l.Release(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for _, s := range srv {
+		if _, err := s.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after its push connections were killed: %v", err)
+	}
+}

@@ -34,14 +34,23 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	nodes := nodesFrom(*nodesFlag)
 	where := strings.Join(nodes, ",")
 	if len(nodes) == 0 {
+		var minis []*miniredis.Miniredis
 		for range 3 {
 			m := miniredis.NewMiniRedis()
 			if err := m.Start(); err != nil {
 				return fmt.Errorf("start embedded node: %w", err)
 			}
 			defer m.Close()
+			minis = append(minis, m)
 			nodes = append(nodes, m.Addr())
 		}
+		// miniredis moves TTLs only when told: advance them with the clock so
+		// that expiry (a lost lease, a handoff window) behaves as on Redis.
+		stop := make(chan struct{})
+		var clockWG sync.WaitGroup
+		defer clockWG.Wait()
+		defer close(stop)
+		clockWG.Go(func() { advanceClocks(minis, stop) })
 		where = "3 embedded in-process nodes"
 	}
 	fmt.Fprintf(out, "redlock demo: %d workers contend for lock %q on %s for %s\n\n", *workers, "demo", where, *duration)
@@ -141,4 +150,23 @@ loop:
 		return fmt.Errorf("safety violated: %d overlaps, %d fence regressions", overlaps.Load(), fenceBad)
 	}
 	return nil
+}
+
+// advanceClocks fast-forwards the embedded nodes' TTLs with the wall clock
+// until stop is closed.
+func advanceClocks(minis []*miniredis.Miniredis, stop <-chan struct{}) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			for _, m := range minis {
+				m.FastForward(now.Sub(last))
+			}
+			last = now
+		}
+	}
 }

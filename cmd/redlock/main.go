@@ -34,6 +34,7 @@ commands:
   demo     workers contend for a lock on three embedded nodes (no setup)
   run      run a command while holding a lock
   status   show a lock's state on every node
+  torture  bounded soak: worker processes on real redis-servers under faults, checked for safety
 
 Run 'redlock <command> --help' for a command's flags.
 `
@@ -57,6 +58,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	case "status":
 		err = status(ctx, args[1:], stdout)
+	case "torture":
+		err = torture(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
