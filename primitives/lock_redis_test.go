@@ -144,3 +144,45 @@ func TestLockLostNotificationStillAcquires(t *testing.T) {
 		t.Fatalf("waiter after its push connections were killed: %v", err)
 	}
 }
+
+// F2: replies delayed past the TTL (a pause while acquire replies are in
+// flight). The attempt measures elapsed ≥ TTL − drift, so it fails instead
+// of handing out a lease that already expired on the servers, and rolls
+// back: another client then acquires without waiting a TTL.
+func TestLockRepliesSlowerThanTTLFail(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	paddrs := make([]string, 3)
+	px := make([]*testutil.Proxy, 3)
+	for i := range px {
+		px[i] = testutil.NewProxy(t, addrs[i])
+		paddrs[i] = px[i].Addr()
+	}
+	ca := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 2 * time.Second })
+	la, _ := primitives.NewLock(ca, "f2", primitives.WithTTL(200*time.Millisecond))
+	for _, p := range px {
+		p.SetLatency(150 * time.Millisecond) // 300 ms round trip > 200 ms TTL
+	}
+	if l, err := la.TryAcquire(context.Background()); err == nil {
+		l.Release(context.Background())
+		t.Fatalf("acquired with replies slower than the TTL (validity must be negative)")
+	} else {
+		t.Logf("slow replies: %v", err)
+	}
+	for _, p := range px {
+		p.SetLatency(0)
+	}
+	lb, _ := primitives.NewLock(newCoord(t, addrs), "f2")
+	var b *primitives.Lease
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, err = lb.TryAcquire(context.Background()); err == nil {
+			break
+		}
+	}
+	if b == nil {
+		t.Fatalf("the failed attempt's grants were not rolled back: %v", err)
+	}
+	b.Release(context.Background())
+}
