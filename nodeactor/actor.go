@@ -186,10 +186,7 @@ func (a *Actor) Ready() <-chan struct{} { return a.ready }
 // Send queues req. It blocks while the mailbox is full, until req.Ctx ends
 // or the actor closes.
 func (a *Actor) Send(req Request) error {
-	mb := a.normal
-	if req.Lane == Urgent {
-		mb = a.urgent
-	}
+	mb := a.mailbox(req.Lane)
 	select {
 	case <-a.done:
 		return ErrClosed
@@ -205,14 +202,18 @@ func (a *Actor) Send(req Request) error {
 	}
 }
 
+func (a *Actor) mailbox(l Lane) chan Request {
+	if l == Urgent {
+		return a.urgent
+	}
+	return a.normal
+}
+
 // TrySend queues req without blocking; it returns ErrBusy when the mailbox
 // is full (a node that stopped answering must not stall a quorum round that
 // the other nodes can decide).
 func (a *Actor) TrySend(req Request) error {
-	mb := a.normal
-	if req.Lane == Urgent {
-		mb = a.urgent
-	}
+	mb := a.mailbox(req.Lane)
 	select {
 	case <-a.done:
 		return ErrClosed

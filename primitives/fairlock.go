@@ -62,7 +62,7 @@ func WithWaiterTimeout(d time.Duration) Option {
 // it reentrant as for Lock; WithWaiterTimeout bounds how long a dead waiter
 // blocks the queue.
 func NewFairLock(c *coordinator.Coordinator, name string, opts ...Option) (*FairLock, error) {
-	o, err := buildOptions(c, opts)
+	o, err := kindOptions(c, opts, kindFairLock)
 	if err != nil {
 		return nil, err
 	}

@@ -52,15 +52,9 @@ type CountDownLatch struct {
 // is never reset, and one stored with another count is refused
 // (ErrInvalidArgument) at first use.
 func NewCountDownLatch(c *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
-	o, err := buildOptions(c, opts)
+	_, err := kindOptions(c, opts, kindLatch)
 	if err != nil {
 		return nil, err
-	}
-	if err := o.fairOnly(); err != nil {
-		return nil, err
-	}
-	if o.ownerSet {
-		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
 	}
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err

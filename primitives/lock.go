@@ -49,11 +49,8 @@ var _ Locker = (*Lock)(nil)
 // NewLock returns the lock called name. It validates its arguments (errors
 // wrap ErrInvalidArgument) and does no network I/O.
 func NewLock(c *coordinator.Coordinator, name string, opts ...Option) (*Lock, error) {
-	o, err := buildOptions(c, opts)
+	o, err := kindOptions(c, opts, kindLock)
 	if err != nil {
-		return nil, err
-	}
-	if err := o.fairOnly(); err != nil {
 		return nil, err
 	}
 	if err := coordinator.ValidateName(name); err != nil {

@@ -39,15 +39,9 @@ var _ Locker = (*MultiLock)(nil)
 // (errors wrap ErrInvalidArgument; WithOwner is not supported) and does no
 // network I/O.
 func NewMultiLock(c *coordinator.Coordinator, names []string, opts ...Option) (*MultiLock, error) {
-	o, err := buildOptions(c, opts)
+	o, err := kindOptions(c, opts, kindMultiLock)
 	if err != nil {
 		return nil, err
-	}
-	if err := o.fairOnly(); err != nil {
-		return nil, err
-	}
-	if o.ownerSet {
-		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
 	}
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: empty MultiLock set", ErrInvalidArgument)

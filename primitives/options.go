@@ -18,14 +18,7 @@ type options struct {
 	ownerSet  bool
 
 	waiterTimeout time.Duration // FairLock only
-}
-
-// fairOnly rejects options that only a FairLock understands.
-func (o *options) fairOnly() error {
-	if o.waiterTimeout != 0 {
-		return fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
-	}
-	return nil
+	resize        bool          // Semaphore only
 }
 
 // WithTTL sets the key TTL of each hold (100ms..24h); the default is the
@@ -84,6 +77,36 @@ func buildOptions(c *coordinator.Coordinator, opts []Option) (options, error) {
 		if err := opt(&o); err != nil {
 			return o, err
 		}
+	}
+	return o, nil
+}
+
+// primitive kinds, for the options only some of them take
+type kind int
+
+const (
+	kindLock kind = iota
+	kindFairLock
+	kindMultiLock
+	kindRWLock
+	kindSemaphore
+	kindLatch
+)
+
+// kindOptions builds and validates the options of a primitive of kind k,
+// rejecting options meant for other kinds (errors wrap ErrInvalidArgument).
+func kindOptions(c *coordinator.Coordinator, opts []Option, k kind) (options, error) {
+	o, err := buildOptions(c, opts)
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case o.ownerSet && k != kindLock && k != kindFairLock:
+		return o, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
+	case o.waiterTimeout != 0 && k != kindFairLock:
+		return o, fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
+	case o.resize && k != kindSemaphore:
+		return o, fmt.Errorf("%w: WithResize is only supported by Semaphore", ErrInvalidArgument)
 	}
 	return o, nil
 }

@@ -39,15 +39,9 @@ type RWLock struct {
 // NewRWLock returns the readers–writer lock called name; it validates its
 // arguments (WithOwner is not supported) and does no network I/O.
 func NewRWLock(c *coordinator.Coordinator, name string, opts ...Option) (*RWLock, error) {
-	o, err := buildOptions(c, opts)
+	o, err := kindOptions(c, opts, kindRWLock)
 	if err != nil {
 		return nil, err
-	}
-	if err := o.fairOnly(); err != nil {
-		return nil, err
-	}
-	if o.ownerSet {
-		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
 	}
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err

@@ -30,10 +30,6 @@ const (
 	semProposals = 4
 )
 
-// errResize is what WithResize returns to constructors that do not take it:
-// only NewSemaphore recognises it (and drops it).
-var errResize = fmt.Errorf("%w: WithResize is only supported by Semaphore", ErrInvalidArgument)
-
 // WithResize lets a Semaphore change the permit count of a live semaphore
 // to its own: its acquisitions overwrite the stored count. A grow takes
 // effect at once; a shrink stops new grants on the removed slots at once,
@@ -42,7 +38,7 @@ var errResize = fmt.Errorf("%w: WithResize is only supported by Semaphore", ErrI
 // clients must then use the new count (they get ErrInvalidArgument until
 // they do). Only NewSemaphore accepts it.
 func WithResize() Option {
-	return func(*options) error { return errResize }
+	return func(o *options) error { o.resize = true; return nil }
 }
 
 // Semaphore admits at most `permits` holders at once across a quorum of
@@ -70,28 +66,11 @@ var _ Locker = (*Semaphore)(nil)
 // A semaphore stored with another permit count is refused at the first
 // attempt (ErrInvalidArgument) unless WithResize is given.
 func NewSemaphore(c *coordinator.Coordinator, name string, permits int, opts ...Option) (*Semaphore, error) {
-	resize := false
-	kept := make([]Option, 0, len(opts))
-	for _, opt := range opts {
-		if opt != nil {
-			var probe options
-			if err := opt(&probe); errors.Is(err, errResize) {
-				resize = true
-				continue
-			}
-		}
-		kept = append(kept, opt)
-	}
-	o, err := buildOptions(c, kept)
+	o, err := kindOptions(c, opts, kindSemaphore)
 	if err != nil {
 		return nil, err
 	}
-	if err := o.fairOnly(); err != nil {
-		return nil, err
-	}
-	if o.ownerSet {
-		return nil, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
-	}
+	resize := o.resize
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
