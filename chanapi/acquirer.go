@@ -3,6 +3,8 @@ package chanapi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -34,8 +36,17 @@ func Lock(c *coordinator.Coordinator, name string, opts ...primitives.Option) (*
 	return Campaign(l), nil
 }
 
-// Campaign returns an Acquirer campaigning for any Locker.
+// Campaign returns an Acquirer campaigning for any Locker. A nil Locker
+// gives an Acquirer that has already stopped with an error wrapping
+// ErrInvalidArgument (see Err).
 func Campaign(l primitives.Locker) *Acquirer {
+	if l == nil || reflect.ValueOf(l).Kind() == reflect.Pointer && reflect.ValueOf(l).IsNil() {
+		a := &Acquirer{acquired: make(chan *primitives.Lease), errs: make(chan error, 1), cancel: func() {},
+			err: fmt.Errorf("%w: nil Locker", primitives.ErrInvalidArgument)}
+		close(a.acquired)
+		close(a.errs)
+		return a
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Acquirer{
 		l:        l,
@@ -123,9 +134,9 @@ func (a *Acquirer) run() {
 			case <-a.ctx.Done():
 				return
 			}
-		case <-lease.Lost():
-			// Lost before anyone received it: not sent; its keys are deleted
-			// best effort by the coordinator. Campaign again.
+		case <-lease.Done():
+			// Ended (lost, or released by Coordinator.Close) before anyone
+			// received it: not sent. Campaign again (or stop, if closed).
 		case <-a.ctx.Done():
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = lease.Release(ctx)

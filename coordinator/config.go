@@ -103,7 +103,7 @@ func (cfg *Config) normalize() error {
 	if cfg.NodeTimeout == 0 {
 		cfg.NodeTimeout = max(50*time.Millisecond, cfg.DefaultTTL/100)
 	}
-	if cfg.DriftFactor < 0 || cfg.DriftFactor >= 0.5 {
+	if !(cfg.DriftFactor >= 0 && cfg.DriftFactor < 0.5) { // also rejects NaN
 		return invalid("DriftFactor %v out of range [0, 0.5)", cfg.DriftFactor)
 	}
 	if cfg.DriftFactor == 0 {

@@ -33,13 +33,9 @@ func (c *Coordinator) Fanout(ctx context.Context, lane nodeactor.Lane, call func
 	pending := 0
 	for i, nd := range c.nodes {
 		tickets[i].Late = late
-		req := nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]}
-		var err error
-		if lane == nodeactor.Normal {
-			err = nd.TrySend(req) // a full mailbox (node not answering) fails this node at once
-		} else {
-			err = nd.Send(req)
-		}
+		// A full mailbox (the node stopped answering) fails this node at
+		// once: one hung node must not use up the round's time for the others.
+		err := nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]})
 		if err != nil {
 			tickets[i].Abandon()
 			r.record(nodeactor.Reply{Node: i, Err: &NodeError{Addr: nd.Addr(), Err: err}})
@@ -91,13 +87,15 @@ func (r *Round) record(rep nodeactor.Reply) {
 }
 
 // Broadcast sends call(i) to every node on the urgent lane without waiting
-// for replies; used for best-effort cleanup. It never blocks on a full
-// mailbox for longer than NodeTimeout.
+// for replies; used for best-effort cleanup. It never blocks: a node whose
+// mailbox is full is skipped (its keys expire by TTL).
 func (c *Coordinator) Broadcast(ctx context.Context, call func(node int) nodeactor.Call) {
+	// Urgent requests are sent even after their ctx ended (see nodeactor), so
+	// the ctx can be released as soon as they are queued.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NodeTimeout)
 	defer cancel()
 	for i, nd := range c.nodes {
-		_ = nd.Send(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: nodeactor.Urgent})
+		_ = nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: nodeactor.Urgent})
 	}
 }
 
@@ -105,17 +103,14 @@ func (c *Coordinator) Broadcast(ctx context.Context, call func(node int) nodeact
 // Late handlers to roll back a grant that arrived after its caller left). If
 // the mailbox is full the key is left to expire by its TTL.
 func (c *Coordinator) SendLate(i int, call nodeactor.Call) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.NodeTimeout)
 	select {
 	case <-c.done:
-		cancel()
 		return
 	default:
 	}
-	c.rnGo(func() {
-		defer cancel()
-		_ = c.nodes[i].Send(nodeactor.Request{Ctx: ctx, Call: call, Lane: nodeactor.Urgent})
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.NodeTimeout)
+	defer cancel() // urgent requests are sent even after their ctx ended
+	_ = c.nodes[i].TrySend(nodeactor.Request{Ctx: ctx, Call: call, Lane: nodeactor.Urgent})
 }
 
 // NodeCaps returns node i's probed capabilities.

@@ -20,14 +20,18 @@ const (
 	OutcomeNotOwner                // the node holds another owner's value: the hold is gone there
 	OutcomeError                   // transport error, timeout or unexpected reply
 	OutcomeRetaken                 // the key had vanished (a restarted node) and was re-taken: not a confirmation
+	OutcomeMissing                 // the key is missing on the node (restarted empty): not a confirmation
 )
 
 // Protocol is what a held primitive gives the coordinator so that the one
 // renewal scheduler can renew it and the lease can release it.
 type Protocol interface {
 	// RenewCall extends the hold on node i to ttl (never shortening a key's
-	// TTL) and re-creates a key that vanished while the hold is valid.
-	RenewCall(node int, ttl time.Duration) nodeactor.Call
+	// TTL). With retake false a missing key is reported (OutcomeMissing);
+	// with retake true it is re-created (OutcomeRetaken). The coordinator
+	// asks for a re-take only after a round confirmed the hold on a quorum,
+	// so a renewal that reaches a node after the release never revives it.
+	RenewCall(node int, ttl time.Duration, retake bool) nodeactor.Call
 	// ReleaseCall deletes the hold on node i, only where it is ours.
 	ReleaseCall(node int) nodeactor.Call
 	// Classify maps a renewal reply to an Outcome.
@@ -69,7 +73,8 @@ type Hold struct {
 	deadline time.Time
 	renewAt  time.Time
 	inflight bool
-	round    chan struct{} // closed when the renewal round in flight ends; nil when none
+	rounds   int           // renewal rounds (renewer or Extend) in flight
+	idle     chan struct{} // closed when rounds drops to 0; nil while none is in flight
 	maxAt    time.Time
 
 	lost   chan struct{}
@@ -182,11 +187,17 @@ func (h *Hold) finish(st holdState, err error) bool {
 
 // lose marks the hold lost and deletes its keys on every node, best effort.
 func (h *Hold) lose(cause error) {
+	h.mu.Lock()
+	idle := h.idle
+	h.mu.Unlock()
 	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
 		h.c.ins.LeasesLost.Add(context.Background(), 1)
 		h.c.cfg.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
 		h.c.rn.remove(h)
-		h.c.rnGo(func() { h.c.Broadcast(context.Background(), h.spec.Protocol.ReleaseCall) })
+		h.c.rnGo(func() {
+			h.waitRound(idle)
+			h.c.Broadcast(context.Background(), h.spec.Protocol.ReleaseCall)
+		})
 	}
 }
 
@@ -221,50 +232,51 @@ func (h *Hold) Release(ctx context.Context) error {
 		return h.Release(ctx)
 	}
 	h.state = stateReleasing
-	round := h.round
+	idle := h.idle
 	h.mu.Unlock()
 	h.c.rn.remove(h)
-	h.waitRound(round)
+	h.waitRound(idle)
 	err := h.c.release(ctx, h.spec.Protocol)
 	h.finish(stateReleased, ErrReleased)
 	return err
 }
 
-// waitRound waits (bounded) for a renewal round still in flight, so that no
+// waitRound waits (bounded) until no renewal round is in flight, so that no
 // renewal can reach a node after the release and re-create the key.
-func (h *Hold) waitRound(round chan struct{}) {
-	if round == nil {
+func (h *Hold) waitRound(idle chan struct{}) {
+	if idle == nil {
 		return
 	}
 	t := time.NewTimer(h.c.releaseTimeout())
 	defer t.Stop()
 	select {
-	case <-round:
+	case <-idle:
 	case <-t.C:
 	}
 }
 
-// startRound marks the hold as part of a renewal round; it reports false if
-// the hold is no longer held (then nothing must be sent for it).
+// startRound counts a renewal round in; it reports false if the hold is no
+// longer held (then nothing must be sent for it).
 func (h *Hold) startRound() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != stateHeld {
 		return false
 	}
-	if h.round == nil {
-		h.round = make(chan struct{})
+	if h.rounds == 0 {
+		h.idle = make(chan struct{})
 	}
+	h.rounds++
 	return true
 }
 
-// endRound ends the hold's part of a renewal round.
+// endRound counts a renewal round out.
 func (h *Hold) endRound() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.round != nil {
-		close(h.round)
-		h.round = nil
+	if h.rounds--; h.rounds == 0 {
+		close(h.idle)
+		h.idle = nil
 	}
 }
 
@@ -276,9 +288,9 @@ func (h *Hold) closeRelease() {
 		return
 	}
 	h.state = stateReleasing
-	round := h.round
+	idle := h.idle
 	h.mu.Unlock()
-	h.waitRound(round)
+	h.waitRound(idle)
 	_ = h.c.release(context.Background(), h.spec.Protocol)
 	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
 }
@@ -326,14 +338,17 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 		return h.Err()
 	}
 	ok, notOwner, r := h.renewRound(ctx, ttl)
+	if ok >= h.c.quorum {
+		h.c.retake(ctx, h, ttl, r)
+	}
 	h.endRound()
 	return h.applyRenewal(r.Start, ttl, ok, notOwner, r, true)
 }
 
 func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, notOwner int, r *Round) {
 	q, n := h.c.quorum, len(h.c.nodes)
-	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl) },
-		func(r *Round) bool { return ok >= q || notOwner > n-q },
+	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl, false) },
+		func(r *Round) bool { return r.NAnswered == n || notOwner > n-q },
 		nil)
 	ok, notOwner = 0, 0
 	for i, rep := range r.Replies {
@@ -421,4 +436,35 @@ func (h *Hold) Detach() bool {
 	h.mu.Unlock()
 	h.c.rn.remove(h)
 	return h.finish(stateReleased, ErrReleased)
+}
+
+// retake re-creates the hold's keys on the nodes of a confirmed round that
+// reported them missing (a node restarted empty), so that the next fault
+// does not cost the hold. It runs inside the round (Release waits for it).
+func (c *Coordinator) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Round) {
+	var missing []int
+	for i, rep := range r.Replies {
+		if r.Answered[i] && h.spec.Protocol.Classify(rep) == OutcomeMissing {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 || !h.Valid() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NodeTimeout)
+	defer cancel()
+	ch := make(chan nodeactor.Reply, len(missing))
+	sent := 0
+	for _, i := range missing {
+		if c.nodes[i].TrySend(nodeactor.Request{Ctx: rctx, Call: h.spec.Protocol.RenewCall(i, ttl, true), Lane: nodeactor.Urgent, Reply: ch}) == nil {
+			sent++
+		}
+	}
+	for ; sent > 0; sent-- {
+		select {
+		case <-ch:
+		case <-rctx.Done():
+			return
+		}
+	}
 }

@@ -15,11 +15,13 @@ import (
 // renewed together in one round whose requests the node actors batch per
 // node; no hold has a goroutine or timer of its own.
 type renewer struct {
-	c    *Coordinator
-	in   chan renewMsg
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
+	c      *Coordinator
+	in     chan renewMsg
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+	mu     sync.Mutex // orders wg.Go against close's wg.Wait
+	closed bool
 }
 
 type renewMsg struct {
@@ -46,16 +48,21 @@ func (r *renewer) send(m renewMsg) {
 
 // rnGo runs f on a goroutine owned by the renewer; Close waits for it.
 func (c *Coordinator) rnGo(f func()) {
-	select {
-	case <-c.rn.done:
+	c.rn.mu.Lock()
+	defer c.rn.mu.Unlock()
+	if c.rn.closed {
 		return
-	default:
 	}
 	c.rn.wg.Go(f)
 }
 
 func (r *renewer) close() {
-	r.once.Do(func() { close(r.done) })
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		close(r.done)
+	})
 	r.wg.Wait()
 }
 
@@ -187,7 +194,7 @@ func (r *renewer) renewRound(due []*Hold) {
 			if !live[i] {
 				continue
 			}
-			if err := nd.Send(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
+			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
 				p.ch <- nodeactor.Reply{Node: j, Err: &NodeError{Addr: nd.Addr(), Err: err}}
 			}
 		}
@@ -199,7 +206,7 @@ func (r *renewer) renewRound(due []*Hold) {
 		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
 		ok, notOwner := 0, 0
 	collect:
-		for round.NAnswered < n && ok < c.quorum && notOwner <= n-c.quorum {
+		for round.NAnswered < n && notOwner <= n-c.quorum { // every node (bounded): Release waits for the whole round
 			select {
 			case rep := <-p.ch:
 				round.record(rep)
@@ -212,6 +219,9 @@ func (r *renewer) renewRound(due []*Hold) {
 			case <-ctx.Done():
 				break collect
 			}
+		}
+		if ok >= c.quorum {
+			c.retake(ctx, p.h, p.ttl, round)
 		}
 		p.h.endRound()
 		_ = p.h.applyRenewal(p.start, p.ttl, ok, notOwner, round, false)

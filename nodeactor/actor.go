@@ -123,8 +123,9 @@ type Actor struct {
 	fatal   atomic.Pointer[error] // a probe failure that makes the node unusable (KeyspaceOn refused)
 
 	subMu    sync.Mutex
-	subWant  map[string]int // channel -> refcount
-	subDirty chan struct{}  // cap 1
+	subWant  map[string]int  // channel -> refcount
+	subFresh map[string]bool // channels that gained their first reference since the last reconcile
+	subDirty chan struct{}   // cap 1
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -157,6 +158,7 @@ func New(opt Options) *Actor {
 		normal:   make(chan Request, opt.MailboxSize),
 		ready:    make(chan struct{}),
 		subWant:  map[string]int{},
+		subFresh: map[string]bool{},
 		subDirty: make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		stopped:  make(chan struct{}),

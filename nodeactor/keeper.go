@@ -117,18 +117,29 @@ func (a *Actor) keeper() {
 			return
 		}
 		a.subMu.Lock()
-		var add, del []string
+		var add, del, again []string
 		for ch := range a.subWant {
 			if !active[ch] {
 				add = append(add, ch)
 			}
 		}
+		// A channel unsubscribed and subscribed again before this reconcile
+		// is still active: confirm it again for the new subscriber.
+		for ch := range a.subFresh {
+			if active[ch] {
+				again = append(again, ch)
+			}
+		}
+		clear(a.subFresh)
 		for ch := range active {
 			if _, ok := a.subWant[ch]; !ok {
 				del = append(del, ch)
 			}
 		}
 		a.subMu.Unlock()
+		if len(again) > 0 && a.opt.OnSubscribed != nil {
+			a.opt.OnSubscribed(a.opt.Index, again)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
 		defer cancel()
 		if len(add) > 0 {
@@ -205,7 +216,9 @@ func (a *Actor) ping(cl rueidis.Client) error {
 func (a *Actor) Subscribe(channels ...string) {
 	a.subMu.Lock()
 	for _, ch := range channels {
-		a.subWant[ch]++
+		if a.subWant[ch]++; a.subWant[ch] == 1 {
+			a.subFresh[ch] = true
+		}
 	}
 	a.subMu.Unlock()
 	a.kick()

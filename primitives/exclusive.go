@@ -108,7 +108,9 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	fail := func(res attemptResult) attemptResult {
 		res.now = serverNow
 		lg.settle(nil)
-		if granted > 0 || r.NAnswered < n {
+		// Roll back wherever a grant may exist: granted, silent, or answered
+		// an error (a script error can follow a write).
+		if granted > 0 || r.NAnswered < n || len(errs) > 0 || wrongErr != nil {
 			c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
 		}
 		return res

@@ -241,7 +241,7 @@ func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*Leas
 	return f.c.NewHold(coordinator.HoldSpec{
 		Keys: []string{f.name}, Token: token, Fence: fence, TTL: f.o.ttl, Start: start,
 		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold,
-		Protocol: &fairProto{f: f, token: token, fence: fence, wid: w.wid},
+		Protocol: newFairProto(f, token, fence, w.wid),
 	})
 }
 
@@ -251,16 +251,24 @@ type fairProto struct {
 	token string
 	fence uint64
 	wid   string
+	high  ttlHigh
 }
 
-func (p *fairProto) RenewCall(i int, ttl time.Duration) nodeactor.Call {
+func newFairProto(f *FairLock, token string, fence uint64, wid string) *fairProto {
+	p := &fairProto{f: f, token: token, fence: fence, wid: wid}
+	p.high.note(f.o.ttl)
+	return p
+}
+
+func (p *fairProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	f := p.f
-	if f.o.owner == "" && ttl >= f.o.ttl && f.c.NodeCaps(i).NativeCAS {
+	if f.o.owner == "" && !retake && f.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:F:" + p.token
 		return nodeactor.Call{Args: []string{"SET", f.keys[0], v, "IFEQ", v, "PX", ms(ttl)}}
 	}
+	p.high.note(ttl)
 	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"renew", p.token, ms(ttl), f.o.owner, strconv.FormatUint(p.fence, 10)}}
+		Args: []string{"renew", p.token, ms(ttl), f.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
 }
 
 func (p *fairProto) ReleaseCall(int) nodeactor.Call {

@@ -26,7 +26,7 @@ if v and string.sub(v, 1, 6) ~= 'rl1:F:' and string.sub(v, 1, 7) ~= 'rl1:FO:' th
   return wrong(KEYS[1], 'fair lock key')
 end
 local fv = redis.call('GET', KEYS[2])
-if fv and not tonumber(fv) then return wrong(KEYS[2], 'fence counter') end
+if fv and not string.match(fv, '^%d+$') then return wrong(KEYS[2], 'fence counter') end
 local tv = redis.call('GET', KEYS[5])
 if tv and not tonumber(tv) then return wrong(KEYS[5], 'ticket counter') end
 local ev = redis.call('GET', KEYS[7])
@@ -210,8 +210,10 @@ elseif op == 'ticket' then
   return n
 
 elseif op == 'renew' then
-  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take)
+  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take), 6 retake "1"/"0".
+  -- A missing key answers 3 unless retake=1 (see lock.lua).
   local tok, ttl, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  if v == false and ARGV[6] ~= '1' then return 3 end
   if owner == '' then
     local mine = 'rl1:F:' .. tok
     if v == mine then pexpire_max(KEYS[1], ttl); return 1 end

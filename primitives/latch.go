@@ -189,6 +189,10 @@ func (l *CountDownLatch) call(op string, args ...string) nodeactor.Call {
 	if op == "open" {
 		ttl = LatchOpenTTL
 	}
+	return l.callTTL(op, ttl, args...)
+}
+
+func (l *CountDownLatch) callTTL(op string, ttl time.Duration, args ...string) nodeactor.Call {
 	return nodeactor.Call{Script: latchScript, Keys: l.keys,
 		Args: append([]string{op, strconv.Itoa(l.count), ms(ttl)}, args...)}
 }
@@ -197,6 +201,7 @@ func (l *CountDownLatch) call(op string, args ...string) nodeactor.Call {
 type latchState struct {
 	size    int64
 	opened  bool
+	openTTL time.Duration // remaining TTL of an open latch on this node
 	digest  string
 	existed bool
 	ids     []string // members op only
@@ -221,7 +226,7 @@ func parseLatch(rep nodeactor.Reply) (st latchState, mismatch int64, err error) 
 	if code == -2 {
 		return st, size, nil
 	}
-	st = latchState{size: size, opened: op == 1, digest: dg, existed: ex == 1}
+	st = latchState{size: size, opened: op > 0, openTTL: time.Duration(op) * time.Millisecond, digest: dg, existed: ex == 1}
 	for _, m := range arr[5:] {
 		s, err := m.ToString()
 		if err != nil {
@@ -324,8 +329,16 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 	}
 	if opened > 0 {
 		// Someone saw the union reach the count on a quorum and started
-		// writing the marker: finish it.
-		return 0, l.open(ctx)
+		// writing the marker: finish it, with the marker's remaining TTL so
+		// that every node forgets this latch at the same time.
+		rest := LatchOpenTTL
+		for _, st := range v.states {
+			if st.opened {
+				rest = min(rest, st.openTTL)
+			}
+		}
+		_, err := l.round(ctx, l.callTTL("open", rest, l.channel))
+		return 0, err
 	}
 	size, err := l.union(ctx, v)
 	if err != nil {

@@ -9,7 +9,7 @@
 --         member round is needed)
 -- KEYS[2] set "<p>{name}:latch:ids"
 -- Every op that answers the latch's state replies
---   {code, size, opened, digest, existed}
+--   {code, size, opened (0, or the open latch's remaining TTL ms), digest, existed}
 -- code 1 = ok, -2 = another initial count is stored (size = that count);
 -- existed = 0 when this call created the latch on this node (its ids are
 -- unknown there: a restarted node, never a zero count).
@@ -59,8 +59,10 @@ local function add(id)
   return 0
 end
 
+-- the third field is 0 while in progress, else the open latch's remaining
+-- TTL in ms (so a read-repair can align a late node's expiry with the others)
 local function state()
-  return {1, redis.call('SCARD', KEYS[2]), opened and 1 or 0,
+  return {1, redis.call('SCARD', KEYS[2]), opened and math.max(redis.call('PTTL', KEYS[1]), 1) or 0,
     redis.call('HGET', KEYS[1], 'd') or '0', existed}
 end
 
@@ -98,8 +100,11 @@ elseif op == 'add' then
   return state()
 
 elseif op == 'open' then
-  -- ARGV: 2 count, 3 ttl ms after opening, 4 channel. Written to every node
-  -- once the union reached the count on a quorum; wakes every waiter.
+  -- ARGV: 2 count, 3 ttl ms after opening (a read-repair passes the other
+  -- nodes' remaining TTL, so no node keeps an open marker longer than the
+  -- rest and opens a later latch of the same name), 4 channel. Written to
+  -- every node once the union reached the count on a quorum; wakes every
+  -- waiter.
   touch()
   if not opened then
     redis.call('HSET', KEYS[1], 'opened', '1')

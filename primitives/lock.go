@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -199,7 +200,7 @@ func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*Le
 	return l.c.NewHold(coordinator.HoldSpec{
 		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold,
-		Protocol: &lockProto{l: l, token: token, wid: wid, fence: fence},
+		Protocol: newLockProto(l, token, wid, fence),
 	})
 }
 
@@ -215,16 +216,45 @@ type lockProto struct {
 	token string
 	wid   string // the waiter id whose queue entries the release drops ("" for TryAcquire)
 	fence uint64
+	high  ttlHigh
 }
 
-func (p *lockProto) RenewCall(i int, ttl time.Duration) nodeactor.Call {
+func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
-	if l.o.owner == "" && ttl >= l.o.ttl && l.c.NodeCaps(i).NativeCAS {
+	if l.o.owner == "" && !retake && l.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:L:" + p.token
 		return nodeactor.Call{Args: []string{"SET", l.keys[0], v, "IFEQ", v, "PX", ms(ttl)}}
 	}
+	p.high.note(ttl)
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"renew", p.token, ms(ttl), l.o.owner, strconv.FormatUint(p.fence, 10)}}
+		Args: []string{"renew", p.token, ms(ttl), l.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
+}
+
+// ttlHigh is the largest TTL a hold has sent. The native SET ... IFEQ ...
+// PX sets a key's TTL (it cannot only extend it, as our scripts do), so it
+// is used only for a TTL at least as large as every one sent before: it
+// can then never shorten a key below the lease's Deadline. Safe for
+// concurrent use.
+type ttlHigh struct{ v atomic.Int64 }
+
+func (t *ttlHigh) note(ttl time.Duration) {
+	for cur := t.v.Load(); int64(ttl) > cur && !t.v.CompareAndSwap(cur, int64(ttl)); cur = t.v.Load() {
+	}
+}
+
+func (t *ttlHigh) nativeOK(ttl time.Duration) bool {
+	if int64(ttl) < t.v.Load() {
+		return false
+	}
+	t.note(ttl)
+	return true
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func (p *lockProto) ReleaseCall(int) nodeactor.Call {
@@ -238,9 +268,9 @@ func (p *lockProto) Classify(rep nodeactor.Reply) coordinator.Outcome {
 }
 
 // classifyRenew maps a renewal reply: 1 (renewed) or "OK" (native SET IFEQ)
-// confirm; 2 means the key had vanished and was re-taken (it does not count
-// toward the quorum: a key that vanished from a majority is lost); 0, nil or
-// WRONGTYPE mean another owner.
+// confirm; 3 means the key is missing and 2 that a missing key was re-taken
+// (neither counts toward the quorum: a key that vanished from a majority is
+// lost); 0, nil or WRONGTYPE mean another owner.
 func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
 	if rep.Err != nil {
 		if isWrongType(rep.Err) {
@@ -256,6 +286,8 @@ func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
 	}
 	if v, err := rep.Msg.AsInt64(); err == nil {
 		switch {
+		case v == 3:
+			return coordinator.OutcomeMissing
 		case v == 2:
 			return coordinator.OutcomeRetaken
 		case v > 0:
@@ -321,4 +353,10 @@ func prefix8(tok string) string {
 		return tok[:8] + "…"
 	}
 	return tok
+}
+
+func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
+	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
+	p.high.note(l.o.ttl)
+	return p
 }

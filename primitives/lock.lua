@@ -23,7 +23,7 @@ end
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(KEYS[1]) end
 local fv = redis.call('GET', KEYS[2])
-if fv and not tonumber(fv) then return wrong(KEYS[2]) end
+if fv and not string.match(fv, '^%d+$') then return wrong(KEYS[2]) end
 
 local function dequeue(tok)
   if redis.call('ZREM', KEYS[3], tok) == 1 then redis.call('HDEL', KEYS[4], tok) end
@@ -169,8 +169,15 @@ elseif op == 'leave' then
   return 1
 
 elseif op == 'renew' then
-  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take)
+  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take), 6 retake "1"/"0".
+  -- Answers 1 renewed, 0 another owner, 3 the key is missing (a restarted
+  -- node). Only a follow-up call with retake=1, sent after a renewal round
+  -- confirmed the lease on a quorum, re-creates a missing key (answer 2): a
+  -- plain renewal that reaches a node after the lease's release must never
+  -- bring the key back.
   local tok, ttl, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  local retake = ARGV[6] == '1'
+  if v == false and not retake then return 3 end
   if owner == '' then
     local mine = 'rl1:L:' .. tok
     if v == mine then pexpire_max(KEYS[1], ttl); return 1 end

@@ -124,8 +124,8 @@ type multiProto struct {
 	token string
 }
 
-func (p *multiProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
-	return p.m.call("renew", p.token, ms(ttl))
+func (p *multiProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
+	return p.m.call("renew", p.token, ms(ttl), flag(retake))
 }
 
 func (p *multiProto) ReleaseCall(int) nodeactor.Call {

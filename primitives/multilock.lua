@@ -25,7 +25,7 @@ for i = 1, n do
     return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + 1] .. ' is not a redlock lock key')
   end
   local f = redis.call('GET', KEYS[b + 2])
-  if f and not tonumber(f) then
+  if f and not string.match(f, '^%d+$') then
     return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + 2] .. ' is not a fence counter')
   end
   vals[i], fences[i] = v, f
@@ -69,9 +69,12 @@ if op == 'acquire' then
   for i = 1, n do
     if fences[i] then present = present + 1; m = math.max(m, tonumber(fences[i])) end
   end
+  -- max + 1 over the names' counters; a missing counter is unknown, so with
+  -- some missing the caller's hybrid-clock value is a floor, and with none
+  -- present and no such value the node's answer is unknown (0)
   local f = 0
-  if present == n then f = m + 1 -- any missing counter makes the node's answer unknown...
-  elseif tonumber(ARGV[6]) > m then f = tonumber(ARGV[6]) end -- ...unless the caller supplied a hybrid-clock value
+  if present > 0 then f = m + 1 end
+  if present < n then f = math.max(f, tonumber(ARGV[6]) or 0) end
   for i = 1, n do
     local b = 5 * (i - 1)
     redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
@@ -93,10 +96,12 @@ elseif op == 'release' then
   return released
 
 elseif op == 'renew' then
-  -- ARGV: 3 ttl ms. All keys must be ours (or vanished: re-taken).
+  -- ARGV: 3 ttl ms, 4 retake "1"/"0". All keys must be ours; a vanished key
+  -- answers 3 unless retake=1 (see lock.lua), then it is re-created.
   for i = 1, n do
     local v = vals[i]
     if v and v ~= mine then return 0 end
+    if not v and ARGV[4] ~= '1' then return 3 end
   end
   local ttl = tonumber(ARGV[3])
   local retaken = 0

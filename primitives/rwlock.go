@@ -189,11 +189,11 @@ type rwProto struct {
 	write bool
 }
 
-func (p *rwProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
+func (p *rwProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
 	if p.write {
-		return p.rw.call("wrenew", p.token, ms(ttl))
+		return p.rw.call("wrenew", p.token, ms(ttl), flag(retake))
 	}
-	return p.rw.call("rrenew", p.token, ms(ttl))
+	return p.rw.call("rrenew", p.token, ms(ttl), flag(retake))
 }
 
 func (p *rwProto) ReleaseCall(int) nodeactor.Call {

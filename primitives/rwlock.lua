@@ -25,7 +25,7 @@ if mk and mk ~= 'rl1:rw' then
   return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[8] .. ' is not a redlock rwlock marker')
 end
 local fv = redis.call('GET', KEYS[7])
-if fv and not tonumber(fv) then
+if fv and not string.match(fv, '^%d+$') then
   return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[7] .. ' is not a fence counter')
 end
 
@@ -103,6 +103,10 @@ if op == 'racquire' then
 elseif op == 'wacquire' then
   -- ARGV: 2 token, 3 ttl ms, 4 enqueue, 5 entry ttl ms, 6 waiter id, 7 fence idle ms
   local tok, ttl, wid = ARGV[2], tonumber(ARGV[3]), ARGV[6]
+  if w == 'rl1:W:' .. tok then -- a repeated request (resent after a reconnect)
+    pexpire_max(KEYS[1], ttl)
+    return {1, fence_read(), now, 0}
+  end
   local head = ww_head()
   local free = (not w) and redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0
   if free and (head == nil or head == wid) then
@@ -153,7 +157,11 @@ elseif op == 'wrelease' then
 
 elseif op == 'downgrade' then
   -- ARGV: 2 token, 3 ttl ms, 4 admission window ms, 5 channel
-  if w ~= 'rl1:W:' .. ARGV[2] then return 0 end
+  if w ~= 'rl1:W:' .. ARGV[2] then
+    -- a repeated request (resent after a reconnect) finds itself a reader
+    if not w and redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 1 end
+    return 0
+  end
   local ttl = tonumber(ARGV[3])
   redis.call('DEL', KEYS[1])
   redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
@@ -163,7 +171,8 @@ elseif op == 'downgrade' then
   return 1
 
 elseif op == 'rrenew' then
-  -- ARGV: 2 token, 3 ttl ms
+  -- ARGV: 2 token, 3 ttl ms, 4 retake "1"/"0" (a missing entry answers 3
+  -- unless retake=1: see lock.lua)
   local tok, ttl = ARGV[2], tonumber(ARGV[3])
   local s = redis.call('ZSCORE', KEYS[2], tok)
   if s then
@@ -172,6 +181,7 @@ elseif op == 'rrenew' then
     touch_marker()
     return 1
   end
+  if ARGV[4] ~= '1' then return 3 end
   if not w then -- vanished (restarted node): re-take while no writer holds
     redis.call('ZADD', KEYS[2], now + ttl, tok)
     pexpire_max(KEYS[2], ttl)
@@ -181,13 +191,14 @@ elseif op == 'rrenew' then
   return 0
 
 elseif op == 'wrenew' then
-  -- ARGV: 2 token, 3 ttl ms
+  -- ARGV: 2 token, 3 ttl ms, 4 retake "1"/"0"
   local mine, ttl = 'rl1:W:' .. ARGV[2], tonumber(ARGV[3])
   if w == mine then
     pexpire_max(KEYS[1], ttl)
     touch_marker()
     return 1
   end
+  if not w and ARGV[4] ~= '1' then return 3 end
   if not w and redis.call('ZCARD', KEYS[2]) == 0 then
     redis.call('SET', KEYS[1], mine, 'PX', ttl)
     touch_marker()

@@ -511,9 +511,9 @@ type semProto struct {
 	token string
 }
 
-func (p *semProto) RenewCall(_ int, ttl time.Duration) nodeactor.Call {
+func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
 	s := p.x.s
-	return s.call("renew", p.token, strconv.Itoa(p.x.slot), ms(ttl), ms(FenceIdleTTL), strconv.Itoa(s.permits))
+	return s.call("renew", p.token, strconv.Itoa(p.x.slot), ms(ttl), ms(FenceIdleTTL), strconv.Itoa(s.permits), flag(retake))
 }
 
 func (p *semProto) ReleaseCall(int) nodeactor.Call {

@@ -220,7 +220,7 @@ elseif op == 'claim' or op == 'leave' then
   return 1
 
 elseif op == 'renew' then
-  -- ARGV: 3 token, 4 slot, 5 ttl ms, 6 idle ms, 7 permits
+  -- ARGV: 3 token, 4 slot, 5 ttl ms, 6 idle ms, 7 permits, 8 retake "1"/"0"
   local v, err = slot(tonumber(ARGV[4]))
   if err then return err end
   local mine = 'rl1:S:' .. ARGV[3]
@@ -229,6 +229,7 @@ elseif op == 'renew' then
     touch(ARGV[7], ARGV[6])
     return 1
   end
+  if v == false and ARGV[8] ~= '1' then return 3 end -- missing: re-take only when asked (see lock.lua)
   if v == false then
     -- the key vanished (restarted node) while the lease is valid: re-take it
     redis.call('SET', prefix .. ARGV[4], mine, 'PX', ARGV[5])
