@@ -35,6 +35,7 @@ commands:
   run      run a command while holding a lock
   status   show a lock's state on every node
   torture  bounded soak: worker processes on real redis-servers under faults, checked for safety
+  bench    benchmark workloads for every primitive against a plain-rueidis floor (peers: cd bench && go run ./cmd/redlock-bench)
 
 Run 'redlock <command> --help' for a command's flags.
 `
@@ -60,6 +61,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = status(ctx, args[1:], stdout)
 	case "torture":
 		err = torture(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = bench(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

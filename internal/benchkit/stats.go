@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"slices"
@@ -6,8 +6,8 @@ import (
 )
 
 // Metrics is the outcome of one measured window (or, in Result.Median, the
-// per-field median over the repeats; Overlaps and Errors are summed there and
-// Served is the minimum). Durations are in nanoseconds in JSON.
+// per-field median over the repeats; Overlaps, OutOfOrder and Errors are
+// summed there, MaxConcurrent is the maximum and the Served counts the minimum). Durations are in nanoseconds in JSON.
 type Metrics struct {
 	Window    time.Duration `json:"window_ns"`
 	Ops       int           `json:"ops"` // successful acquisitions completed in the window (W3/W4: acquire+release pairs)
@@ -21,9 +21,34 @@ type Metrics struct {
 	Served    int           `json:"served,omitempty"`  // clients with at least one acquisition in the window
 	Pending   int           `json:"pending,omitempty"` // waits still pending at window end (counted into the latencies)
 	Handoffs  int           `json:"handoffs,omitempty"`
-	Overlaps  int64         `json:"overlaps"` // times two holders were inside the critical section at once
+	Overlaps  int64         `json:"overlaps"` // safety violations: more holders inside the critical section than allowed (CountDownLatch: waiters released before the last CountDown)
 	Errors    int64         `json:"errors"`   // acquire/release errors other than the window's end
 	ErrSample string        `json:"err_sample,omitempty"`
+
+	// Semaphore: the most holders seen inside at once (≤ permits).
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// FairLock: grants made while another client, whose Acquire had started
+	// more than the ordering slack earlier, was still waiting.
+	OutOfOrder int64 `json:"out_of_order,omitempty"`
+
+	// RWLock: per side. Joint is reads/s + 8·writes/s (bound 160/s).
+	ReadOps      int           `json:"read_ops,omitempty"`
+	ReadsPerSec  float64       `json:"reads_per_sec,omitempty"`
+	ReadP50      time.Duration `json:"read_p50_ns,omitempty"`
+	ReadP99      time.Duration `json:"read_p99_ns,omitempty"`
+	ReadServed   int           `json:"read_served,omitempty"`
+	WriteOps     int           `json:"write_ops,omitempty"`
+	WritesPerSec float64       `json:"writes_per_sec,omitempty"`
+	WriteP50     time.Duration `json:"write_p50_ns,omitempty"`
+	WriteP99     time.Duration `json:"write_p99_ns,omitempty"`
+	WriteServed  int           `json:"write_served,omitempty"`
+	Joint        float64       `json:"joint,omitempty"`
+
+	// CountDownLatch: P50/P99/Mean/Max are per round, from the last
+	// CountDown call's start to the last of the round's waiters released;
+	// these are per waiter.
+	WaiterP50 time.Duration `json:"waiter_p50_ns,omitempty"`
+	WaiterP99 time.Duration `json:"waiter_p99_ns,omitempty"`
 }
 
 // summarize fills the latency fields from lat (it sorts lat).
@@ -92,9 +117,27 @@ func median(rs []Metrics) Metrics {
 		Served:    rs[0].Served,
 		Pending:   n(func(m Metrics) int { return m.Pending }),
 		Handoffs:  n(func(m Metrics) int { return m.Handoffs }),
+
+		ReadOps:      n(func(m Metrics) int { return m.ReadOps }),
+		ReadsPerSec:  pick(func(m Metrics) float64 { return m.ReadsPerSec }),
+		ReadP50:      d(func(m Metrics) time.Duration { return m.ReadP50 }),
+		ReadP99:      d(func(m Metrics) time.Duration { return m.ReadP99 }),
+		ReadServed:   rs[0].ReadServed,
+		WriteOps:     n(func(m Metrics) int { return m.WriteOps }),
+		WritesPerSec: pick(func(m Metrics) float64 { return m.WritesPerSec }),
+		WriteP50:     d(func(m Metrics) time.Duration { return m.WriteP50 }),
+		WriteP99:     d(func(m Metrics) time.Duration { return m.WriteP99 }),
+		WriteServed:  rs[0].WriteServed,
+		Joint:        pick(func(m Metrics) float64 { return m.Joint }),
+		WaiterP50:    d(func(m Metrics) time.Duration { return m.WaiterP50 }),
+		WaiterP99:    d(func(m Metrics) time.Duration { return m.WaiterP99 }),
 	}
 	for _, r := range rs {
 		out.Served = min(out.Served, r.Served)
+		out.ReadServed = min(out.ReadServed, r.ReadServed)
+		out.WriteServed = min(out.WriteServed, r.WriteServed)
+		out.MaxConcurrent = max(out.MaxConcurrent, r.MaxConcurrent)
+		out.OutOfOrder += r.OutOfOrder
 		out.Overlaps += r.Overlaps
 		out.Errors += r.Errors
 		if out.ErrSample == "" {

@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"bufio"
@@ -16,10 +16,10 @@ import (
 )
 
 // ErrNoRedisServer is returned by StartRedisServers when redis-server is not in PATH.
-var ErrNoRedisServer = errors.New("redis-server not found in PATH: install it (apt-get install redis-server), pass -nodes host:port,... or use -embedded")
+var ErrNoRedisServer = errors.New("redis-server not found in PATH: install it (apt-get install redis-server), pass --nodes host:port,... or use --embedded (results not comparable)")
 
 // Servers is a set of Redis nodes the benchmark runs against. Close stops the
-// ones the benchmark started itself (by PID); nodes given with -nodes are
+// ones the benchmark started itself (by PID); nodes given with --nodes are
 // never touched.
 type Servers struct {
 	Addrs []string

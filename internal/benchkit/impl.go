@@ -1,29 +1,19 @@
-package bench
+package benchkit
 
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
-
 	"log/slog"
-	"math"
 	"os"
-	"path/filepath"
-	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/bsm/redislock"
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
-	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
@@ -41,9 +31,12 @@ type Client interface {
 }
 
 // Impl builds clients of one library (or of the floor) for a node set.
+// Peer libraries live in the bench module (github.com/redlock-go/redlock/bench)
+// and reach Run through Options.Peers, so that this module never depends on
+// them.
 type Impl struct {
 	Name string // label in the table
-	ID   string // short id for -impls filtering
+	ID   string // short id for --impls filtering
 	// MaxNodes is the largest node count the implementation is run on
 	// (0 = any). Single-node peers have 1.
 	MaxNodes int
@@ -52,12 +45,15 @@ type Impl struct {
 	Uncontended bool
 	Note        string
 	New         func(ctx context.Context, addrs []string) (Client, error)
+	// NewCoordinator, when set, builds one redlock Coordinator per simulated
+	// client for the workloads of the other primitives (FairLock, MultiLock,
+	// RWLock, Semaphore, CountDownLatch), which only redlock has.
+	NewCoordinator func(ctx context.Context, addrs []string) (*coordinator.Coordinator, error)
 }
 
 // Settings carries the knobs that are the same for every implementation.
 type Settings struct {
-	LockTTL time.Duration // lease TTL for the libraries that take one per call
-	Lua     string        // body of primitives/lock.lua, for the floor
+	Lua string // body of primitives/lock.lua, for the floor ("" = the embedded copy)
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -78,32 +74,39 @@ func modVersion(path string) string {
 	return ""
 }
 
-func label(name, path string) string {
+// Label is name followed by the version of module path in this binary's
+// build info, when known ("redsync v4.18.1").
+func Label(name, path string) string {
 	if v := modVersion(path); v != "" {
 		return name + " " + v
 	}
 	return name
 }
 
-// Impls returns every implementation in table order.
-func Impls(s Settings) []Impl {
+// Own returns redlock's implementations and the floor, in table order.
+func Own(s Settings) []Impl {
+	lua := s.Lua
+	if lua == "" {
+		lua = lockLua
+	}
 	return []Impl{
 		{Name: "redlock (WaitNotify)", ID: "redlock-notify", New: newRedlock(coordinator.WaitNotify),
-			Note: "one Coordinator per client, DefaultTTL 30s (default), WaitNotify"},
+			NewCoordinator: newCoordinator(coordinator.WaitNotify),
+			Note:           "one Coordinator per client, DefaultTTL 30s (default), WaitNotify"},
 		{Name: "redlock (WaitPolling)", ID: "redlock-polling", New: newRedlock(coordinator.WaitPolling),
 			Note: "one Coordinator per client, DefaultTTL 30s (default), WaitPolling (10ms..500ms jittered backoff)"},
-		{Name: "floor (plain rueidis)", ID: "floor", Uncontended: true, New: newFloor(s.Lua),
+		{Name: "floor (plain rueidis)", ID: "floor", Uncontended: true, New: newFloor(lua),
 			Note: "primitives/lock.lua 'acquire' then 'release' by EVALSHA to every node, waiting for every reply; no library machinery"},
-		{Name: label("redsync", "github.com/go-redsync/redsync/v4"), ID: "redsync", New: newRedsync,
-			Note: "go-redis v9 pool per node, defaults (expiry 8s, retry delay rand 50-250ms) except WithTries(MaxInt32): retries until the window's ctx ends"},
-		{Name: label("bsm/redislock", "github.com/bsm/redislock"), ID: "bsm", MaxNodes: 1, New: newBSM(s.LockTTL),
-			Note: fmt.Sprintf("single node, TTL %s, RetryStrategy ExponentialBackoff(16ms, 256ms) (its doc: min >= 16ms), fresh per Obtain", s.LockTTL)},
-		{Name: label("rueidislock", "github.com/redis/rueidis"), ID: "rueidislock", MaxNodes: 1, New: newRueidislock,
-			Note: "single node, KeyMajority 1, NoLoopTracking (as its README suggests), other options default (validity 5s)"},
 	}
 }
 
 // ---- redlock ----
+
+func newCoordinator(ws coordinator.WaitStrategy) func(context.Context, []string) (*coordinator.Coordinator, error) {
+	return func(ctx context.Context, addrs []string) (*coordinator.Coordinator, error) {
+		return coordinator.New(ctx, coordinator.Config{Nodes: addrs, WaitStrategy: ws, Logger: quiet})
+	}
+}
 
 type redlockClient struct {
 	c     *coordinator.Coordinator
@@ -112,8 +115,9 @@ type redlockClient struct {
 }
 
 func newRedlock(ws coordinator.WaitStrategy) func(context.Context, []string) (Client, error) {
+	nc := newCoordinator(ws)
 	return func(ctx context.Context, addrs []string) (Client, error) {
-		c, err := coordinator.New(ctx, coordinator.Config{Nodes: addrs, WaitStrategy: ws, Logger: quiet})
+		c, err := nc(ctx, addrs)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +143,7 @@ func (r *redlockClient) lock(key string, cache bool) (*primitives.Lock, error) {
 }
 
 func (r *redlockClient) Acquire(ctx context.Context, key string) (Release, error) {
-	l, err := r.lock(key, !isFresh(ctx))
+	l, err := r.lock(key, !IsFresh(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -157,9 +161,21 @@ func (r *redlockClient) Close() { _ = r.c.Close() }
 type freshKey struct{}
 
 func withFresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
-func isFresh(ctx context.Context) bool              { return ctx.Value(freshKey{}) != nil }
+
+// IsFresh reports whether ctx is W3's: its key is used once, so per-key
+// objects should not be cached.
+func IsFresh(ctx context.Context) bool { return ctx.Value(freshKey{}) != nil }
 
 // ---- floor: the same script, plain rueidis ----
+
+// lockLua is a byte-for-byte copy of primitives/lock.lua (the primitives
+// package does not export its scripts), used when the source tree is not
+// there (see floorScript); TestFloorScriptIsLockLua fails when the two
+// differ. Refresh it with `go generate ./internal/benchkit`.
+//
+//go:generate cp ../../primitives/lock.lua lock.lua
+//go:embed lock.lua
+var lockLua string
 
 type floorClient struct {
 	nodes  []rueidis.Client
@@ -255,137 +271,15 @@ func token() string {
 	return hex.EncodeToString(b[:])
 }
 
-// ---- redsync v4 (go-redis v9 pools) ----
-
-type redsyncClient struct {
-	clients []*goredis.Client
-	rs      *redsync.Redsync
-}
-
-func newRedsync(ctx context.Context, addrs []string) (Client, error) {
-	r := &redsyncClient{}
-	var pools []redsyncredis.Pool
-	for _, a := range addrs {
-		c := goredis.NewClient(&goredis.Options{Addr: a})
-		if err := c.Ping(ctx).Err(); err != nil {
-			r.Close()
-			_ = c.Close()
-			return nil, err
-		}
-		r.clients = append(r.clients, c)
-		pools = append(pools, redsyncgoredis.NewPool(c))
-	}
-	r.rs = redsync.New(pools...)
-	return r, nil
-}
-
-func (r *redsyncClient) Acquire(ctx context.Context, key string) (Release, error) {
-	m := r.rs.NewMutex("redsync:"+key, redsync.WithTries(math.MaxInt32))
-	if err := m.LockContext(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		ok, err := m.UnlockContext(ctx)
-		if err == nil && !ok {
-			err = errors.New("redsync: unlock not confirmed")
-		}
-		return err
-	}, nil
-}
-
-func (r *redsyncClient) Close() {
-	for _, c := range r.clients {
-		_ = c.Close()
-	}
-}
-
-// ---- bsm/redislock (single node) ----
-
-type bsmClient struct {
-	c   *goredis.Client
-	l   *redislock.Client
-	ttl time.Duration
-}
-
-func newBSM(ttl time.Duration) func(context.Context, []string) (Client, error) {
-	return func(ctx context.Context, addrs []string) (Client, error) {
-		c := goredis.NewClient(&goredis.Options{Addr: addrs[0]})
-		if err := c.Ping(ctx).Err(); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		return &bsmClient{c: c, l: redislock.New(c), ttl: ttl}, nil
-	}
-}
-
-func (b *bsmClient) Acquire(ctx context.Context, key string) (Release, error) {
-	l, err := b.l.Obtain(ctx, "bsm:"+key, b.ttl, &redislock.Options{
-		RetryStrategy: redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond)})
+// ReadLua reads a lock.lua to use for the floor instead of the embedded
+// copy (redlock-bench --lua).
+func ReadLua(path string) (string, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, err
+		return "", fmt.Errorf("floor script: %w", err)
 	}
-	return l.Release, nil
+	return string(b), nil
 }
 
-func (b *bsmClient) Close() { _ = b.c.Close() }
-
-// ---- rueidislock (single node) ----
-
-type rueidislockClient struct{ l rueidislock.Locker }
-
-func newRueidislock(_ context.Context, addrs []string) (Client, error) {
-	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-		ClientOption:   rueidis.ClientOption{InitAddress: []string{addrs[0]}},
-		KeyMajority:    1,
-		NoLoopTracking: true,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &rueidislockClient{l: l}, nil
-}
-
-func (r *rueidislockClient) Acquire(ctx context.Context, key string) (Release, error) {
-	_, cancel, err := r.l.WithContext(ctx, "rl:"+key)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, err
-	}
-	return func(context.Context) error { cancel(); return nil }, nil
-}
-
-func (r *rueidislockClient) Close() { r.l.Close() }
-
-// ---- lock.lua ----
-
-// FindLockLua locates primitives/lock.lua: the explicit path if given, else
-// ../primitives/lock.lua or ./primitives/lock.lua from the working
-// directory, else next to this source file's module root.
-func FindLockLua(explicit string) (string, error) {
-	var cands []string
-	if explicit != "" {
-		cands = []string{explicit}
-	} else {
-		if wd, err := os.Getwd(); err == nil {
-			cands = append(cands, filepath.Join(wd, "..", "primitives", "lock.lua"), filepath.Join(wd, "primitives", "lock.lua"),
-				filepath.Join(wd, "..", "..", "..", "primitives", "lock.lua"))
-		}
-		if _, file, _, ok := runtime.Caller(0); ok {
-			cands = append(cands, filepath.Join(filepath.Dir(file), "..", "primitives", "lock.lua"))
-		}
-	}
-	for _, p := range cands {
-		if b, err := os.ReadFile(p); err == nil {
-			return string(b), nil
-		}
-	}
-	return "", fmt.Errorf("cannot find primitives/lock.lua (looked in %s): run from the bench/ directory of the redlock repo or pass -lua PATH", strconv.Quote(fmt.Sprint(cands)))
-}
+// LockTTL is the lease TTL given to peers that take one per call.
+const LockTTL = 10 * time.Second

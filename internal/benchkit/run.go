@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +30,14 @@ type Options struct {
 	Only     []string // workload ids; empty means all
 	Impls    []string // implementation ids; empty means all
 	NodeSets []int    // node counts to run; empty means {3, 1} (or {len(Addrs), 1})
-	LuaPath  string
+	Lua      string   // lock.lua body for the floor; "" means the embedded copy of primitives/lock.lua
+	// Peers are other libraries' implementations, run after redlock's and
+	// the floor (the bench module passes redsync, bsm/redislock and
+	// rueidislock; `redlock bench` passes none).
+	Peers []Impl
+	// PeersNote, when set, is printed under the header (`redlock bench`
+	// says where the peers are measured).
+	PeersNote string
 
 	Handoffs   int           // W2 handoffs to measure (after 10 warm-up ones)
 	HandoffMax time.Duration // W2 time cap per run
@@ -47,8 +56,8 @@ type Result struct {
 	Median   Metrics   `json:"median"`
 	Err      string    `json:"error,omitempty"`
 	// Derived figures (filled by Run).
-	LimitFraction float64 `json:"limit_fraction,omitempty"` // ops/s ÷ physical limit (W1, W5)
-	FloorRatio    float64 `json:"floor_ratio,omitempty"`    // W2/W3: p50 ÷ floor W3 p50; W4: ops/s ÷ floor ops/s
+	LimitFraction float64 `json:"limit_fraction,omitempty"` // ops/s ÷ physical limit (W1, W5, FairLock, MultiLock, Semaphore; RWLock: (reads + 8·writes)/s ÷ 160)
+	FloorRatio    float64 `json:"floor_ratio,omitempty"`    // W2/W3/CountDownLatch: p50 ÷ floor W3 p50
 	FloorOpsRatio float64 `json:"floor_ops_ratio,omitempty"`
 }
 
@@ -70,6 +79,7 @@ type Report struct {
 	Handoffs     int               `json:"w2_handoffs"`
 	HandoffMax   time.Duration     `json:"w2_handoff_max_ns"`
 	ImplNotes    map[string]string `json:"impl_notes"`
+	PeersNote    string            `json:"peers_note,omitempty"`
 	Results      []Result          `json:"results"`
 	workloads    []Workload
 	implOrder    []Impl
@@ -141,11 +151,26 @@ type caseSpec struct {
 	impl  Impl
 }
 
+// caseEstimate guesses how long one run of cs takes (for the progress line).
+func caseEstimate(o Options, cs caseSpec) time.Duration {
+	setup := 300 * time.Millisecond
+	if cs.w.ID != "W2" {
+		return o.Warmup + o.Window + setup
+	}
+	if strings.HasPrefix(cs.impl.ID, "redlock") {
+		return min(o.HandoffMax, time.Duration(o.Handoffs+10)*(o.Settle+2*time.Millisecond)) + setup
+	}
+	return o.HandoffMax + setup // peers poll: they usually hit the cap
+}
+
 func applies(impl Impl, w Workload, nodes int) bool {
 	if impl.MaxNodes > 0 && nodes > impl.MaxNodes {
 		return false
 	}
 	if impl.Uncontended && w.Contended {
+		return false
+	}
+	if w.Primitive && (impl.NewCoordinator == nil || impl.ID != "redlock-notify") {
 		return false
 	}
 	// The polling strategy is compared on the contended lock workloads only.
@@ -173,11 +198,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Repeat <= 0 {
 		o.Repeat = 1
 	}
-	lua, err := FindLockLua(o.LuaPath)
-	if err != nil {
-		return nil, err
+	if o.Window <= 0 {
+		o.Window = 3 * time.Second
 	}
-	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
+	if o.Handoffs <= 0 {
+		o.Handoffs = 200
+	}
+	if o.HandoffMax <= 0 {
+		o.HandoffMax = 15 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 10 * time.Millisecond
+	}
+	var err error
+	rep := &Report{PeersNote: o.PeersNote, Started: time.Now(), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
 		Embedded: o.Embedded, Warmup: o.Warmup, Window: o.Window, Repeat: o.Repeat, Settle: o.Settle, Handoffs: o.Handoffs, HandoffMax: o.HandoffMax, ImplNotes: map[string]string{}}
 
 	addrs := o.Addrs
@@ -224,7 +258,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.nodeSetOrder = nodeSets
 
-	impls := Impls(Settings{LockTTL: 10 * time.Second, Lua: lua})
+	lua, luaFrom := floorScript(o.Lua)
+	impls := append(Own(Settings{Lua: lua}), o.Peers...)
+	for i := range impls {
+		if impls[i].ID == "floor" {
+			impls[i].Note += "; script: " + luaFrom
+		}
+	}
 	var selImpls []Impl
 	for _, im := range impls {
 		if match(o.Impls, im.ID) {
@@ -255,6 +295,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("nothing to run: no implementation applies to the selected workloads and node counts")
 	}
 
+	if o.Progress != nil {
+		var est time.Duration
+		for _, cs := range cases {
+			est += time.Duration(o.Repeat) * caseEstimate(o, cs)
+		}
+		fmt.Fprintf(o.Progress, "%d runs (%d cells × %d), about %s\n", len(cases)*o.Repeat, len(cases), o.Repeat, est.Round(10*time.Second))
+	}
 	prog := &Progress{}
 	stop := make(chan struct{})
 	var pwg sync.WaitGroup
@@ -268,12 +315,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		res := Result{Nodes: cs.nodes, Workload: cs.w.ID, Impl: cs.impl.Name, ImplID: cs.impl.ID}
 		for r := range o.Repeat {
 			if err := ctx.Err(); err != nil {
+				rep.derive()
+				rep.Duration = time.Since(rep.Started)
 				return rep, err
 			}
-			est := o.Warmup + o.Window
-			if cs.w.ID == "W2" {
-				est = o.HandoffMax
-			}
+			est := caseEstimate(o, cs)
 			prog.set(ci+1, len(cases), fmt.Sprintf("%d-node %s %s rep %d/%d", cs.nodes, cs.w.ID, cs.impl.Name, r+1, o.Repeat), est)
 			e := &env{impl: cs.impl, addrs: addrs[:cs.nodes], warmup: o.Warmup, window: o.Window,
 				prefix:   fmt.Sprintf("bench:%s:%d:%s:%s:%d", runID, cs.nodes, cs.w.ID, cs.impl.ID, r),
@@ -306,21 +352,21 @@ func (r *Report) find(nodes int, w, implID string) *Result {
 }
 
 func (r *Report) derive() {
-	limits := map[string]float64{}
+	ws := map[string]Workload{}
 	for _, w := range Workloads() {
-		limits[w.ID] = w.Limit
+		ws[w.ID] = w
 	}
 	for i := range r.Results {
 		x := &r.Results[i]
 		if x.Err != "" || len(x.Repeats) == 0 {
 			continue
 		}
-		if l := limits[x.Workload]; l > 0 {
-			x.LimitFraction = x.Median.OpsPerSec / l
+		if w := ws[x.Workload]; w.Limit > 0 {
+			x.LimitFraction = w.Throughput(x.Median) / w.Limit
 		}
 		floorW3 := r.find(x.Nodes, "W3", "floor")
 		switch x.Workload {
-		case "W2", "W3":
+		case "W2", "W3", WLatch:
 			if floorW3 != nil && floorW3.Median.P50 > 0 {
 				x.FloorRatio = float64(x.Median.P50) / float64(floorW3.Median.P50)
 			}
@@ -333,6 +379,25 @@ func (r *Report) derive() {
 			}
 		}
 	}
+}
+
+// floorScript picks the floor's lock.lua: the explicit one, else
+// primitives/lock.lua of the source tree this package was compiled from when
+// it is still there (the source of truth), else the built-in copy.
+func floorScript(explicit string) (body, from string) {
+	if explicit != "" {
+		return explicit, "given with --lua"
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		p := filepath.Join(filepath.Dir(file), "..", "..", "primitives", "lock.lua")
+		if b, err := os.ReadFile(p); err == nil {
+			if string(b) == lockLua {
+				return lockLua, "primitives/lock.lua (built-in copy, same as the source tree)"
+			}
+			return string(b), "primitives/lock.lua read from the source tree (the built-in copy is stale)"
+		}
+	}
+	return lockLua, "built-in copy of primitives/lock.lua"
 }
 
 // describeServers reports the server version for the header.
@@ -362,15 +427,40 @@ func describeServers(ctx context.Context, addrs []string, embedded, started bool
 }
 
 // libraryState describes the library checkout the bench was built against
-// (best effort: "" when git or the parent repo is not there).
+// (best effort): the git state of the repository this source file was
+// compiled from when it is still there, else the VCS stamp of the binary,
+// else "".
 func libraryState() string {
-	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return ""
+	if _, file, _, ok := runtime.Caller(0); ok {
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		if out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output(); err == nil {
+			s := "library at " + strings.TrimSpace(string(out))
+			if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+				s += " + uncommitted changes"
+			}
+			return s
+		}
 	}
-	s := "library at " + strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
-		s += " + uncommitted changes"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, mod := "", false
+		for _, kv := range bi.Settings {
+			switch kv.Key {
+			case "vcs.revision":
+				rev = kv.Value
+			case "vcs.modified":
+				mod = kv.Value == "true"
+			}
+		}
+		if len(rev) > 7 {
+			rev = rev[:7]
+		}
+		if rev != "" {
+			s := "library at " + rev
+			if mod {
+				s += " + uncommitted changes"
+			}
+			return s
+		}
 	}
-	return s
+	return ""
 }

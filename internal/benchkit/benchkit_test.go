@@ -1,0 +1,67 @@
+package benchkit
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/redlock-go/redlock/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestFloorScriptIsLockLua: the floor's embedded script is primitives/lock.lua.
+func TestFloorScriptIsLockLua(t *testing.T) {
+	b, err := os.ReadFile("../../primitives/lock.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != lockLua {
+		t.Fatal("internal/benchkit/lock.lua differs from primitives/lock.lua: run go generate ./internal/benchkit")
+	}
+}
+
+// TestRunOnMiniredis runs W1 (redlock, floor skipped: contended) and the
+// Semaphore workload briefly on miniredis and checks the report.
+func TestRunOnMiniredis(t *testing.T) {
+	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Options{
+		Addrs: addrs, Embedded: true, Warmup: 100 * time.Millisecond, Window: 400 * time.Millisecond,
+		Only: []string{"W1", WSemaphore}, Impls: []string{"redlock-notify", "floor"}, NodeSets: []int{3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("want 2 results (W1 and Semaphore, redlock only), got %+v", rep.Results)
+	}
+	for _, x := range rep.Results {
+		if x.Err != "" {
+			t.Fatalf("%s: %s", x.Workload, x.Err)
+		}
+		if x.Median.Ops == 0 {
+			t.Errorf("%s: no acquisition in the window", x.Workload)
+		}
+		if x.Median.Overlaps != 0 {
+			t.Errorf("%s: %d safety violations", x.Workload, x.Median.Overlaps)
+		}
+	}
+	md := rep.Markdown()
+	if !strings.Contains(md, "| 3 | redlock (WaitNotify) |") {
+		t.Errorf("no redlock row in\n%s", md)
+	}
+	if strings.Contains(md, "**SAFETY FAIL") {
+		t.Errorf("safety failure in\n%s", md)
+	}
+	if svg := rep.SVG(); !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "<rect") {
+		t.Errorf("bad svg: %.200s", svg)
+	}
+}

@@ -1,0 +1,157 @@
+package benchkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Command is a benchmark command line: `redlock bench` (redlock and the
+// floor) and the bench module's redlock-bench (the same plus the peers)
+// share it.
+type Command struct {
+	Name      string // for messages: "redlock bench", "redlock-bench"
+	Peers     []Impl // other libraries, run after redlock's rows
+	PeersNote string // printed under the report's header
+}
+
+// UsageError is a bad command line (exit code 2).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageErr(format string, a ...any) error { return &UsageError{fmt.Errorf(format, a...)} }
+
+// Run parses args, runs the benchmark and writes the markdown report to
+// stdout (and the files asked for); the live progress line goes to stderr.
+// A flag error is a *UsageError (flag.ErrHelp for --help); an interrupted
+// run writes what it measured and returns the interruption.
+func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	ids := []string{}
+	for _, im := range append(Own(Settings{}), c.Peers...) {
+		ids = append(ids, im.ID)
+	}
+	var wids []string
+	for _, w := range Workloads() {
+		wids = append(wids, w.ID)
+	}
+	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		nodes    = fs.String("nodes", "", "comma-separated host:port of existing Redis nodes (default: start 3 redis-servers on loopback); the first node is the single-node set")
+		embedded = fs.Bool("embedded", false, "use in-process miniredis servers (results not comparable)")
+		duration = fs.Duration("duration", 3*time.Second, "measured window per run")
+		warmup   = fs.Duration("warmup", time.Second, "warm-up before each measured window")
+		repeat   = fs.Int("repeat", 1, "runs per cell; the table shows medians")
+		jsonOut  = fs.String("json", "", "write raw results as JSON to this file")
+		only     = fs.String("only", "", "comma-separated workloads to run ("+strings.Join(wids, ",")+")")
+		impls    = fs.String("impls", "", "comma-separated implementations ("+strings.Join(ids, ",")+")")
+		nodeSets = fs.String("nodesets", "", "comma-separated node counts to run (default: all nodes, then 1)")
+		mdOut    = fs.String("md", "", "also write the markdown report to this file")
+		svgOut   = fs.String("svg", "", "write an SVG chart (largest node set) to this file, e.g. docs/benchmarks.svg")
+		luaPath  = fs.String("lua", "", "lock.lua for the floor (default: the copy of primitives/lock.lua built in)")
+		handoffs = fs.Int("handoffs", 200, "W2: handoffs to measure per run")
+		hmax     = fs.Duration("handoff-max", 15*time.Second, "W2: time cap per run (slow pollers may measure fewer handoffs)")
+		settle   = fs.Duration("settle", 10*time.Millisecond, "W2: how long the waiter waits before the holder releases; CountDownLatch: the waiters' head start")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &UsageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected arguments %q", fs.Args())
+	}
+	o := Options{
+		Embedded: *embedded, Warmup: *warmup, Window: *duration, Repeat: *repeat,
+		Only: split(*only), Impls: split(*impls),
+		Handoffs: *handoffs, HandoffMax: *hmax, Settle: *settle, Progress: stderr,
+		Peers: c.Peers, PeersNote: c.PeersNote,
+	}
+	for _, id := range o.Only {
+		if !match(wids, id) {
+			return usageErr("unknown workload %q in --only (have %s)", id, strings.Join(wids, ","))
+		}
+	}
+	for _, id := range o.Impls {
+		if !match(ids, id) {
+			return usageErr("unknown implementation %q in --impls (have %s)", id, strings.Join(ids, ","))
+		}
+	}
+	if *luaPath != "" {
+		lua, err := ReadLua(*luaPath)
+		if err != nil {
+			return usageErr("--lua: %w", err)
+		}
+		o.Lua = lua
+	}
+	if *nodes != "" {
+		if *embedded {
+			return usageErr("--nodes and --embedded exclude each other")
+		}
+		o.Addrs = split(*nodes)
+	}
+	for _, s := range split(*nodeSets) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return usageErr("bad --nodesets entry %q", s)
+		}
+		o.NodeSets = append(o.NodeSets, n)
+	}
+	if *duration <= 0 || *warmup < 0 || *handoffs <= 0 || *hmax <= 0 || *settle <= 0 || *repeat < 1 {
+		return usageErr("--duration, --handoffs, --handoff-max, --settle and --repeat must be positive, --warmup not negative")
+	}
+	rep, err := Run(ctx, o)
+	if err != nil && rep == nil {
+		return err
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: interrupted: %v (partial results follow)\n", c.Name, err)
+	}
+	md := rep.Markdown()
+	fmt.Fprint(stdout, md)
+	var werr error
+	if *mdOut != "" {
+		werr = errors.Join(werr, writeFile(*mdOut, []byte(md)))
+	}
+	if *svgOut != "" {
+		werr = errors.Join(werr, writeFile(*svgOut, []byte(rep.SVG())))
+	}
+	if *jsonOut != "" {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr == nil {
+			jerr = writeFile(*jsonOut, append(b, '\n'))
+		}
+		werr = errors.Join(werr, jerr)
+	}
+	return errors.Join(err, werr)
+}
+
+func writeFile(path string, b []byte) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func split(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,222 @@
+-- redlock Lock/MultiLock-compatible lock script, layout version 1 ("rl1").
+-- One script, one round trip per operation per node; ARGV[1] selects it.
+-- KEYS: 1 lock, 2 fence counter, 3 waiter order (zset), 4 waiter expiry (hash),
+--       5 holds (zset, owner mode), 6 epoch fence (owner mode),
+--       7 watch flag (a waiter that does not queue, e.g. a MultiLock, is listening),
+--       8 tombstones (zset waiter id -> until ms): waiters that left, so that an
+--         attempt still in flight when they left (the node actor keeps several
+--         batches in flight, so requests of one client can run out of order)
+--         cannot enqueue them again
+-- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
+-- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
+local op = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function ktype(k) return redis.call('TYPE', k)['ok'] end
+local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock lock key') end
+local want = {'string', 'string', 'zset', 'hash', 'zset', 'string', 'string', 'zset'}
+for i = 1, 8 do
+  local kt = ktype(KEYS[i])
+  if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i]) end
+end
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(KEYS[1]) end
+local fv = redis.call('GET', KEYS[2])
+if fv and not string.match(fv, '^%d+$') then return wrong(KEYS[2]) end
+
+local function dequeue(tok)
+  if redis.call('ZREM', KEYS[3], tok) == 1 then redis.call('HDEL', KEYS[4], tok) end
+end
+
+local TOMBSTONE_MS = 3000
+local function bury(id)
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+  redis.call('ZADD', KEYS[8], now + TOMBSTONE_MS, id)
+  redis.call('PEXPIRE', KEYS[8], TOMBSTONE_MS)
+end
+local function buried(id)
+  local s = redis.call('ZSCORE', KEYS[8], id)
+  return s and tonumber(s) > now
+end
+
+-- free ends a hold: it reserves the lock for the longest live waiter and
+-- tells only that waiter (the SET overwrites the key: no `del` event wakes
+-- anyone else); with no live waiter it deletes the key and, if a waiter that
+-- does not queue is listening, tells one local waiter to re-check. Every
+-- node orders its queue by the same (score, waiter id), the score being
+-- chosen once by the waiter, so all nodes reserve for the same waiter. The
+-- entry stays until the waiter's lease is released (or it leaves, or stops
+-- heartbeating), so a split attempt does not lose its place.
+local function free(window, ch)
+  local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
+  for _, id in ipairs(ids) do
+    local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+    if exp > now then
+      redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
+      redis.call('PUBLISH', ch, 'h:' .. id)
+      return
+    end
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+  end
+  redis.call('DEL', KEYS[1])
+  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('PUBLISH', ch, 'n:1') end
+end
+
+local function pexpire_max(k, ttl)
+  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+end
+
+-- owner-mode helpers: holds live in KEYS[5] scored by their expiry
+local function holds_left()
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  return redis.call('ZCARD', KEYS[5])
+end
+local function owner_ttl()
+  local top = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  if #top == 0 then return 0 end
+  return tonumber(top[2]) - now
+end
+
+if op == 'acquire' then
+  -- ARGV: 2 token (new for every attempt), 3 ttl ms, 4 owner, 5 enqueue "1"/"0",
+  -- 6 queue entry ttl ms, 7 fence idle ms, 8 waiter id (stable across one
+  -- Acquire's attempts: the queue entry and a handoff reservation are for it),
+  -- 9 queue score (chosen once by the waiter from a server TIME, the same on
+  -- every node), 10 fence for a missing counter (hybrid clock, 0 = unknown)
+  local tok, ttl, owner, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[8]
+  local rsv = 'rl1:R:' .. wid
+  local function fence_next()
+    if fv then
+      local c = redis.call('INCR', KEYS[2])
+      redis.call('PEXPIRE', KEYS[2], ARGV[7])
+      return c
+    end
+    local init = tonumber(ARGV[10] or '0') or 0
+    if init > 0 then
+      redis.call('SET', KEYS[2], ARGV[10], 'PX', ARGV[7])
+      return init
+    end
+    return 0 -- unknown: the coordinator decides
+  end
+  if owner == '' then
+    local mine = 'rl1:L:' .. tok
+    if v == false or v == mine or v == rsv then
+      redis.call('SET', KEYS[1], mine, 'PX', ttl)
+      return {1, fence_next(), now, 0}
+    end
+  else
+    local mine = 'rl1:O:' .. owner
+    if v == mine and holds_left() > 0 then
+      redis.call('ZADD', KEYS[5], now + ttl, tok)
+      pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[5], ttl); pexpire_max(KEYS[6], ttl)
+      return {1, tonumber(redis.call('GET', KEYS[6]) or '0'), now, 1}
+    end
+    if v == false or v == rsv then
+      redis.call('DEL', KEYS[5])
+      redis.call('SET', KEYS[1], mine, 'PX', ttl)
+      redis.call('ZADD', KEYS[5], now + ttl, tok)
+      redis.call('PEXPIRE', KEYS[5], ttl)
+      local f = fence_next()
+      redis.call('SET', KEYS[6], f, 'PX', ttl)
+      return {1, f, now, 0}
+    end
+  end
+  if ARGV[5] == '1' and not buried(wid) then
+    local ettl = tonumber(ARGV[6])
+    local score = tonumber(ARGV[9] or '0') or 0
+    if score <= 0 then score = now end
+    redis.call('ZADD', KEYS[3], 'NX', score, wid)
+    redis.call('HSET', KEYS[4], wid, now + ettl)
+    pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
+  end
+  return {0, redis.call('PTTL', KEYS[1]), now, 0}
+
+elseif op == 'release' or op == 'rollback' then
+  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel, 6 waiter id
+  -- (release only). A rollback undoes one attempt's grant (its token is
+  -- never reused) and keeps the waiter's queue entry, so a split attempt
+  -- keeps its place; a release ends a lease: it drops the holder's entry
+  -- (kept while it held) and frees a reservation a late release made for it.
+  local tok, owner = ARGV[2], ARGV[3]
+  if op == 'release' and ARGV[6] and ARGV[6] ~= '' then
+    dequeue(ARGV[6])
+    if v == 'rl1:R:' .. ARGV[6] then free(ARGV[4], ARGV[5]); return 0 end
+  end
+  if owner == '' then
+    if v == 'rl1:L:' .. tok then
+      free(ARGV[4], ARGV[5])
+      return 1
+    end
+  elseif v == 'rl1:O:' .. owner and redis.call('ZREM', KEYS[5], tok) == 1 then
+    if holds_left() == 0 then
+      redis.call('DEL', KEYS[5], KEYS[6])
+      free(ARGV[4], ARGV[5])
+    else
+      local rest = owner_ttl()
+      redis.call('PEXPIRE', KEYS[1], rest); redis.call('PEXPIRE', KEYS[5], rest); redis.call('PEXPIRE', KEYS[6], rest)
+    end
+    return 1
+  end
+  return 0
+
+elseif op == 'leave' then
+  -- a waiter gives up. ARGV: 2 waiter id, 3 handoff window ms, 4 channel
+  dequeue(ARGV[2])
+  bury(ARGV[2])
+  if v == 'rl1:R:' .. ARGV[2] then free(ARGV[3], ARGV[4]) end
+  return 1
+
+elseif op == 'renew' then
+  -- ARGV: 2 token, 3 ttl ms, 4 owner, 5 fence (for a re-take), 6 retake "1"/"0".
+  -- Answers 1 renewed, 0 another owner, 3 the key is missing (a restarted
+  -- node). Only a follow-up call with retake=1, sent after a renewal round
+  -- confirmed the lease on a quorum, re-creates a missing key (answer 2): a
+  -- plain renewal that reaches a node after the lease's release must never
+  -- bring the key back.
+  local tok, ttl, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  local retake = ARGV[6] == '1'
+  if v == false and not retake then return 3 end
+  if owner == '' then
+    local mine = 'rl1:L:' .. tok
+    if v == mine then pexpire_max(KEYS[1], ttl); return 1 end
+    if v == false then redis.call('SET', KEYS[1], mine, 'PX', ttl); return 2 end
+    return 0
+  end
+  local mine = 'rl1:O:' .. owner
+  if v == mine then
+    local s = redis.call('ZSCORE', KEYS[5], tok)
+    if s and tonumber(s) > now then
+      if tonumber(s) < now + ttl then redis.call('ZADD', KEYS[5], now + ttl, tok) end
+      pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[5], ttl); pexpire_max(KEYS[6], ttl)
+      return 1
+    end
+    return 0
+  end
+  if v == false then
+    redis.call('SET', KEYS[1], mine, 'PX', ttl)
+    redis.call('DEL', KEYS[5])
+    redis.call('ZADD', KEYS[5], now + ttl, tok)
+    redis.call('PEXPIRE', KEYS[5], ttl)
+    redis.call('SET', KEYS[6], ARGV[5], 'PX', ttl)
+    return 2
+  end
+  return 0
+
+elseif op == 'fence' then
+  -- write back a fence decided by the coordinator. ARGV: 2 fence, 3 idle ms, 4 owner
+  local f = ARGV[2]
+  if not fv or tonumber(fv) < tonumber(f) then
+    redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+  end
+  if ARGV[4] ~= '' and v == 'rl1:O:' .. ARGV[4] then
+    redis.call('SET', KEYS[6], f, 'KEEPTTL')
+  end
+  return 1
+
+elseif op == 'status' then
+  -- read-only view for `redlock status`: {value, pttl, fence, waiters}
+  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3])}
+end
+return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))
