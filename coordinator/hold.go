@@ -174,11 +174,13 @@ func (h *Hold) finish(st holdState, err error) bool {
 	}
 	h.state, h.err = st, err
 	h.mu.Unlock()
+	// Order matters to observers: once Lost is closed, Done and Context
+	// are already done too.
+	h.cancel(err)
+	close(h.done)
 	if st == stateLost {
 		close(h.lost)
 	}
-	close(h.done)
-	h.cancel(err)
 	h.c.mu.Lock()
 	delete(h.c.holds, h)
 	h.c.mu.Unlock()
@@ -348,8 +350,20 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, notOwner int, r *Round) {
 	q, n := h.c.quorum, len(h.c.nodes)
 	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl, false) },
-		func(r *Round) bool { return r.NAnswered == n || notOwner > n-q },
-		nil)
+		func(r *Round) bool {
+			ok, notOwner := 0, 0
+			for i, rep := range r.Replies {
+				if r.Answered[i] {
+					switch h.spec.Protocol.Classify(rep) {
+					case OutcomeOK:
+						ok++
+					case OutcomeNotOwner:
+						notOwner++
+					}
+				}
+			}
+			return ok >= q || notOwner > n-q
+		}, nil)
 	ok, notOwner = 0, 0
 	for i, rep := range r.Replies {
 		if !r.Answered[i] {

@@ -206,7 +206,7 @@ func (r *renewer) renewRound(due []*Hold) {
 		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
 		ok, notOwner := 0, 0
 	collect:
-		for round.NAnswered < n && notOwner <= n-c.quorum { // every node (bounded): Release waits for the whole round
+		for round.NAnswered < n && ok < c.quorum && notOwner <= n-c.quorum {
 			select {
 			case rep := <-p.ch:
 				round.record(rep)

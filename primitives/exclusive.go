@@ -111,7 +111,16 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		// Roll back wherever a grant may exist: granted, silent, or answered
 		// an error (a script error can follow a write).
 		if granted > 0 || r.NAnswered < n || len(errs) > 0 || wrongErr != nil {
-			c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
+			if ctx.Err() != nil {
+				// The caller gave up (ctx, Acquirer.Close): undo before
+				// returning, so that nothing of this attempt is left when the
+				// call returns (bounded; late grants still roll back later).
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Config().NodeTimeout)
+				c.Fanout(rctx, nodeactor.Urgent, func(int) nodeactor.Call { return rollback }, nil, nil)
+				cancel()
+			} else {
+				c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
+			}
 		}
 		return res
 	}
