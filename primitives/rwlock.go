@@ -201,3 +201,42 @@ func (p *rwProto) ReleaseCall(int) nodeactor.Call {
 }
 
 func (p *rwProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+
+// RWNodeState is one node's view of an RWLock, for operators (`redlock
+// status --kind rwlock`). Writer is a token prefix only.
+type RWNodeState struct {
+	Node           string
+	Err            error
+	Writer         string // first 8 hex digits of the writer's token, "" if none
+	Readers        int64
+	WaitingWriters int64
+	WaitingReaders int64
+	Fence          string
+}
+
+// Status reads the lock's state on every node (one read-only script each).
+func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
+	r := rw.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return rw.call("status") }, nil, nil)
+	nodes := rw.c.Nodes()
+	out := make([]RWNodeState, len(r.Replies))
+	for i, rep := range r.Replies {
+		st := RWNodeState{Node: nodes[i].Addr, Err: rep.Err}
+		if rep.Err == nil {
+			arr, err := rep.Msg.ToArray()
+			if err != nil || len(arr) < 5 {
+				st.Err = fmt.Errorf("redlock: unexpected status reply")
+			} else {
+				w, _ := arr[0].ToString()
+				if len(w) > 6 {
+					st.Writer = prefix8(w[6:])
+				}
+				st.Readers, _ = arr[1].AsInt64()
+				st.WaitingWriters, _ = arr[2].AsInt64()
+				st.WaitingReaders, _ = arr[3].AsInt64()
+				st.Fence, _ = arr[4].ToString()
+			}
+		}
+		out[i] = st
+	}
+	return out
+}

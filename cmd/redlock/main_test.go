@@ -217,3 +217,19 @@ func TestCLIStatus(t *testing.T) {
 		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
 	}
 }
+
+func TestCLIStatusKinds(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	nodes := strings.Join(testutil.MiniAddrs(ms), ",")
+	for _, kind := range []string{"fairlock", "rwlock"} {
+		code, out, stderr := cli(t, nil, "status", "--kind", kind, "--nodes", nodes, "k")
+		if code != 0 || !strings.Contains(out, "free") {
+			t.Fatalf("%s: exit %d out %q stderr %q", kind, code, out, stderr)
+		}
+	}
+	code, _, stderr := cli(t, nil, "status", "--kind", "nope", "--nodes", nodes, "k")
+	if code != 2 {
+		t.Fatalf("unknown kind: exit %d", code)
+	}
+	oneLine(t, stderr)
+}

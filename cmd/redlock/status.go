@@ -18,10 +18,11 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: redlock status [--json] [--nodes host:port,...] KEY")
+		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock] [--json] [--nodes host:port,...] KEY")
 		fs.PrintDefaults()
 	}
 	asJSON := fs.Bool("json", false, "print JSON")
+	kind := fs.String("kind", "lock", "primitive of that name: lock (also MultiLock names), fairlock or rwlock")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
 	// Accept the key before or after the flags.
 	var key string
@@ -46,13 +47,41 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	l, err := primitives.NewLock(c, key)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	states := l.Status(ctx)
+	var states []primitives.NodeState
+	switch *kind {
+	case "lock":
+		l, err := primitives.NewLock(c, key)
+		if err != nil {
+			return err
+		}
+		states = l.Status(ctx)
+	case "fairlock":
+		l, err := primitives.NewFairLock(c, key)
+		if err != nil {
+			return err
+		}
+		states = l.Status(ctx)
+	case "rwlock":
+		rw, err := primitives.NewRWLock(c, key)
+		if err != nil {
+			return err
+		}
+		for _, st := range rw.Status(ctx) {
+			ns := primitives.NodeState{Node: st.Node, Err: st.Err, State: "free", Holder: st.Writer, Fence: st.Fence,
+				Waiters: st.WaitingWriters + st.WaitingReaders}
+			switch {
+			case st.Writer != "":
+				ns.State = "write"
+			case st.Readers > 0:
+				ns.State = fmt.Sprintf("read×%d", st.Readers)
+			}
+			states = append(states, ns)
+		}
+	default:
+		return &codeError{code: 2, err: fmt.Errorf("unknown --kind %q (lock, fairlock or rwlock)", *kind)}
+	}
 	health := c.Nodes()
 	if *asJSON {
 		type row struct {
