@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,11 +9,11 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed fairlock.lua
-var fairLua string
+var fairLua = scripts.FairLock
 
 var fairScript = nodeactor.NewScript("fairlock", fairLua)
 

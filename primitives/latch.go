@@ -2,18 +2,17 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed latch.lua
-var latchLua string
+var latchLua = scripts.Latch
 
 var latchScript = nodeactor.NewScript("latch", latchLua)
 

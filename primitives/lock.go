@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,11 +11,11 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed lock.lua
-var lockLua string
+var lockLua = scripts.Lock
 
 var lockScript = nodeactor.NewScript("lock", lockLua)
 

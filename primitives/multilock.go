@@ -2,18 +2,17 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed multilock.lua
-var multiLua string
+var multiLua = scripts.MultiLock
 
 var multiScript = nodeactor.NewScript("multilock", multiLua)
 

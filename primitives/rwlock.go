@@ -2,17 +2,16 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed rwlock.lua
-var rwLua string
+var rwLua = scripts.RWLock
 
 var rwScript = nodeactor.NewScript("rwlock", rwLua)
 

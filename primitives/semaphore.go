@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,11 +10,11 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed semaphore.lua
-var semLua string
+var semLua = scripts.Semaphore
 
 var semScript = nodeactor.NewScript("semaphore", semLua)
 

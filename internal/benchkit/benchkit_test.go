@@ -2,7 +2,6 @@ package benchkit
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,17 +13,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// TestFloorScriptIsLockLua: the floor's embedded script is primitives/lock.lua.
-func TestFloorScriptIsLockLua(t *testing.T) {
-	b, err := os.ReadFile("../../primitives/lock.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != lockLua {
-		t.Fatal("internal/benchkit/lock.lua differs from primitives/lock.lua: run go generate ./internal/benchkit")
-	}
 }
 
 // TestRunOnMiniredis runs W1 (redlock, floor skipped: contended) and the

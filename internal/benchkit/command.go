@@ -58,7 +58,7 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		nodeSets = fs.String("nodesets", "", "comma-separated node counts to run (default: all nodes, then 1)")
 		mdOut    = fs.String("md", "", "also write the markdown report to this file")
 		svgOut   = fs.String("svg", "", "write an SVG chart (largest node set) to this file, e.g. docs/benchmarks.svg")
-		luaPath  = fs.String("lua", "", "lock.lua for the floor (default: the copy of primitives/lock.lua built in)")
+		luaPath  = fs.String("lua", "", "a lock.lua for the floor (default: the library's own)")
 		handoffs = fs.Int("handoffs", 200, "W2: handoffs to measure per run")
 		hmax     = fs.Duration("handoff-max", 15*time.Second, "W2: time cap per run (slow pollers may measure fewer handoffs)")
 		settle   = fs.Duration("settle", 10*time.Millisecond, "W2: how long the waiter waits before the holder releases; CountDownLatch: the waiters' head start")

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/primitives"
 )
 
@@ -53,7 +54,7 @@ type Impl struct {
 
 // Settings carries the knobs that are the same for every implementation.
 type Settings struct {
-	Lua string // body of primitives/lock.lua, for the floor ("" = the embedded copy)
+	Lua string // body of the Lock script, for the floor ("" = the library's own)
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -96,7 +97,7 @@ func Own(s Settings) []Impl {
 		{Name: "redlock (WaitPolling)", ID: "redlock-polling", New: newRedlock(coordinator.WaitPolling),
 			Note: "one Coordinator per client, DefaultTTL 30s (default), WaitPolling (10ms..500ms jittered backoff)"},
 		{Name: "floor (plain rueidis)", ID: "floor", Uncontended: true, New: newFloor(lua),
-			Note: "primitives/lock.lua 'acquire' then 'release' by EVALSHA to every node, waiting for every reply; no library machinery"},
+			Note: "the Lock script's 'acquire' then 'release' by EVALSHA to every node, waiting for every reply; no library machinery"},
 	}
 }
 
@@ -168,14 +169,8 @@ func IsFresh(ctx context.Context) bool { return ctx.Value(freshKey{}) != nil }
 
 // ---- floor: the same script, plain rueidis ----
 
-// lockLua is a byte-for-byte copy of primitives/lock.lua (the primitives
-// package does not export its scripts), used when the source tree is not
-// there (see floorScript); TestFloorScriptIsLockLua fails when the two
-// differ. Refresh it with `go generate ./internal/benchkit`.
-//
-//go:generate cp ../../primitives/lock.lua lock.lua
-//go:embed lock.lua
-var lockLua string
+// lockLua is the Lock's script, the one the library sends.
+var lockLua = scripts.Lock
 
 type floorClient struct {
 	nodes  []rueidis.Client

@@ -30,7 +30,7 @@ type Options struct {
 	Only     []string // workload ids; empty means all
 	Impls    []string // implementation ids; empty means all
 	NodeSets []int    // node counts to run; empty means {3, 1} (or {len(Addrs), 1})
-	Lua      string   // lock.lua body for the floor; "" means the embedded copy of primitives/lock.lua
+	Lua      string   // lock.lua body for the floor; "" means the library's own (internal/scripts)
 	// Peers are other libraries' implementations, run after redlock's and
 	// the floor (the bench module passes redsync, bsm/redislock and
 	// rueidislock; `redlock bench` passes none).
@@ -381,23 +381,13 @@ func (r *Report) derive() {
 	}
 }
 
-// floorScript picks the floor's lock.lua: the explicit one, else
-// primitives/lock.lua of the source tree this package was compiled from when
-// it is still there (the source of truth), else the built-in copy.
+// floorScript picks the floor's script: the one given with --lua, else the
+// library's own (internal/scripts).
 func floorScript(explicit string) (body, from string) {
 	if explicit != "" {
 		return explicit, "given with --lua"
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		p := filepath.Join(filepath.Dir(file), "..", "..", "primitives", "lock.lua")
-		if b, err := os.ReadFile(p); err == nil {
-			if string(b) == lockLua {
-				return lockLua, "primitives/lock.lua (built-in copy, same as the source tree)"
-			}
-			return string(b), "primitives/lock.lua read from the source tree (the built-in copy is stale)"
-		}
-	}
-	return lockLua, "built-in copy of primitives/lock.lua"
+	return lockLua, "the library's Lock script (internal/scripts/lock.lua)"
 }
 
 // describeServers reports the server version for the header.
