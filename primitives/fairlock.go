@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,11 +10,11 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-var fairLua = scripts.FairLock
+//go:embed fairlock.lua
+var fairLua string
 
 var fairScript = nodeactor.NewScript("fairlock", fairLua)
 

@@ -2,17 +2,18 @@ package primitives
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-var latchLua = scripts.Latch
+//go:embed latch.lua
+var latchLua string
 
 var latchScript = nodeactor.NewScript("latch", latchLua)
 

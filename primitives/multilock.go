@@ -2,17 +2,18 @@ package primitives
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-var multiLua = scripts.MultiLock
+//go:embed multilock.lua
+var multiLua string
 
 var multiScript = nodeactor.NewScript("multilock", multiLua)
 

@@ -2,16 +2,17 @@ package primitives
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-var rwLua = scripts.RWLock
+//go:embed rwlock.lua
+var rwLua string
 
 var rwScript = nodeactor.NewScript("rwlock", rwLua)
 

@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,11 +11,11 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-var semLua = scripts.Semaphore
+//go:embed semaphore.lua
+var semLua string
 
 var semScript = nodeactor.NewScript("semaphore", semLua)
 

@@ -169,8 +169,9 @@ func IsFresh(ctx context.Context) bool { return ctx.Value(freshKey{}) != nil }
 
 // ---- floor: the same script, plain rueidis ----
 
-// lockLua is the Lock's script, the one the library sends.
-var lockLua = scripts.Lock
+// lockLua is the Lock's script, the one the library sends (registered by
+// package primitives, which this package imports for its workloads).
+var lockLua = scripts.Get("lock")
 
 type floorClient struct {
 	nodes  []rueidis.Client

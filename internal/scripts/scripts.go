@@ -1,23 +1,26 @@
-// Package scripts holds the Lua scripts of the primitives, one per
-// primitive, so that the primitives and the benchmark's floor (which sends
-// the same script with plain rueidis) share one copy.
+// Package scripts lets the benchmark's floor send exactly the Lua script the
+// library sends, without a copy: package primitives (which embeds its
+// scripts, one per primitive) registers them here at init.
 package scripts
 
-import _ "embed"
+import "sync"
 
-// The scripts, one per primitive; each file's header documents its keys,
-// values and operations.
 var (
-	//go:embed lock.lua
-	Lock string
-	//go:embed fairlock.lua
-	FairLock string
-	//go:embed multilock.lua
-	MultiLock string
-	//go:embed rwlock.lua
-	RWLock string
-	//go:embed semaphore.lua
-	Semaphore string
-	//go:embed latch.lua
-	Latch string
+	mu  sync.RWMutex
+	all = map[string]string{}
 )
+
+// Register records a script body under name; called from package primitives.
+func Register(name, body string) {
+	mu.Lock()
+	defer mu.Unlock()
+	all[name] = body
+}
+
+// Get returns the script registered under name ("" if none; import
+// package primitives to have them registered).
+func Get(name string) string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return all[name]
+}
