@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -77,6 +79,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	c.Instruments().Attempts.Add(ctx, 1)
 	granted, refused := 0, 0
 	var serverNow int64
+	var permErr error // an ACL refusal: retrying cannot help
 	var (
 		grants   []grant
 		hint     time.Duration
@@ -93,6 +96,9 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		case err != nil && isWrongType(err):
 			wrongErr = err
 		case err != nil:
+			if isNoPerm(err) {
+				permErr = err
+			}
 			errs = append(errs, err)
 		case g.ok:
 			granted++
@@ -130,6 +136,9 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	if granted < q {
 		if err := ctx.Err(); err != nil {
 			return fail(attemptResult{err: err})
+		}
+		if permErr != nil {
+			return fail(attemptResult{err: fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", permErr)})
 		}
 		if refused > 0 && granted+refused >= q {
 			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}})
@@ -263,4 +272,16 @@ func answeredOK(r *coordinator.Round) int {
 		}
 	}
 	return ok
+}
+
+// isNoPerm reports whether err is an ACL refusal from a node: NOPERM for a
+// command, or the error a script gets when it calls a command the user may
+// not run.
+func isNoPerm(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
 }

@@ -1,0 +1,57 @@
+package primitives_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// The ACL documented in docs/operations.md is enough for every primitive,
+// with keyspace events on.
+func TestDocumentedACLIsEnough(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	acl := strings.Fields(`ACL SETUSER redlock on >pw ~redlock:* &redlock:* &__keyspace@*__:redlock:* ` +
+		`+@scripting +@read +@write +@keyspace +@pubsub +@connection +time -@dangerous +config|get +config|set +client|setname`)
+	for _, s := range srv {
+		if _, err := s.Do(acl...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+		cfg.Username, cfg.Password = "redlock", "pw"
+		cfg.Keyspace = coordinator.KeyspaceOn
+	})
+	ctx := context.Background()
+	lockers := map[string]primitives.Locker{}
+	l, _ := primitives.NewLock(c, "acl")
+	lockers["lock"] = l
+	f, _ := primitives.NewFairLock(c, "acl")
+	lockers["fairlock"] = f
+	m, _ := primitives.NewMultiLock(c, []string{"acl-a", "acl-b"})
+	lockers["multilock"] = m
+	rw, _ := primitives.NewRWLock(c, "acl")
+	lockers["writer"] = rw.Writer()
+	s, _ := primitives.NewSemaphore(c, "acl", 2)
+	lockers["semaphore"] = s
+	for name, lk := range lockers {
+		lease, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("%s release: %v", name, err)
+		}
+	}
+	latch, _ := primitives.NewCountDownLatch(c, "acl", 1)
+	if err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := latch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
