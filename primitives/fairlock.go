@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -283,37 +283,10 @@ func (p *fairProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return c
 // each). Waiters counts the live queue entries (a holder's entry may still
 // be counted for up to one TTL after its grant).
 func (f *FairLock) Status(ctx context.Context) []NodeState {
-	r := f.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
-		return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"status"}}
-	}, nil, nil)
-	nodes := f.c.Nodes()
-	out := make([]NodeState, len(r.Replies))
-	for i, rep := range r.Replies {
-		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
-		if rep.Err == nil {
-			arr, err := rep.Msg.ToArray()
-			if err != nil || len(arr) < 5 {
-				st.Err = fmt.Errorf("redlock: unexpected status reply")
-			} else {
-				v, _ := arr[0].ToString()
-				pttl, _ := arr[1].AsInt64()
-				st.Fence, _ = arr[2].ToString()
-				ids, _ := arr[3].ToArray()
-				st.Waiters = int64(len(ids))
-				st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
-				switch {
-				case v == "":
-					st.State = "free"
-				case strings.HasPrefix(v, "rl1:F:"):
-					st.State, st.Holder = "held", prefix8(v[6:])
-				case strings.HasPrefix(v, "rl1:FO:"):
-					st.State, st.Holder = "owner", v[7:]
-				default:
-					st.State = "unknown"
-				}
-			}
-		}
-		out[i] = st
-	}
-	return out
+	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"status"}}
+	return readStatus(ctx, f.c, call, 5, func(arr []rueidis.RedisMessage, st *NodeState) {
+		ids, _ := arr[3].ToArray()
+		st.Waiters = int64(len(ids))
+		st.describe("rl1:F:", "rl1:FO:", "")
+	})
 }

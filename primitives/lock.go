@@ -314,44 +314,63 @@ type NodeState struct {
 	TTL     time.Duration // remaining key TTL
 	Fence   string        // counter value, "" if missing
 	Waiters int64         // queued waiters on this node
+
+	value string // the raw key value (a capability: never exported)
 }
 
 // Status reads the lock's state on every node (one read-only script each).
 func (l *Lock) Status(ctx context.Context) []NodeState {
-	r := l.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
-		return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status"}}
-	}, nil, nil)
-	nodes := l.c.Nodes()
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status"}}
+	return readStatus(ctx, l.c, call, 4, func(arr []rueidis.RedisMessage, st *NodeState) {
+		st.Waiters, _ = arr[3].AsInt64()
+		st.describe("rl1:L:", "rl1:O:", "rl1:R:")
+	})
+}
+
+// readStatus runs a primitive's read-only status call on every node. Each
+// reply is {value, pttl, fence, ...}; parse reads the rest (it is called
+// only for a reply of at least n elements).
+func readStatus(ctx context.Context, c *coordinator.Coordinator, call nodeactor.Call, n int,
+	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
+	nodes := c.Nodes()
 	out := make([]NodeState, len(r.Replies))
 	for i, rep := range r.Replies {
 		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
 		if rep.Err == nil {
 			arr, err := rep.Msg.ToArray()
-			if err != nil || len(arr) < 4 {
+			if err != nil || len(arr) < n {
 				st.Err = fmt.Errorf("redlock: unexpected status reply")
 			} else {
-				v, _ := arr[0].ToString()
+				st.value, _ = arr[0].ToString()
 				pttl, _ := arr[1].AsInt64()
-				st.Fence, _ = arr[2].ToString()
-				st.Waiters, _ = arr[3].AsInt64()
 				st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
-				switch {
-				case v == "":
-					st.State = "free"
-				case strings.HasPrefix(v, "rl1:L:"):
-					st.State, st.Holder = "held", prefix8(v[6:])
-				case strings.HasPrefix(v, "rl1:R:"):
-					st.State, st.Holder = "reserved", prefix8(v[6:])
-				case strings.HasPrefix(v, "rl1:O:"):
-					st.State, st.Holder = "owner", v[6:]
-				default:
-					st.State = "unknown"
-				}
+				st.Fence, _ = arr[2].ToString()
+				parse(arr, &st)
 			}
 		}
 		out[i] = st
 	}
 	return out
+}
+
+// describe sets State and Holder from the key's value: held (a token
+// prefix), owner (an owner id) or reserved (a waiter id prefix by a handoff;
+// "" when the primitive has none).
+func (st *NodeState) describe(held, owner, reserved string) {
+	v := st.value
+	switch {
+	case v == "":
+		st.State = "free"
+	case strings.HasPrefix(v, held):
+		st.State, st.Holder = "held", prefix8(v[len(held):])
+	case strings.HasPrefix(v, owner):
+		st.State, st.Holder = "owner", v[len(owner):]
+	case reserved != "" && strings.HasPrefix(v, reserved):
+		st.State, st.Holder = "reserved", prefix8(v[len(reserved):])
+	default:
+		st.State = "unknown"
+	}
 }
 
 func prefix8(tok string) string {

@@ -146,3 +146,24 @@ func TestLockRealContention(t *testing.T) {
 		}
 	}
 }
+
+func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
+	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 3)))
+	ctx := context.Background()
+	l, _ := primitives.NewLock(c, "status")
+	lease, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range l.Status(ctx) {
+		if st.Err != nil || st.State != "held" || st.Holder != lease.Token()[:8]+"…" || st.TTL <= 0 {
+			t.Fatalf("status %+v", st)
+		}
+	}
+	lease.Release(ctx)
+	for _, st := range l.Status(ctx) {
+		if st.State != "free" || st.Fence == "" {
+			t.Fatalf("status after release %+v", st)
+		}
+	}
+}
