@@ -300,7 +300,22 @@ func (h *Hold) closeRelease() {
 func (c *Coordinator) release(ctx context.Context, p Protocol) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout())
 	defer cancel()
-	r := c.Fanout(rctx, nodeactor.Urgent, p.ReleaseCall, nil, nil)
+	// Done once a quorum confirmed and every node that is up answered: a
+	// node that stopped answering (paused, partitioned) must not make every
+	// release wait the whole bound. Its request stays queued and is still
+	// sent (urgent requests outlive their ctx), so it deletes there too when
+	// the node comes back; otherwise the key expires by its TTL.
+	r := c.Fanout(rctx, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
+		ok := 0
+		for i, rep := range r.Replies {
+			if r.Answered[i] && rep.Err == nil {
+				ok++
+			} else if !r.Answered[i] && c.nodes[i].Up() {
+				return false
+			}
+		}
+		return ok >= c.quorum
+	}, nil)
 	ok := 0
 	var errs []error
 	for _, rep := range r.Replies {

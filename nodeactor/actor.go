@@ -492,5 +492,8 @@ func (a *Actor) Status() Status {
 	return s
 }
 
+// Up reports whether the node answered its last batch or ping.
+func (a *Actor) Up() bool { return a.up.Load() }
+
 // Caps returns the node's probed capabilities (zero before the first probe).
 func (a *Actor) Caps() Capabilities { return *a.caps.Load() }
