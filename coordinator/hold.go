@@ -174,6 +174,9 @@ func (h *Hold) finish(st holdState, err error) bool {
 	}
 	h.state, h.err = st, err
 	h.mu.Unlock()
+	if st == stateLost {
+		h.c.ins.LeasesLost.Add(context.Background(), 1) // counted before anyone can see Lost
+	}
 	// Order matters to observers: once Lost is closed, Done and Context
 	// are already done too.
 	h.cancel(err)
@@ -193,7 +196,6 @@ func (h *Hold) lose(cause error) {
 	idle := h.idle
 	h.mu.Unlock()
 	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
-		h.c.ins.LeasesLost.Add(context.Background(), 1)
 		h.c.cfg.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
 		h.c.rn.remove(h)
 		h.c.rnGo(func() {
