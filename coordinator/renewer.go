@@ -199,11 +199,15 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 	}
+	// First the decisions, each as soon as a quorum decides it.
+	rounds := make([]*Round, len(ps))
+	confirmed := make([]bool, len(ps))
 	for i, p := range ps {
 		if !live[i] {
 			continue
 		}
 		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
+		rounds[i] = round
 		ok, notOwner := 0, 0
 	collect:
 		for round.NAnswered < n && ok < c.quorum && notOwner <= n-c.quorum {
@@ -220,10 +224,30 @@ func (r *renewer) renewRound(due []*Hold) {
 				break collect
 			}
 		}
-		if ok >= c.quorum {
-			c.retake(ctx, p.h, p.ttl, round)
-		}
+		confirmed[i] = ok >= c.quorum
 		p.h.endRound()
 		_ = p.h.applyRenewal(p.start, p.ttl, ok, notOwner, round, false)
+	}
+	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
+	// node that answers "missing" (restarted empty) gets its key re-taken,
+	// inside a round of its own that Release waits for.
+	for i, p := range ps {
+		if !confirmed[i] {
+			continue
+		}
+		round := rounds[i]
+	stragglers:
+		for round.NAnswered < n {
+			select {
+			case rep := <-p.ch:
+				round.record(rep)
+			case <-ctx.Done():
+				break stragglers
+			}
+		}
+		if p.h.startRound() {
+			c.retake(ctx, p.h, p.ttl, round)
+			p.h.endRound()
+		}
 	}
 }
