@@ -46,7 +46,8 @@ const (
 // Config configures a Coordinator. The zero value of each field selects the
 // documented default; Nodes is required.
 type Config struct {
-	Nodes         []string      // per independent master: "host:port" or a redis:// or rediss:// URL; 1 = single node
+	Nodes []string // per independent master: "host:port" or a redis:// or rediss:// URL (user, password,
+	// db; extra seeds with ?addr=host:port make that node a Redis Cluster); 1 = single node
 	KeyPrefix     string        // "" means "redlock:"; must not contain '{' or '}'
 	WaitStrategy  WaitStrategy  // how waiters learn of a release
 	Keyspace      KeyspaceMode  // whether New may enable keyspace events
@@ -76,9 +77,10 @@ type Config struct {
 }
 
 type nodeSpec struct {
-	addr string // for display, never with a password
-	opt  rueidis.ClientOption
-	db   int
+	addr    string // for display, never with a password
+	opt     rueidis.ClientOption
+	db      int
+	cluster bool // a Redis Cluster given by its seeds
 }
 
 func (cfg *Config) normalize() error {
@@ -176,12 +178,18 @@ func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 			if err != nil {
 				return nil, invalid("node %d: %s", i, redactURLError(err))
 			}
-			if extra := u.Query()["addr"]; len(extra) > 0 {
-				return nil, invalid("node %d: Redis Cluster nodes (?addr=) are not supported yet", i)
-			}
 			spec.opt = opt
 			spec.db = opt.SelectDB
 			spec.addr = u.Host
+			if extra := u.Query()["addr"]; len(extra) > 0 {
+				// Extra seeds make this node one Redis Cluster: one
+				// independent master of the quorum, however many shards it has.
+				if spec.db != 0 {
+					return nil, invalid("node %d: a Redis Cluster has only db 0", i)
+				}
+				spec.cluster = true
+				spec.addr = "cluster(" + strings.Join(opt.InitAddress, ",") + ")"
+			}
 			if spec.db != 0 {
 				spec.addr += "/" + strconv.Itoa(spec.db)
 			}

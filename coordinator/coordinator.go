@@ -77,6 +77,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 			Addr:         s.addr,
 			Client:       s.opt,
 			DB:           s.db,
+			Cluster:      s.cluster,
 			Keyspace:     cfg.keyspacePolicy(),
 			ForceLua:     cfg.ForceLua,
 			DialTimeout:  max(cfg.NodeTimeout*4, time.Second),
@@ -170,6 +171,10 @@ func (c *Coordinator) Nodes() []NodeStatus {
 	}
 	return out
 }
+
+// NodeIsCluster reports whether node i was configured as a Redis Cluster
+// (by its ?addr= seeds).
+func (c *Coordinator) NodeIsCluster(i int) bool { return c.specs[i].cluster }
 
 // Router returns the notify router (for primitives).
 func (c *Coordinator) Router() *notify.Router { return c.router }

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -52,6 +52,7 @@ func TestConfigRejectsBadInput(t *testing.T) {
 		{"negative drift", coordinator.Config{Nodes: good, DriftFactor: -0.1}},
 		{"unknown wait strategy", coordinator.Config{Nodes: good, WaitStrategy: 9}},
 		{"unknown keyspace mode", coordinator.Config{Nodes: good, Keyspace: 9}},
+		{"cluster with a db", coordinator.Config{Nodes: []string{"redis://" + good[0] + "/2?addr=127.0.0.1:1"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

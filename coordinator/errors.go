@@ -25,6 +25,9 @@ var (
 	// ErrWrongType means a key at one of our names belongs to another type or
 	// primitive (for example a user's key); it was left untouched.
 	ErrWrongType = errors.New("redlock: wrong type at key")
+	// ErrNotCluster means a node given with cluster seeds (?addr=) is not a
+	// Redis Cluster; it is never used as a single node.
+	ErrNotCluster = nodeactor.ErrNotCluster
 )
 
 // NodeError records the failure of one node; errors.As finds it inside the

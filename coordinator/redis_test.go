@@ -72,3 +72,36 @@ func TestKeyspaceOnNeedsConfig(t *testing.T) {
 	}
 	c.Close()
 }
+
+// A Redis Cluster given by its seeds is one node; its password comes from
+// the URL and never shows in Nodes().
+func TestClusterNode(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{Password: "cl-pw"})
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{cl.URL()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st := c.Nodes()[0]
+	if !st.Capabilities.Cluster || st.Capabilities.Masters != 3 || !c.NodeIsCluster(0) {
+		t.Fatalf("status %+v, want a cluster of 3 masters", st)
+	}
+	if strings.Contains(st.Addr, "cl-pw") || !strings.HasPrefix(st.Addr, "cluster(") {
+		t.Fatalf("node address %q", st.Addr)
+	}
+}
+
+// Cluster seeds that are independent servers are refused, never used as
+// one node.
+func TestClusterSeedsNotACluster(t *testing.T) {
+	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	url := "redis://" + servers[0].Addr() + "?addr=" + servers[1].Addr()
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{url}, Logger: quiet, StartTimeout: 1e9})
+	if err == nil {
+		c.Close()
+		t.Fatal("New accepted two independent servers as one cluster node")
+	}
+	if !errors.Is(err, coordinator.ErrNotCluster) {
+		t.Fatalf("error %v, want ErrNotCluster", err)
+	}
+}

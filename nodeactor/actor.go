@@ -19,6 +19,7 @@ const (
 	defaultBatchWait   = 5 * time.Second
 	urgentGrace        = time.Second
 	healthInterval     = time.Second
+	slotsEvery         = 5 // health ticks between two reads of a cluster's slots
 )
 
 // Lane selects the mailbox a request goes through.
@@ -85,10 +86,14 @@ const (
 
 // Options configure an Actor.
 type Options struct {
-	Index       int
-	Addr        string               // for display and errors
-	Client      rueidis.ClientOption // connection settings; DisableCache is forced
-	DB          int
+	Index  int
+	Addr   string               // for display and errors
+	Client rueidis.ClientOption // connection settings; DisableCache is forced
+	DB     int
+	// Cluster makes the node a Redis Cluster: a cluster client routes each
+	// call by its keys' slot, scripts publish with SPUBLISH, and push
+	// messages arrive on one connection per master.
+	Cluster     bool
 	MailboxSize int
 	Workers     int
 	MaxBatch    int
@@ -434,18 +439,51 @@ func (a *Actor) exec(batch []Request) {
 		default:
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
 		}
-		live[i].deliver(rep)
+		a.step(live[i], rep)
+	}
+}
+
+// step delivers rep, or, for a program (Call.Next), queues its next step on
+// the request's own lane. A next step that cannot be queued (full mailbox,
+// closing actor) is delivered as that failure: the caller treats the node as
+// failed and rolls back, which is safe for every step already taken.
+func (a *Actor) step(r Request, rep Reply) {
+	if r.Call.Next == nil {
+		r.deliver(rep)
+		return
+	}
+	next, final, done := r.Call.Next(rep)
+	if done {
+		final.Node, final.RTT = a.opt.Index, rep.RTT
+		r.deliver(final)
+		return
+	}
+	r.Call = next
+	// A program that started runs to completion, like one script would: its
+	// later steps go on the urgent lane, which is sent even when the
+	// caller's ctx has ended (an abandoned caller's Late then sees the
+	// outcome and can undo it).
+	r.Lane = Urgent
+	if err := a.TrySend(r); err != nil {
+		r.deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
 	}
 }
 
 func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rueidis.Completed {
 	if c.Script == nil {
+		if len(c.Keys) > 0 && len(c.Args) > 0 {
+			return cl.B().Arbitrary(c.Args[0]).Keys(c.Keys...).Args(c.Args[1:]...).Build()
+		}
 		return cl.B().Arbitrary(c.Args...).Build()
 	}
-	if eval {
-		return cl.B().Eval().Script(c.Script.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	s := c.Script
+	if a.opt.Cluster {
+		s = s.sharded
 	}
-	return cl.B().Evalsha().Sha1(c.Script.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	if eval {
+		return cl.B().Eval().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	}
+	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
 }
 
 func (a *Actor) markUp(rtt time.Duration) {

@@ -21,3 +21,6 @@ func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Erro
 
 // Unwrap returns the cause.
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// ErrNotCluster means a node listed with cluster seeds is not a Redis Cluster.
+var ErrNotCluster = errors.New("redlock: not a Redis Cluster")

@@ -20,6 +20,8 @@ type Capabilities struct {
 	ConfigRefused   bool   // CONFIG GET/SET was refused (ACL, managed service, miniredis)
 	MaxmemoryPolicy string // "" if unknown
 	DedicatedPush   bool   // push messages use their own connection
+	Cluster         bool   // the node is a Redis Cluster: sharded pub/sub, one push connection per master
+	Masters         int    // masters owning slots (1 on a single node)
 	Probed          bool
 }
 
@@ -30,7 +32,7 @@ var ErrKeyspaceUnavailable = errors.New("redlock: keyspace events required but c
 func (a *Actor) connect() (rueidis.Client, error) {
 	opt := a.opt.Client
 	opt.DisableCache = true
-	opt.ForceSingleClient = true
+	opt.ForceSingleClient = !a.opt.Cluster
 	opt.DisableRetry = true // the worker retries a broken connection itself, once
 	// One connection per node: requests of one client reach the node in the
 	// order the workers write them (scripts still tolerate reordering).
@@ -42,7 +44,17 @@ func (a *Actor) connect() (rueidis.Client, error) {
 	if opt.ConnWriteTimeout == 0 {
 		opt.ConnWriteTimeout = 3 * a.opt.DialTimeout
 	}
-	return rueidis.NewClient(opt)
+	cl, err := rueidis.NewClient(opt)
+	if err != nil && a.opt.Cluster && strings.Contains(err.Error(), "cluster support disabled") {
+		return nil, fmt.Errorf("%w: %s was given cluster seeds: %v", ErrNotCluster, a.opt.Addr, err)
+	}
+	if err == nil && a.opt.Cluster && cl.Mode() != rueidis.ClientModeCluster {
+		// rueidis falls back to a single-node client when the seeds are not
+		// a cluster: two independent servers must never count as one node.
+		cl.Close()
+		return nil, fmt.Errorf("%w: %s was given cluster seeds but is not a Redis Cluster", ErrNotCluster, a.opt.Addr)
+	}
+	return cl, err
 }
 
 // keeper owns connecting, probing, health pings and the push connection.
@@ -65,7 +77,12 @@ func (a *Actor) keeper() {
 		backoff = min(2*backoff, time.Second)
 	}
 	a.client.Store(&cl)
-	caps, err := a.probe(cl)
+	p := newPusher(a, cl)
+	defer p.closeAll()
+	if _, err := p.refreshSlots(); err != nil {
+		a.opt.Logger.Warn("redlock: cannot read the cluster's slots", "node", a.opt.Addr, "err", err)
+	}
+	caps, err := a.probe(cl, p)
 	a.caps.Store(&caps)
 	if err != nil {
 		a.lastErr.Store(&err)
@@ -77,122 +94,45 @@ func (a *Actor) keeper() {
 
 	ticker := time.NewTicker(healthInterval)
 	defer ticker.Stop()
-	var (
-		dc      rueidis.DedicatedClient
-		release func()
-		perr    <-chan error
-		active  = map[string]bool{}
-		opened  bool
-	)
-	closePush := func() {
-		if release != nil {
-			dc.SetPubSubHooks(rueidis.PubSubHooks{})
-			release()
-		}
-		dc, release, perr = nil, nil, nil
-		clear(active)
+	reopen := func() {
+		p.open()
+		p.reconcile()
 	}
-	defer closePush()
-	openPush := func() {
-		d, rel := cl.Dedicate()
-		ch := d.SetPubSubHooks(rueidis.PubSubHooks{
-			OnMessage: func(m rueidis.PubSubMessage) {
-				if a.opt.OnPush != nil {
-					a.opt.OnPush(a.opt.Index, m.Channel, m.Message)
-				}
-			},
-		})
-		if ch == nil {
-			rel()
-			return
-		}
-		dc, release, perr = d, rel, ch
-		if opened && a.opt.OnPushReset != nil {
-			a.opt.OnPushReset(a.opt.Index)
-		}
-		opened = true
-	}
-	reconcile := func() {
-		if dc == nil {
-			return
-		}
-		a.subMu.Lock()
-		var add, del, again []string
-		for ch := range a.subWant {
-			if !active[ch] {
-				add = append(add, ch)
-			}
-		}
-		// A channel unsubscribed and subscribed again before this reconcile
-		// is still active: confirm it again for the new subscriber.
-		for ch := range a.subFresh {
-			if active[ch] {
-				again = append(again, ch)
-			}
-		}
-		clear(a.subFresh)
-		for ch := range active {
-			if _, ok := a.subWant[ch]; !ok {
-				del = append(del, ch)
-			}
-		}
-		a.subMu.Unlock()
-		if len(again) > 0 && a.opt.OnSubscribed != nil {
-			a.opt.OnSubscribed(a.opt.Index, again)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
-		defer cancel()
-		if len(add) > 0 {
-			if err := dc.Do(ctx, dc.B().Subscribe().Channel(add...).Build()).Error(); err != nil {
-				a.markDown(err)
-				closePush()
-				return
-			}
-			for _, ch := range add {
-				active[ch] = true
-			}
-			if a.opt.OnSubscribed != nil {
-				a.opt.OnSubscribed(a.opt.Index, add)
-			}
-		}
-		if len(del) > 0 {
-			if err := dc.Do(ctx, dc.B().Unsubscribe().Channel(del...).Build()).Error(); err != nil {
-				a.markDown(err)
-				closePush()
-				return
-			}
-			for _, ch := range del {
-				delete(active, ch)
-			}
-		}
-	}
-	openPush()
-	reconcile()
+	reopen()
+	ticks := 0
 	for {
 		select {
 		case <-a.done:
 			return
-		case err := <-perr:
-			if err != nil {
-				a.markDown(err)
+		case b := <-p.broken:
+			if b.err != nil {
+				a.markDown(b.err)
 			}
-			closePush()
+			p.closeConn(b.pc)
 			if a.up.Load() || a.ping(cl) == nil {
-				openPush()
-				reconcile()
+				reopen()
 			}
 		case <-a.subDirty:
-			if dc == nil {
-				openPush()
-			}
-			reconcile()
+			p.open()
+			p.reconcile()
 		case <-ticker.C:
+			ticks++
 			if err := a.ping(cl); err != nil {
 				continue
 			}
-			if dc == nil {
-				openPush()
-				reconcile()
+			if p.cluster && (ticks%slotsEvery == 0 || !p.complete()) {
+				// A failover or a resharding moves slots: channels must be
+				// subscribed on their new owner, and a new master needs the
+				// keyspace flags. Messages sent meanwhile may be lost, so
+				// waiters re-check (OnPushReset).
+				changed, err := p.refreshSlots()
+				if err == nil && changed {
+					p.closeAll()
+					a.configureMasters(p)
+				}
+			}
+			if !p.complete() {
+				reopen()
 			}
 		}
 	}
@@ -247,11 +187,12 @@ func (a *Actor) kick() {
 }
 
 // probe reads the node's capabilities. Each feature is probed on its own,
-// never inferred from the version string.
-func (a *Actor) probe(cl rueidis.Client) (Capabilities, error) {
+// never inferred from the version string. On a cluster the configuration
+// (maxmemory policy, keyspace flags) is read and set on every master.
+func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
 	defer cancel()
-	caps := Capabilities{DedicatedPush: true, Probed: true}
+	caps := Capabilities{DedicatedPush: true, Probed: true, Cluster: p.cluster}
 	if m, err := cl.Do(ctx, cl.B().Arbitrary("HELLO").Build()).ToMap(); err == nil {
 		if p, ok := m["proto"]; ok {
 			n, _ := p.AsInt64()
@@ -269,38 +210,75 @@ func (a *Actor) probe(cl rueidis.Client) (Capabilities, error) {
 			caps.NativeCAS = true
 		}
 	}
-	if pol, err := configGet(ctx, cl, "maxmemory-policy"); err == nil {
-		caps.MaxmemoryPolicy = pol
-		if pol != "noeviction" && !strings.HasPrefix(pol, "volatile-") {
-			a.opt.Logger.Warn("redlock: maxmemory-policy may evict lock keys (an eviction is an early expiry); use noeviction or volatile-*",
-				"node", a.opt.Addr, "policy", pol)
+	err := a.configure(ctx, p, &caps)
+	return caps, err
+}
+
+// configure reads maxmemory-policy and merges the keyspace flags on every
+// master (the one node, when not a cluster).
+func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) error {
+	masters := p.masters()
+	caps.Masters = len(masters)
+	if p.cluster && len(masters) == 0 {
+		return fmt.Errorf("redlock: cluster %s has no master owning slots", a.opt.Addr)
+	}
+	caps.Keyspace = a.opt.Keyspace != KeyspaceOff
+	caps.ConfigRefused = false
+	for _, m := range masters {
+		cl, err := p.nodeClient(m)
+		if err != nil {
+			caps.Keyspace = false
+			continue
 		}
-	}
-	if a.opt.Keyspace == KeyspaceOff {
-		return caps, nil
-	}
-	flags, err := configGet(ctx, cl, "notify-keyspace-events")
-	if err == nil {
-		caps.KeyspaceFlags = flags
-		merged := MergeKeyspaceFlags(flags)
-		if merged != flags {
-			err = cl.Do(ctx, cl.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", merged).Build()).Error()
-			if err == nil {
-				caps.KeyspaceFlags = merged
+		where := a.opt.Addr
+		if m != "" {
+			where += " (master " + m + ")"
+		}
+		if pol, err := configGet(ctx, cl, "maxmemory-policy"); err == nil {
+			caps.MaxmemoryPolicy = pol
+			if pol != "noeviction" && !strings.HasPrefix(pol, "volatile-") {
+				a.opt.Logger.Warn("redlock: maxmemory-policy may evict lock keys (an eviction is an early expiry); use noeviction or volatile-*",
+					"node", where, "policy", pol)
 			}
 		}
-	}
-	if err != nil {
-		caps.ConfigRefused = true
-		if a.opt.Keyspace == KeyspaceOn {
-			return caps, fmt.Errorf("%w: %v", ErrKeyspaceUnavailable, err)
+		if a.opt.Keyspace == KeyspaceOff {
+			continue
 		}
-		a.opt.Logger.Info("redlock: CONFIG refused; keyspace events off for this node, waiters rely on release messages and timers",
-			"node", a.opt.Addr, "err", err)
-		return caps, nil
+		flags, err := configGet(ctx, cl, "notify-keyspace-events")
+		if err == nil {
+			caps.KeyspaceFlags = flags
+			merged := MergeKeyspaceFlags(flags)
+			if merged != flags {
+				err = cl.Do(ctx, cl.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", merged).Build()).Error()
+				if err == nil {
+					caps.KeyspaceFlags = merged
+				}
+			}
+		}
+		if err != nil {
+			caps.ConfigRefused = true
+			caps.Keyspace = false
+			if a.opt.Keyspace == KeyspaceOn {
+				return fmt.Errorf("%w: %s: %v", ErrKeyspaceUnavailable, where, err)
+			}
+			a.opt.Logger.Info("redlock: CONFIG refused; keyspace events off for this node, waiters rely on release messages and timers",
+				"node", where, "err", err)
+		}
 	}
-	caps.Keyspace = true
-	return caps, nil
+	return nil
+}
+
+// configureMasters applies the configuration to the masters after the
+// cluster's topology changed (a promoted replica does not inherit a
+// CONFIG SET).
+func (a *Actor) configureMasters(p *pusher) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
+	defer cancel()
+	caps := a.Caps()
+	if err := a.configure(ctx, p, &caps); err != nil {
+		a.opt.Logger.Warn("redlock: a new master could not be configured", "node", a.opt.Addr, "err", err)
+	}
+	a.caps.Store(&caps)
 }
 
 func configGet(ctx context.Context, cl rueidis.Client, name string) (string, error) {

@@ -3,6 +3,7 @@ package nodeactor
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"strings"
 )
 
 // Script is a Lua script run with EVALSHA, falling back to EVAL when the
@@ -12,18 +13,43 @@ type Script struct {
 	Name string
 	Body string
 	SHA  string
+
+	// sharded is the variant run on a Redis Cluster node: every
+	// redis.call('PUBLISH', ...) becomes SPUBLISH, so a message stays on the
+	// shard that owns the resource (its channel shares the keys' hash tag).
+	sharded *Script
 }
 
 // NewScript returns a Script whose SHA1 is computed from body.
 func NewScript(name, body string) *Script {
+	s := newScript(name, body)
+	s.sharded = s
+	if sb := strings.ReplaceAll(body, "'PUBLISH'", "'SPUBLISH'"); sb != body {
+		s.sharded = newScript(name+"/sharded", sb)
+	}
+	return s
+}
+
+func newScript(name, body string) *Script {
 	sum := sha1.Sum([]byte(body))
 	return &Script{Name: name, Body: body, SHA: hex.EncodeToString(sum[:])}
 }
 
+// Sharded returns the variant of s that a Redis Cluster node runs.
+func (s *Script) Sharded() *Script { return s.sharded }
+
 // Call is one operation on a node: a script with its keys and arguments, or,
-// when Script is nil, a raw command whose words are Args.
+// when Script is nil, a raw command: Args[0] followed by Keys (declared, so a
+// cluster routes it) and then Args[1:].
 type Call struct {
 	Script *Script
 	Keys   []string
 	Args   []string
+
+	// Next, when set, makes the call the first step of a program run on
+	// this node alone (a MultiLock on a Redis Cluster node takes one slot
+	// group per step). The actor passes each step's reply to Next, which
+	// returns either the next step or, with done, the reply to deliver. It
+	// runs on an actor worker: it must not block.
+	Next func(Reply) (next Call, final Reply, done bool)
 }

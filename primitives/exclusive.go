@@ -25,6 +25,22 @@ type exclusive interface {
 	leaseTTL() time.Duration
 }
 
+// nodeAdapter is implemented by primitives whose calls must change per node:
+// a MultiLock on a Redis Cluster node runs one step per slot group. forNode
+// returns a fresh call each time (a program keeps per-run state).
+type nodeAdapter interface {
+	forNode(node int, call nodeactor.Call) nodeactor.Call
+}
+
+// perNode returns the call for each node: call itself, adapted per node
+// when x is a nodeAdapter.
+func perNode(x any, call nodeactor.Call) func(int) nodeactor.Call {
+	if a, ok := x.(nodeAdapter); ok {
+		return func(i int) nodeactor.Call { return a.forNode(i, call) }
+	}
+	return func(int) nodeactor.Call { return call }
+}
+
 // claimer is implemented by primitives whose waiters queue on the nodes and
 // must drop their entries as soon as they win (FairLock): after a won
 // quorum, claimCall is sent to every node. (Lock drops its entry with the
@@ -59,12 +75,12 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	}
 	n, q := c.N(), c.Quorum()
 	token := newToken()
-	call := x.acquireCall(token, wid, enqueue)
+	call := perNode(x, x.acquireCall(token, wid, enqueue))
 
-	rollback := x.rollbackCall(token)
+	rollback := perNode(x, x.rollbackCall(token))
 	lg := &lateGrants{c: c, rollback: rollback}
 	// decide as soon as a quorum granted or can no longer grant
-	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
+	r := c.Fanout(ctx, nodeactor.Normal, call,
 		func(r *coordinator.Round) bool {
 			g := 0
 			for i, rep := range r.Replies {
@@ -122,10 +138,10 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 				// returning, so that nothing of this attempt is left when the
 				// call returns (bounded; late grants still roll back later).
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Config().NodeTimeout)
-				c.Fanout(rctx, nodeactor.Urgent, func(int) nodeactor.Call { return rollback }, nil, nil)
+				c.Fanout(rctx, nodeactor.Urgent, rollback, nil, nil)
 				cancel()
 			} else {
-				c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
+				c.Broadcast(ctx, rollback)
 			}
 		}
 		return res
@@ -174,7 +190,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 // every node, and a late grant under a live lease is simply ours).
 type lateGrants struct {
 	c        *coordinator.Coordinator
-	rollback nodeactor.Call
+	rollback func(node int) nodeactor.Call
 	mu       sync.Mutex
 	settled  bool
 	lease    *Lease
@@ -195,7 +211,7 @@ func (g *lateGrants) late(rep nodeactor.Reply) {
 	keep := g.lease != nil && g.lease.Valid()
 	g.mu.Unlock()
 	if !keep {
-		g.c.SendLate(rep.Node, g.rollback)
+		g.c.SendLate(rep.Node, g.rollback(rep.Node))
 	}
 }
 
@@ -209,7 +225,7 @@ func (g *lateGrants) settle(lease *Lease) {
 	g.mu.Unlock()
 	if lease == nil {
 		for _, i := range pending {
-			g.c.SendLate(i, g.rollback)
+			g.c.SendLate(i, g.rollback(i))
 		}
 	}
 }
@@ -245,8 +261,7 @@ func decideFence(ctx context.Context, c *coordinator.Coordinator, x exclusive, g
 	case atMax >= q:
 		return uint64(f), nil
 	}
-	call := x.fenceCall(f)
-	r := c.Fanout(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
+	r := c.Fanout(ctx, nodeactor.Urgent, perNode(x, x.fenceCall(f)),
 		func(r *coordinator.Round) bool { return answeredOK(r) >= q }, nil)
 	var errs []error
 	ok := 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -30,6 +31,7 @@ type MultiLock struct {
 	keys     []string
 	topics   []string
 	channels []string
+	groups   [][]int // indexes into names, one group per hash slot, in slot order
 }
 
 var _ Locker = (*MultiLock)(nil)
@@ -62,7 +64,24 @@ func NewMultiLock(c *coordinator.Coordinator, names []string, opts ...Option) (*
 		m.topics = append(m.topics, c.Topic(name))
 		m.channels = append(m.channels, c.Topic(name)+":ch")
 	}
+	m.groups = slotGroups(m.keys, len(set))
 	return m, nil
+}
+
+// slotGroups groups the names (5 keys each, one hash tag per name) by the
+// Redis Cluster hash slot of their keys, in slot order.
+func slotGroups(keys []string, n int) [][]int {
+	bySlot := map[uint16][]int{}
+	for i := range n {
+		sl := nodeactor.Slot(keys[5*i])
+		bySlot[sl] = append(bySlot[sl], i)
+	}
+	slots := slices.Sorted(maps.Keys(bySlot))
+	out := make([][]int, len(slots))
+	for j, sl := range slots {
+		out[j] = bySlot[sl]
+	}
+	return out
 }
 
 // Names returns the sorted, de-duplicated set.
@@ -98,7 +117,7 @@ func (m *MultiLock) acquireCall(token, _ string, watch bool) nodeactor.Call {
 	if watch {
 		w = "1"
 	}
-	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), w, fenceInit(m.c))
+	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), w, fenceInit(m.c), "0")
 }
 
 func (m *MultiLock) rollbackCall(token string) nodeactor.Call {
@@ -124,12 +143,12 @@ type multiProto struct {
 	token string
 }
 
-func (p *multiProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
-	return p.m.call("renew", p.token, ms(ttl), flag(retake))
+func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
+	return p.m.forNode(i, p.m.call("renew", p.token, ms(ttl), flag(retake)))
 }
 
-func (p *multiProto) ReleaseCall(int) nodeactor.Call {
-	return p.m.call("release", p.token, ms(p.m.c.Config().HandoffWindow), "1")
+func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
+	return p.m.forNode(i, p.m.call("release", p.token, ms(p.m.c.Config().HandoffWindow), "1"))
 }
 
 func (p *multiProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }

@@ -54,7 +54,9 @@ end
 
 if op == 'acquire' then
   -- ARGV: 3 ttl ms, 4 fence idle ms, 5 watch "1"/"0" (a blocked Acquire
-  -- asks releases of these names to wake it), 6 fence for missing counters
+  -- asks releases of these names to wake it), 6 fence for missing counters,
+  -- 7 floor: the fence already chosen by the slot groups taken before this
+  -- one on a Redis Cluster node ("0" otherwise)
   for i = 1, n do
     local v = vals[i]
     if v and v ~= mine then
@@ -75,6 +77,7 @@ if op == 'acquire' then
   local f = 0
   if present > 0 then f = m + 1 end
   if present < n then f = math.max(f, tonumber(ARGV[6]) or 0) end
+  f = math.max(f, tonumber(ARGV[7]) or 0)
   for i = 1, n do
     local b = 5 * (i - 1)
     redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])

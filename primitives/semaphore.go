@@ -302,7 +302,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	x := semSlot{s: s, slot: slot, score: pr.score}
 	token := newToken()
 	call := x.acquireCall(token, wid, enqueue)
-	rollback := x.rollbackCall(token)
+	rollback := perNode(x, x.rollbackCall(token))
 	lg := &lateGrants{c: s.c, rollback: rollback}
 	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Config().HandoffWindow), s.channel)}
 	late := lg.late
@@ -366,7 +366,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		lg.settle(nil)
 		cl.settle(false)
 		if granted > 0 || r.NAnswered < n {
-			s.c.Broadcast(ctx, func(int) nodeactor.Call { return rollback })
+			s.c.Broadcast(ctx, rollback)
 		}
 		return res
 	}

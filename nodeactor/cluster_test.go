@@ -1,0 +1,186 @@
+package nodeactor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+func TestSlotMatchesRedis(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	for _, k := range []string{"", "a", "foo", "redlock:{a}:lock", "{user1000}.following", "x{}y", "{}{a}", "a{b}c{d}", "{{x}}"} {
+		want, err := cl.Masters[0].Do("CLUSTER", "KEYSLOT", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strconv.Itoa(int(nodeactor.Slot(k))); got != want {
+			t.Errorf("Slot(%q) = %s, Redis says %s", k, got, want)
+		}
+	}
+}
+
+func startCluster(t *testing.T, cl *testutil.Cluster, mut ...func(*nodeactor.Options)) *nodeactor.Actor {
+	t.Helper()
+	opt, err := rueidis.ParseURL(cl.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, "cluster", append([]func(*nodeactor.Options){func(o *nodeactor.Options) {
+		o.Client = opt
+		o.Cluster = true
+	}}, mut...)...)
+}
+
+// On a cluster node a script runs on the master owning its keys' slot, its
+// PUBLISH becomes SPUBLISH, and the message reaches a subscriber through the
+// push connection to that master.
+func TestClusterScriptsAndShardedPush(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	got := make(chan [2]string, 64)
+	subscribed := make(chan []string, 64)
+	a := startCluster(t, cl, func(o *nodeactor.Options) {
+		o.OnPush = func(_ int, ch, msg string) { got <- [2]string{ch, msg} }
+		o.OnSubscribed = func(_ int, chs []string) { subscribed <- chs }
+	})
+	ready(t, a)
+	caps := a.Caps()
+	if !caps.Cluster || caps.Masters != 3 || !caps.Keyspace {
+		t.Fatalf("caps = %+v, want a keyspace-enabled cluster of 3 masters", caps)
+	}
+	for _, s := range cl.Masters {
+		flags, err := s.Do("CONFIG", "GET", "notify-keyspace-events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flags != "[notify-keyspace-events gxK]" && flags != "[notify-keyspace-events Kgx]" {
+			t.Errorf("%s: keyspace flags %s, want K, g and x", s.Addr(), flags)
+		}
+	}
+	pub := nodeactor.NewScript("pub", "redis.call('SET', KEYS[1], ARGV[2]); redis.call('PUBLISH', ARGV[1], ARGV[2]); return 1")
+	// names in different slots, so that the three masters are all used
+	var names []string
+	owners := map[*testutil.Server]bool{}
+	for i := 0; len(owners) < 3; i++ {
+		n := fmt.Sprintf("n%d", i)
+		if o := cl.MasterFor("{" + n + "}"); !owners[o] {
+			owners[o] = true
+			names = append(names, n)
+		}
+	}
+	var chans []string
+	for _, n := range names {
+		chans = append(chans, "p:{"+n+"}:ch", "__keyspace@0__:p:{"+n+"}:k")
+	}
+	a.Subscribe(chans...)
+	confirmed := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(confirmed) < len(chans) {
+		select {
+		case chs := <-subscribed:
+			for _, c := range chs {
+				confirmed[c] = true
+			}
+		case <-deadline:
+			t.Fatalf("only %d of %d channels confirmed", len(confirmed), len(chans))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, n := range names {
+		rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: pub, Keys: []string{"p:{" + n + "}:k"}, Args: []string{"p:{" + n + "}:ch", n}})
+		if rep.Err != nil {
+			t.Fatalf("%s: %v", n, rep.Err)
+		}
+		// the value is on the master that owns the slot
+		if v, err := cl.Do("{"+n+"}", "GET", "p:{"+n+"}:k"); err != nil || v != n {
+			t.Fatalf("GET on the owner: %q, %v", v, err)
+		}
+	}
+	want := map[[2]string]bool{}
+	for _, n := range names {
+		want[[2]string{"p:{" + n + "}:ch", n}] = true
+		want[[2]string{"__keyspace@0__:p:{" + n + "}:k", "del"}] = true
+		// keyspace events come from the master that owns the key
+		if rep := a.Do(ctx, nodeactor.Urgent, nodeactor.Call{Keys: []string{"p:{" + n + "}:k"}, Args: []string{"DEL"}}); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	for len(want) > 0 {
+		select {
+		case m := <-got:
+			delete(want, m)
+		case <-ctx.Done():
+			t.Fatalf("push messages missing: %v", want)
+		}
+	}
+	// the subscription is a sharded one, on the master that owns the slot
+	owner := cl.MasterFor("{" + names[0] + "}")
+	if n, err := owner.Do("PUBSUB", "SHARDNUMSUB", "p:{"+names[0]+"}:ch"); err != nil || n != "[p:{"+names[0]+"}:ch 1]" {
+		t.Fatalf("PUBSUB SHARDNUMSUB on the owner = %s (%v), want one sharded subscriber", n, err)
+	}
+}
+
+// A program (Call.Next) runs its steps on one node in order, each on the
+// master of its own slot, and delivers the final reply once.
+func TestClusterProgramAcrossSlots(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	a := startCluster(t, cl)
+	ready(t, a)
+	keys := []string{"{a}:k", "{b}:k", "{c}:k", "{d}:k"}
+	var step func(i int) nodeactor.Call
+	sum := int64(0)
+	step = func(i int) nodeactor.Call {
+		return nodeactor.Call{Keys: []string{keys[i]}, Args: []string{"INCR"},
+			Next: func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
+				if r.Err != nil {
+					return nodeactor.Call{}, r, true
+				}
+				v, _ := r.Msg.AsInt64()
+				sum += v
+				if i+1 < len(keys) {
+					return step(i + 1), nodeactor.Reply{}, false
+				}
+				return nodeactor.Call{}, r, true
+			}}
+	}
+	rep := a.Do(context.Background(), nodeactor.Normal, step(0))
+	if rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	if sum != 4 {
+		t.Fatalf("sum of INCRs = %d, want 4 (each key once)", sum)
+	}
+	for _, k := range keys {
+		if v, err := cl.Do(k, "GET", k); err != nil || v != "1" {
+			t.Fatalf("%s = %q, %v", k, v, err)
+		}
+	}
+}
+
+// Seeds that are not a cluster are refused: two independent servers must
+// never count as one node.
+func TestClusterSeedsThatAreNotACluster(t *testing.T) {
+	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	a := start(t, "fake", func(o *nodeactor.Options) {
+		o.Client = rueidis.ClientOption{InitAddress: testutil.Addrs(servers)}
+		o.Cluster = true
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := a.Status().LastErr; err != nil {
+			if !errors.Is(err, nodeactor.ErrNotCluster) {
+				t.Fatalf("LastErr = %v, want ErrNotCluster", err)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no error reported for seeds that are not a cluster")
+}

@@ -1,0 +1,356 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// spreadNames returns n names whose slots are owned by as many different
+// masters as possible, first one name per master.
+func spreadNames(t *testing.T, cl *testutil.Cluster, prefix string, n int) []string {
+	t.Helper()
+	var names []string
+	used := map[*testutil.Server]bool{}
+	for i := 0; len(names) < n && i < 1000; i++ {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		if m := cl.MasterFor("{" + name + "}"); !used[m] || len(used) == len(cl.Masters) {
+			used[m] = true
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// Every primitive works on a Redis Cluster node, and its waiters are woken
+// by sharded pub/sub: the TTLs are long, so an Acquire that returns soon
+// after a release was woken by the release's SPUBLISH, not by expiry.
+func TestClusterEveryPrimitive(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 20 * time.Second })
+	if st := c.Nodes()[0]; !st.Capabilities.Cluster || st.Capabilities.Masters != 3 {
+		t.Fatalf("node status %+v, want a cluster of 3 masters", st.Capabilities)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	woken := func(what string, acquire func(context.Context) (*primitives.Lease, error), release func()) *primitives.Lease {
+		t.Helper()
+		got := make(chan *primitives.Lease, 1)
+		errc := make(chan error, 1)
+		go func() {
+			l, err := acquire(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- l
+		}()
+		time.Sleep(200 * time.Millisecond)
+		release()
+		select {
+		case l := <-got:
+			return l
+		case err := <-errc:
+			t.Fatalf("%s: waiter: %v", what, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: waiter not woken by the release within 5s (TTL 20s)", what)
+		}
+		return nil
+	}
+
+	for i, name := range spreadNames(t, cl, "lock", 3) {
+		lk, _ := primitives.NewLock(c, name)
+		held, err := lk.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lk.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Fatalf("second TryAcquire: %v", err)
+		}
+		if v, err := cl.Do("{"+name+"}", "PTTL", "redlock:{"+name+"}:lock"); err != nil || v == "-2" {
+			t.Fatalf("lock %d: key not on the master owning its slot: %s %v", i, v, err)
+		}
+		next := woken("Lock "+name, lk.Acquire, func() { held.Release(ctx) })
+		if next.Fence() <= held.Fence() {
+			t.Fatalf("fence %d after %d", next.Fence(), held.Fence())
+		}
+		next.Release(ctx)
+	}
+
+	fl, _ := primitives.NewFairLock(c, "fair")
+	fh, err := fl.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken("FairLock", fl.Acquire, func() { fh.Release(ctx) }).Release(ctx)
+
+	rw, _ := primitives.NewRWLock(c, "rw")
+	r1, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	r2.Release(ctx)
+	woken("RWLock writer", rw.Writer().Acquire, func() { r1.Release(ctx) }).Release(ctx)
+
+	sem, err := primitives.NewSemaphore(c, "sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("third permit of 2: %v", err)
+	}
+	woken("Semaphore", sem.Acquire, func() { p1.Release(ctx) }).Release(ctx)
+	p2.Release(ctx)
+
+	l, err := primitives.NewCountDownLatch(c, "latch", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() { opened <- l.Wait(ctx) }()
+	for range 2 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("latch Wait not woken when it opened")
+	}
+}
+
+// A MultiLock whose names live on different masters of a cluster takes
+// them slot group by slot group: all or nothing, excluding Locks on its
+// names, with one fence above every name's counter written to each.
+func TestClusterMultiLockAcrossSlots(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 10 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	names := spreadNames(t, cl, "m", 5)
+	keysLeft := func() []string {
+		var left []string
+		for _, n := range names {
+			k := "redlock:{" + n + "}:lock"
+			if v, err := cl.Do("{"+n+"}", "EXISTS", k); err != nil || v != "0" {
+				left = append(left, k)
+			}
+		}
+		return left
+	}
+	// raise one name's counter well above the others
+	last := names[len(names)-1]
+	lk, _ := primitives.NewLock(c, last)
+	for range 3 {
+		h, err := lk.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release(ctx)
+	}
+	held, err := lk.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := primitives.NewMultiLock(c, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("MultiLock over a held name: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // cleanup is bounded, not synchronous everywhere
+	if left := keysLeft(); len(left) != 1 {
+		t.Fatalf("after a refused MultiLock the keys left are %v, want only the Lock's", left)
+	}
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		l, err := m.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(200 * time.Millisecond)
+	held.Release(ctx)
+	var ml *primitives.Lease
+	select {
+	case ml = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("MultiLock waiter not woken by the Lock's release")
+	}
+	if ml == nil {
+		t.FailNow()
+	}
+	if ml.Fence() <= held.Fence() {
+		t.Fatalf("MultiLock fence %d not above the held name's %d", ml.Fence(), held.Fence())
+	}
+	for _, n := range names {
+		v, err := cl.Do("{"+n+"}", "GET", "redlock:{"+n+"}:fence")
+		if err != nil || v != strconv.FormatUint(ml.Fence(), 10) {
+			t.Errorf("%s: fence counter %q (%v), want %d on every name", n, v, err, ml.Fence())
+		}
+		one, _ := primitives.NewLock(c, n)
+		if _, err := one.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Errorf("Lock %s while the MultiLock holds it: %v", n, err)
+		}
+	}
+	if err := ml.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend across slots: %v", err)
+	}
+	ml.Release(ctx)
+	if left := keysLeft(); len(left) != 0 {
+		t.Fatalf("keys left after Release: %v", left)
+	}
+}
+
+// Overlapping sets on a cluster, requested in opposite orders by clients
+// with their own Coordinators, never deadlock and never overlap.
+func TestClusterMultiLockContention(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	names := spreadNames(t, cl, "x", 3)
+	sets := [][]string{{names[0], names[1], names[2]}, {names[2], names[1]}, {names[1], names[0]}, {names[2], names[0]}}
+	var cs [3]testutil.CriticalSection
+	idx := map[string]int{names[0]: 0, names[1]: 1, names[2]: 2}
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for i, set := range sets {
+		c := newCoord(t, []string{cl.URL()})
+		m, err := primitives.NewMultiLock(c, set, primitives.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for range 15 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				lease, err := m.Acquire(ctx)
+				cancel()
+				if err != nil {
+					t.Errorf("client %d: %v", i, err)
+					return
+				}
+				var exits []func()
+				for _, n := range set {
+					exits = append(exits, cs[idx[n]].Enter())
+				}
+				time.Sleep(time.Millisecond)
+				for _, e := range exits {
+					e()
+				}
+				lease.Release(context.Background())
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range cs {
+		if v := cs[i].Violations(); v != 0 {
+			t.Errorf("name %d: %d overlapping holders", i, v)
+		}
+	}
+	if done.Load() != 60 {
+		t.Fatalf("%d of 60 acquisitions", done.Load())
+	}
+}
+
+// A quorum of three independent masters, one of them a Redis Cluster: a
+// master of the cluster is paused mid-run (its slots stop answering), then
+// resumed. Clients with their own Coordinators never hold the same lock
+// together, and keep acquiring through the fault.
+func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	nodes := append([]string{cl.URL()}, testutil.Addrs(servers)...)
+	names := spreadNames(t, cl, "q", 3)
+	var multi [3]testutil.CriticalSection
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var acquired atomic.Int64
+	for i := range 6 {
+		c := newCoord(t, nodes, func(cfg *coordinator.Config) { cfg.DefaultTTL = time.Second })
+		lk, _ := primitives.NewLock(c, names[0])
+		ml, _ := primitives.NewMultiLock(c, names)
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				var l *primitives.Lease
+				var err error
+				if i%2 == 0 {
+					l, err = lk.Acquire(ctx)
+				} else {
+					l, err = ml.Acquire(ctx)
+				}
+				cancel()
+				if err != nil {
+					continue
+				}
+				var exits []func()
+				if i%2 == 0 {
+					exits = append(exits, multi[0].Enter())
+				} else {
+					for j := range multi {
+						exits = append(exits, multi[j].Enter())
+					}
+				}
+				select {
+				case <-l.Lost():
+				case <-time.After(2 * time.Millisecond):
+				}
+				for _, e := range exits {
+					e()
+				}
+				l.Release(context.Background())
+				acquired.Add(1)
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	victim := cl.MasterFor("{" + names[0] + "}")
+	victim.Pause()
+	before := acquired.Load()
+	time.Sleep(3 * time.Second)
+	during := acquired.Load() - before
+	victim.Resume()
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	for j := range multi {
+		if v := multi[j].Violations(); v != 0 {
+			t.Errorf("name %d: %d overlapping holders", j, v)
+		}
+	}
+	if during == 0 {
+		t.Errorf("no acquisition while one cluster master was paused (the two other nodes are a quorum)")
+	}
+	t.Logf("%d acquisitions, %d while a cluster master was paused", acquired.Load(), during)
+}

@@ -1,0 +1,208 @@
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clusterTimeout bounds how long StartCluster waits for the cluster to
+// agree on its slots.
+const clusterTimeout = 30 * time.Second
+
+// Cluster is a Redis Cluster of real redis-server masters (no replicas) on
+// loopback ports, owned by one test. To redlock the whole cluster is ONE
+// node of the quorum: list it with [Cluster.URL].
+type Cluster struct {
+	t       testing.TB
+	Masters []*Server
+}
+
+// StartCluster starts masters redis-servers in cluster mode (each with its
+// own cluster bus port), joins them with `redis-cli --cluster create` and
+// waits until every master reports cluster_state:ok and the same slots. It
+// skips (or fails under REDLOCK_REQUIRE_REDIS) when redis-server or
+// redis-cli is missing. opts.Args are appended to every server's arguments.
+func StartCluster(t testing.TB, masters int, opts ServerOptions) *Cluster {
+	t.Helper()
+	RequireRedis(t)
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		requireOrSkip(t, "redis-cli not found in PATH (Debian: apt-get install redis-tools)")
+	}
+	if masters < 3 {
+		t.Fatalf("StartCluster: redis-cli --cluster create needs at least 3 masters, got %d", masters)
+	}
+	c := &Cluster{t: t, Masters: make([]*Server, masters)}
+	errs := make([]error, masters)
+	var wg sync.WaitGroup
+	for i := range masters {
+		wg.Go(func() {
+			bus, err := freePort()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			o := opts
+			o.Args = append([]string{
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", "nodes.conf",
+				"--cluster-node-timeout", "2000",
+				"--cluster-port", strconv.Itoa(bus),
+			}, opts.Args...)
+			c.Masters[i], errs[i] = newServer(t, o)
+		})
+	}
+	wg.Wait()
+	for _, s := range c.Masters {
+		if s != nil {
+			t.Cleanup(s.cleanup)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	args := append([]string{"--cluster", "create"}, Addrs(c.Masters)...)
+	args = append(args, "--cluster-yes")
+	if opts.Password != "" {
+		args = append(args, "-a", opts.Password, "--no-auth-warning")
+	}
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.waitConsistent(); err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	return c
+}
+
+// requireOrSkip fails the test when REDLOCK_REQUIRE_REDIS is set, else skips it.
+func requireOrSkip(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(requireRedisEnv) != "" {
+		t.Fatalf("%s, and %s is set", why, requireRedisEnv)
+	}
+	t.Skip(why)
+}
+
+// waitConsistent waits until every master says cluster_state:ok and
+// reports the same full slot map.
+func (c *Cluster) waitConsistent() error {
+	deadline := time.Now().Add(clusterTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = c.check(); last == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("cluster not consistent after %v: %w", clusterTimeout, last)
+}
+
+func (c *Cluster) check() error {
+	var ref string
+	for _, s := range c.Masters {
+		info, err := s.Do("CLUSTER", "INFO")
+		if err != nil {
+			return err
+		}
+		if infoField(info, "cluster_state") != "ok" || infoField(info, "cluster_slots_assigned") != "16384" {
+			return fmt.Errorf("%s: cluster_state %s, %s slots assigned", s.Addr(),
+				infoField(info, "cluster_state"), infoField(info, "cluster_slots_assigned"))
+		}
+		m, err := c.slotMap(s)
+		if err != nil {
+			return err
+		}
+		if ref == "" {
+			ref = m
+		} else if m != ref {
+			return fmt.Errorf("%s sees another slot map", s.Addr())
+		}
+	}
+	return nil
+}
+
+// slotMap returns "addr:ranges" lines for the masters as s sees them.
+func (c *Cluster) slotMap(s *Server) (string, error) {
+	nodes, err := s.Do("CLUSTER", "NODES")
+	if err != nil {
+		return "", err
+	}
+	var lines []string
+	for line := range strings.Lines(nodes) {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.Contains(f[2], "master") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		lines = append(lines, addr+" "+strings.Join(f[8:], " "))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n"), nil
+}
+
+// URL returns the cluster as one redlock node: "redis://first?addr=second&addr=...".
+func (c *Cluster) URL() string {
+	addrs := Addrs(c.Masters)
+	u := "redis://"
+	if c.Masters[0].opts.Password != "" {
+		u += ":" + c.Masters[0].opts.Password + "@"
+	}
+	u += addrs[0]
+	for i, a := range addrs[1:] {
+		if i == 0 {
+			u += "?addr=" + a
+		} else {
+			u += "&addr=" + a
+		}
+	}
+	return u
+}
+
+// MasterFor returns the master that owns key's slot.
+func (c *Cluster) MasterFor(key string) *Server {
+	c.t.Helper()
+	slotStr, err := c.Masters[0].Do("CLUSTER", "KEYSLOT", key)
+	if err != nil {
+		c.t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	slot, _ := strconv.Atoi(slotStr)
+	for _, s := range c.Masters {
+		nodes, err := s.Do("CLUSTER", "NODES")
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(nodes) {
+			f := strings.Fields(line)
+			if len(f) < 8 || !strings.Contains(f[2], "myself") {
+				continue
+			}
+			for _, r := range f[8:] {
+				lo, hi, ok := strings.Cut(r, "-")
+				if !ok {
+					hi = lo
+				}
+				l, err1 := strconv.Atoi(lo)
+				h, err2 := strconv.Atoi(hi)
+				if err1 == nil && err2 == nil && slot >= l && slot <= h {
+					return s
+				}
+			}
+		}
+	}
+	c.t.Fatalf("no master owns slot %d of %q", slot, key)
+	return nil
+}
+
+// Do runs a command on the master that owns key's slot.
+func (c *Cluster) Do(key string, args ...string) (string, error) {
+	return c.MasterFor(key).Do(args...)
+}
