@@ -76,7 +76,7 @@ func TestKeyspaceOnNeedsConfig(t *testing.T) {
 // A Redis Cluster given by its seeds is one node; its password comes from
 // the URL and never shows in Nodes().
 func TestClusterNode(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{Password: "cl-pw"})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{Server: testutil.ServerOptions{Password: "cl-pw"}})
 	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{cl.URL()}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 )
 
 func TestSlotMatchesRedis(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	for _, k := range []string{"", "a", "foo", "redlock:{a}:lock", "{user1000}.following", "x{}y", "{}{a}", "a{b}c{d}", "{{x}}"} {
 		want, err := cl.Masters[0].Do("CLUSTER", "KEYSLOT", k)
 		if err != nil {
@@ -42,7 +42,7 @@ func startCluster(t *testing.T, cl *testutil.Cluster, mut ...func(*nodeactor.Opt
 // PUBLISH becomes SPUBLISH, and the message reaches a subscriber through the
 // push connection to that master.
 func TestClusterScriptsAndShardedPush(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	got := make(chan [2]string, 64)
 	subscribed := make(chan []string, 64)
 	a := startCluster(t, cl, func(o *nodeactor.Options) {
@@ -130,7 +130,7 @@ func TestClusterScriptsAndShardedPush(t *testing.T) {
 // A program (Call.Next) runs its steps on one node in order, each on the
 // master of its own slot, and delivers the final reply once.
 func TestClusterProgramAcrossSlots(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	a := startCluster(t, cl)
 	ready(t, a)
 	keys := []string{"{a}:k", "{b}:k", "{c}:k", "{d}:k"}

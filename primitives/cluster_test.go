@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,11 +33,15 @@ func spreadNames(t *testing.T, cl *testutil.Cluster, prefix string, n int) []str
 }
 
 // Every primitive works on a Redis Cluster node, and its waiters are woken
-// by sharded pub/sub: the TTLs are long, so an Acquire that returns soon
-// after a release was woken by the release's SPUBLISH, not by expiry.
+// by sharded pub/sub: with keyspace events off, every push message the
+// router receives is one of our releases' SPUBLISH, and each wake-up below
+// must come with one.
 func TestClusterEveryPrimitive(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
-	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 20 * time.Second })
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) {
+		cfg.DefaultTTL = 20 * time.Second
+		cfg.Keyspace = coordinator.KeyspaceOff
+	})
 	if st := c.Nodes()[0]; !st.Capabilities.Cluster || st.Capabilities.Masters != 3 {
 		t.Fatalf("node status %+v, want a cluster of 3 masters", st.Capabilities)
 	}
@@ -55,9 +60,13 @@ func TestClusterEveryPrimitive(t *testing.T) {
 			got <- l
 		}()
 		time.Sleep(200 * time.Millisecond)
+		before := c.Router().Stats().Delivered
 		release()
 		select {
 		case l := <-got:
+			if c.Router().Stats().Delivered == before {
+				t.Fatalf("%s: the waiter acquired but no push message arrived for the release", what)
+			}
 			return l
 		case err := <-errc:
 			t.Fatalf("%s: waiter: %v", what, err)
@@ -148,7 +157,7 @@ func TestClusterEveryPrimitive(t *testing.T) {
 // them slot group by slot group: all or nothing, excluding Locks on its
 // names, with one fence above every name's counter written to each.
 func TestClusterMultiLockAcrossSlots(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 10 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -232,7 +241,7 @@ func TestClusterMultiLockAcrossSlots(t *testing.T) {
 // Overlapping sets on a cluster, requested in opposite orders by clients
 // with their own Coordinators, never deadlock and never overlap.
 func TestClusterMultiLockContention(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	names := spreadNames(t, cl, "x", 3)
 	sets := [][]string{{names[0], names[1], names[2]}, {names[2], names[1]}, {names[1], names[0]}, {names[2], names[0]}}
 	var cs [3]testutil.CriticalSection
@@ -283,7 +292,7 @@ func TestClusterMultiLockContention(t *testing.T) {
 // resumed. Clients with their own Coordinators never hold the same lock
 // together, and keep acquiring through the fault.
 func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
-	cl := testutil.StartCluster(t, 3, testutil.ServerOptions{})
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	nodes := append([]string{cl.URL()}, testutil.Addrs(servers)...)
 	names := spreadNames(t, cl, "q", 3)
@@ -353,4 +362,89 @@ func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
 		t.Errorf("no acquisition while one cluster master was paused (the two other nodes are a quorum)")
 	}
 	t.Logf("%d acquisitions, %d while a cluster master was paused", acquired.Load(), during)
+}
+
+// A master of a cluster node fails over to its replica while a lease is
+// held on one of its slots: the lease survives (the key was replicated),
+// nobody else gets in, the actor moves its push subscription to the new
+// master and configures its keyspace flags, and the next waiter is woken by
+// the release published there.
+func TestClusterFailover(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{Replicas: 1})
+	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 30 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	name := "failover"
+	old := cl.MasterFor("{" + name + "}")
+	lk, _ := primitives.NewLock(c, name)
+	held, err := lk.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// wait until the key reached the old master's replica
+	var replica *testutil.Server
+	mustWait(t, 20*time.Second, "the lock key replicated", func() bool {
+		for _, r := range cl.Replicas {
+			info, err := r.Do("INFO", "replication")
+			if err != nil || !strings.Contains(info, "master_port:"+old.Addr()[strings.LastIndexByte(old.Addr(), ':')+1:]) {
+				continue
+			}
+			replica = r
+			n, err := r.Do("DBSIZE")
+			return err == nil && n != "0"
+		}
+		return false
+	})
+	waiter := make(chan *primitives.Lease, 1)
+	go func() {
+		l, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		waiter <- l
+	}()
+	old.Kill()
+	mustWait(t, 30*time.Second, "the replica promoted", func() bool { return cl.Role(replica) == "master" })
+	if !held.Valid() {
+		t.Fatal("lease lost across a failover that kept its key")
+	}
+	// the push subscription follows the slot to its new master
+	ch := "redlock:{" + name + "}:ch"
+	mustWait(t, 30*time.Second, "the waiter's channel subscribed on the new master", func() bool {
+		v, err := replica.Do("PUBSUB", "SHARDNUMSUB", ch)
+		return err == nil && v == "["+ch+" 1]"
+	})
+	flags, err := replica.Do("CONFIG", "GET", "notify-keyspace-events")
+	if err != nil || !strings.Contains(flags, "K") || !strings.Contains(flags, "g") || !strings.Contains(flags, "x") {
+		t.Errorf("promoted master's keyspace flags %q (%v), want K, g and x", flags, err)
+	}
+	select {
+	case <-waiter:
+		t.Fatal("a second holder got in while the lease was held across the failover")
+	default:
+	}
+	before := c.Router().Stats().Delivered
+	held.Release(ctx)
+	select {
+	case l := <-waiter:
+		if l == nil {
+			t.FailNow()
+		}
+		if c.Router().Stats().Delivered == before {
+			t.Error("the waiter acquired but no push message arrived from the new master")
+		}
+		if l.Fence() <= held.Fence() {
+			t.Errorf("fence %d after %d", l.Fence(), held.Fence())
+		}
+		l.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken after the release on the new master")
+	}
+}
+
+func mustWait(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !waitFor(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
 }

@@ -17,51 +17,64 @@ import (
 // agree on its slots.
 const clusterTimeout = 30 * time.Second
 
-// Cluster is a Redis Cluster of real redis-server masters (no replicas) on
-// loopback ports, owned by one test. To redlock the whole cluster is ONE
-// node of the quorum: list it with [Cluster.URL].
+// Cluster is a Redis Cluster of real redis-servers on loopback ports, owned
+// by one test. To redlock the whole cluster is ONE node of the quorum: list
+// it with [Cluster.URL].
 type Cluster struct {
-	t       testing.TB
-	Masters []*Server
+	t        testing.TB
+	Masters  []*Server // the masters after creation (a failover can change roles)
+	Replicas []*Server
+	all      []*Server
 }
 
-// StartCluster starts masters redis-servers in cluster mode (each with its
-// own cluster bus port), joins them with `redis-cli --cluster create` and
-// waits until every master reports cluster_state:ok and the same slots. It
-// skips (or fails under REDLOCK_REQUIRE_REDIS) when redis-server or
-// redis-cli is missing. opts.Args are appended to every server's arguments.
-func StartCluster(t testing.TB, masters int, opts ServerOptions) *Cluster {
+// ClusterOptions configures [StartCluster].
+type ClusterOptions struct {
+	Masters  int           // at least 3 (redis-cli's minimum); 0 means 3
+	Replicas int           // replicas per master
+	Server   ServerOptions // for every server; Args are appended to the cluster ones
+}
+
+// StartCluster starts redis-servers in cluster mode (each with its own
+// cluster bus port, cluster-node-timeout 2 s), joins them with `redis-cli
+// --cluster create` and waits until every server reports cluster_state:ok
+// and the same slot map. It skips (or fails under REDLOCK_REQUIRE_REDIS)
+// when redis-server or redis-cli is missing.
+func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	RequireRedis(t)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		requireOrSkip(t, "redis-cli not found in PATH (Debian: apt-get install redis-tools)")
 	}
-	if masters < 3 {
-		t.Fatalf("StartCluster: redis-cli --cluster create needs at least 3 masters, got %d", masters)
+	if opts.Masters == 0 {
+		opts.Masters = 3
 	}
-	c := &Cluster{t: t, Masters: make([]*Server, masters)}
-	errs := make([]error, masters)
+	if opts.Masters < 3 || opts.Replicas < 0 {
+		t.Fatalf("StartCluster: need at least 3 masters and no negative replicas, got %d and %d", opts.Masters, opts.Replicas)
+	}
+	n := opts.Masters * (1 + opts.Replicas)
+	c := &Cluster{t: t, all: make([]*Server, n)}
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := range masters {
+	for i := range n {
 		wg.Go(func() {
 			bus, err := freePort()
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			o := opts
+			o := opts.Server
 			o.Args = append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", "2000",
 				"--cluster-port", strconv.Itoa(bus),
-			}, opts.Args...)
-			c.Masters[i], errs[i] = newServer(t, o)
+			}, opts.Server.Args...)
+			c.all[i], errs[i] = newServer(t, o)
 		})
 	}
 	wg.Wait()
-	for _, s := range c.Masters {
+	for _, s := range c.all {
 		if s != nil {
 			t.Cleanup(s.cleanup)
 		}
@@ -69,10 +82,10 @@ func StartCluster(t testing.TB, masters int, opts ServerOptions) *Cluster {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
-	args := append([]string{"--cluster", "create"}, Addrs(c.Masters)...)
-	args = append(args, "--cluster-yes")
-	if opts.Password != "" {
-		args = append(args, "-a", opts.Password, "--no-auth-warning")
+	args := append([]string{"--cluster", "create"}, Addrs(c.all)...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")
+	if opts.Server.Password != "" {
+		args = append(args, "-a", opts.Server.Password, "--no-auth-warning")
 	}
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
@@ -80,7 +93,26 @@ func StartCluster(t testing.TB, masters int, opts ServerOptions) *Cluster {
 	if err := c.waitConsistent(); err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
+	for _, s := range c.all {
+		if c.Role(s) == "master" {
+			c.Masters = append(c.Masters, s)
+		} else {
+			c.Replicas = append(c.Replicas, s)
+		}
+	}
+	if len(c.Masters) != opts.Masters {
+		t.Fatalf("start cluster: %d masters, want %d", len(c.Masters), opts.Masters)
+	}
 	return c
+}
+
+// Role returns "master" or "slave" as s reports it ("" if it does not answer).
+func (c *Cluster) Role(s *Server) string {
+	info, err := s.Do("INFO", "replication")
+	if err != nil {
+		return ""
+	}
+	return infoField(info, "role")
 }
 
 // requireOrSkip fails the test when REDLOCK_REQUIRE_REDIS is set, else skips it.
@@ -108,7 +140,7 @@ func (c *Cluster) waitConsistent() error {
 
 func (c *Cluster) check() error {
 	var ref string
-	for _, s := range c.Masters {
+	for _, s := range c.all {
 		info, err := s.Do("CLUSTER", "INFO")
 		if err != nil {
 			return err
@@ -170,19 +202,21 @@ func (c *Cluster) URL() string {
 // MasterFor returns the master that owns key's slot.
 func (c *Cluster) MasterFor(key string) *Server {
 	c.t.Helper()
-	slotStr, err := c.Masters[0].Do("CLUSTER", "KEYSLOT", key)
-	if err != nil {
-		c.t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	slot := -1
+	for _, s := range c.all {
+		if v, err := s.Do("CLUSTER", "KEYSLOT", key); err == nil {
+			slot, _ = strconv.Atoi(v)
+			break
+		}
 	}
-	slot, _ := strconv.Atoi(slotStr)
-	for _, s := range c.Masters {
+	for _, s := range c.all {
 		nodes, err := s.Do("CLUSTER", "NODES")
 		if err != nil {
 			continue
 		}
 		for line := range strings.Lines(nodes) {
 			f := strings.Fields(line)
-			if len(f) < 8 || !strings.Contains(f[2], "myself") {
+			if len(f) < 8 || !strings.Contains(f[2], "myself") || !strings.Contains(f[2], "master") {
 				continue
 			}
 			for _, r := range f[8:] {
