@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -92,9 +93,23 @@ func (ins *Instruments) RecordAcquire(primitive string, start time.Time, err err
 	default:
 		outcome = "error"
 	}
-	attrs := metric.WithAttributes(attribute.String("primitive", primitive), attribute.String("outcome", outcome))
-	ins.AcquireLatency.Record(context.Background(), time.Since(start).Seconds(), attrs)
+	ins.AcquireLatency.Record(context.Background(), time.Since(start).Seconds(), acquireAttrs(primitive, outcome))
 }
+
+// acquireAttrs returns the attribute option for a (primitive, outcome)
+// pair, built once: building attribute sets on every Acquire costs
+// allocations on the hottest path.
+func acquireAttrs(primitive, outcome string) metric.MeasurementOption {
+	k := [2]string{primitive, outcome}
+	if o, ok := attrCache.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("primitive", primitive), attribute.String("outcome", outcome)))
+	attrCache.Store(k, o)
+	return o
+}
+
+var attrCache sync.Map // [2]string -> metric.MeasurementOption
 
 func isNotAcquired(err error) bool { return errors.Is(err, ErrNotAcquired) }
 func isCtx(err error) bool {

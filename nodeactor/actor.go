@@ -275,6 +275,7 @@ func (a *Actor) Close() error {
 // worker itself (not in a separate dispatcher) saves a goroutine hop on
 // every request.
 func (a *Actor) worker() {
+	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
 	for {
 		select {
 		case <-a.done:
@@ -294,7 +295,7 @@ func (a *Actor) worker() {
 				return
 			}
 		}
-		batch := append(make([]Request, 0, 8), first)
+		batch := append(buf[:0], first)
 	fill:
 		for len(batch) < a.opt.MaxBatch {
 			select {
@@ -313,6 +314,10 @@ func (a *Actor) worker() {
 			}
 		}
 		a.exec(batch)
+		clear(batch) // drop references to finished requests
+		if cap(batch) <= 4*a.opt.MaxBatch {
+			buf = batch[:0]
+		}
 	}
 }
 
@@ -342,7 +347,7 @@ func (a *Actor) exec(batch []Request) {
 		return
 	}
 	cl := *cp
-	live := batch[:0:0]
+	live := batch[:0] // filtered in place: index i is read before it is overwritten
 	var deadline time.Time
 	for i := range batch {
 		r := batch[i]

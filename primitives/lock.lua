@@ -13,17 +13,24 @@ local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function ktype(k) return redis.call('TYPE', k)['ok'] end
 local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock lock key') end
-local want = {'string', 'string', 'zset', 'hash', 'zset', 'string', 'string', 'zset'}
-for i = 1, 8 do
-  local kt = ktype(KEYS[i])
-  if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i]) end
-end
-local v = redis.call('GET', KEYS[1])
+-- Type checks before any write. The two string keys are read with pcall (a
+-- GET of another type is an error, not a raise); the six others usually do
+-- not exist (no waiter, no owner mode), so one EXISTS spares their TYPEs.
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then return wrong(KEYS[1]) end
 if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(KEYS[1]) end
-local fv = redis.call('GET', KEYS[2])
+local fv = redis.pcall('GET', KEYS[2])
+if type(fv) == 'table' and fv.err then return wrong(KEYS[2]) end
 if fv and not string.match(fv, '^%d+$') then return wrong(KEYS[2]) end
+local extra = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+if extra > 0 then
+  local want = {'string', 'string', 'zset', 'hash', 'zset', 'string', 'string', 'zset'}
+  for i = 3, 8 do
+    local kt = redis.call('TYPE', KEYS[i])['ok']
+    if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i]) end
+  end
+end
 
 local function dequeue(tok)
   if redis.call('ZREM', KEYS[3], tok) == 1 then redis.call('HDEL', KEYS[4], tok) end
@@ -49,19 +56,23 @@ end
 -- entry stays until the waiter's lease is released (or it leaves, or stops
 -- heartbeating), so a split attempt does not lose its place.
 local function free(window, ch)
-  local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
-  for _, id in ipairs(ids) do
-    local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
-    if exp > now then
-      redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
-      redis.call('PUBLISH', ch, 'h:' .. id)
-      return
+  -- (extra == 0: no queue and no watch flag existed when the script began,
+  -- and no op creates either before it frees)
+  if extra > 0 then
+    local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
+    for _, id in ipairs(ids) do
+      local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+      if exp > now then
+        redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
+        redis.call('PUBLISH', ch, 'h:' .. id)
+        return
+      end
+      redis.call('ZREM', KEYS[3], id)
+      redis.call('HDEL', KEYS[4], id)
     end
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
   end
   redis.call('DEL', KEYS[1])
-  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('PUBLISH', ch, 'n:1') end
+  if extra > 0 and redis.call('EXISTS', KEYS[7]) == 1 then redis.call('PUBLISH', ch, 'n:1') end
 end
 
 local function pexpire_max(k, ttl)
