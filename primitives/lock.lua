@@ -113,7 +113,13 @@ if op == 'acquire' then
   end
   if owner == '' then
     local mine = 'rl1:L:' .. tok
-    if v == false or v == mine or v == rsv then
+    if v == mine then
+      -- the same attempt again (a resend, or a late copy after the lease
+      -- was extended or re-taken): never shorten the key
+      pexpire_max(KEYS[1], ttl)
+      return {1, fence_next(), now, 0}
+    end
+    if v == false or v == rsv then
       redis.call('SET', KEYS[1], mine, 'PX', ttl)
       return {1, fence_next(), now, 0}
     end

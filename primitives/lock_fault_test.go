@@ -265,8 +265,12 @@ func TestLockFaultS1PauseAndDelayedRestart(t *testing.T) {
 			phase("node 2 restarted", time.Second)
 			stop()
 			wg.Wait()
+			// Every client progresses in notify mode (FIFO handoff). Polling
+			// has no queue, so it is unfair by design (docs/lock.md): one
+			// client can go the whole run without the lock while the others
+			// re-acquire; there the phases' totals above are the L1 check.
 			for w := range counts {
-				if counts[w].Load() == 0 {
+				if counts[w].Load() == 0 && strat == coordinator.WaitNotify {
 					t.Errorf("client %d made no progress", w)
 				}
 			}
@@ -335,10 +339,17 @@ func TestLockFaultFiveNodesTwoPaused(t *testing.T) {
 			stop()
 			wg.Wait()
 			t.Logf("critical sections per client in 2s with 2 of 5 paused: %v", during)
+			total := int64(0)
 			for w, n := range during {
-				if n == 0 {
+				total += n
+				// per-client progress only in notify mode: polling is unfair
+				// by design (see TestLockFaultS1PauseAndDelayedRestart)
+				if n == 0 && strat == coordinator.WaitNotify {
 					t.Errorf("L1: client %d made no progress in 2s with 2 of 5 nodes paused", w)
 				}
+			}
+			if total < int64(len(during)) {
+				t.Errorf("L1: only %d critical sections in 2s with 2 of 5 nodes paused", total)
 			}
 			cs.report(t, &store)
 		})
@@ -1163,10 +1174,17 @@ func TestLockFaultExtend(t *testing.T) {
 	if d1.Sub(d0) < 3*time.Second {
 		t.Errorf("Extend(5s) moved Deadline by %v", d1.Sub(d0))
 	}
-	for i, s := range srv {
-		if p, _ := strconv.Atoi(admin(t, s, "PTTL", lockKey("extend", "lock"))); p < 4000 {
-			t.Errorf("node %d PTTL %d after Extend(5s)", i, p)
+	// Extend succeeds when a quorum confirmed; the third node's own acquire
+	// may still have been in flight (it then keeps its own TTL: a late
+	// acquire of the same token never shortens a key).
+	extended := 0
+	for _, s := range srv {
+		if p, _ := strconv.Atoi(admin(t, s, "PTTL", lockKey("extend", "lock"))); p >= 4000 {
+			extended++
 		}
+	}
+	if extended < 2 {
+		t.Errorf("%d of 3 nodes have PTTL >= 4s after Extend(5s), want a quorum", extended)
 	}
 	if err := lease.Extend(ctx, 0); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Errorf("Extend(0) = %v", err)
