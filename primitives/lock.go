@@ -49,6 +49,10 @@ type Lock struct {
 	keys    []string
 	topic   string
 	channel string
+
+	// contended records that the last Acquire had to wait: the next one
+	// queues at once (see waitLoopFrom) instead of first trying alone.
+	contended atomic.Bool
 }
 
 var _ Locker = (*Lock)(nil)
@@ -95,8 +99,19 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	// same value on every node: all nodes order their queues alike, so a
 	// release on every node reserves for the same waiter.
 	w := &lockWaiter{Lock: l, wid: token}
-	return waitLoop(ctx, l.c, []string{l.topic}, token,
+	// Expecting contention, queue at once with the estimated server time as
+	// the score (one value for every node, like a refusal's TIME).
+	queued := false
+	if l.contended.Load() {
+		if est := l.c.EstimateServerMs(); est > 0 {
+			w.score, queued = est, true
+		}
+	}
+	attempts := 0
+	defer func() { l.contended.Store(attempts > 1 || (queued && err != nil)) }()
+	return waitLoopFrom(ctx, l.c, []string{l.topic}, token,
 		func(enqueue bool) attemptResult {
+			attempts++
 			r := attemptExclusive(ctx, l.c, w, token, enqueue)
 			if w.score == 0 && r.now > 0 {
 				w.score = r.now
@@ -107,7 +122,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
 				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Config().HandoffWindow), l.channel}}
 			})
-		})
+		}, queued)
 }
 
 // attemptResult is one attempt's outcome.

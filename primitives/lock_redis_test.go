@@ -8,6 +8,8 @@ import (
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // A key that vanished from a restarted node is re-taken by the next
@@ -185,4 +187,93 @@ func TestLockRepliesSlowerThanTTLFail(t *testing.T) {
 		t.Fatalf("the failed attempt's grants were not rolled back: %v", err)
 	}
 	b.Release(context.Background())
+}
+
+// A client whose last Acquire had to wait queues at once on its next one
+// (no lone first attempt that the handoff reservation would refuse): fewer
+// attempts, FIFO kept with the other waiters, and a free lock is still
+// taken in one attempt, leaving no queue entry behind.
+func TestLockContendedClientQueuesAtOnce(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	attempts := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		return sumCounter(rm, coordinator.MetricAttempts)
+	}
+	cb := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.MeterProvider = mp })
+	ca, cd := newCoord(t, addrs), newCoord(t, addrs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	la, _ := primitives.NewLock(ca, "q")
+	lb, _ := primitives.NewLock(cb, "q")
+	ld, _ := primitives.NewLock(cd, "q")
+	acquireAsync := func(l *primitives.Lock) chan *primitives.Lease {
+		ch := make(chan *primitives.Lease, 1)
+		go func() {
+			lease, err := l.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- lease
+		}()
+		return ch
+	}
+	// B waits once: it is now a contended client
+	ha, err := la.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := acquireAsync(lb)
+	time.Sleep(200 * time.Millisecond)
+	ha.Release(ctx)
+	hb := <-bc
+	hb.Release(ctx)
+
+	// B again, behind A: it queues at once (2 attempts: the queued one,
+	// refused, and the one after the handoff), and D, queued after it, comes second
+	ha, err = la.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := attempts()
+	bc = acquireAsync(lb)
+	time.Sleep(200 * time.Millisecond)
+	dc := acquireAsync(ld)
+	time.Sleep(200 * time.Millisecond)
+	ha.Release(ctx)
+	hb = <-bc
+	if n := attempts() - before; n != 2 {
+		t.Errorf("contended client made %d attempts, want 2 (queued at once, then the handoff)", n)
+	}
+	select {
+	case <-dc:
+		t.Fatal("D, queued after B, acquired while B holds")
+	case <-time.After(100 * time.Millisecond):
+	}
+	hb.Release(ctx)
+	hd := <-dc
+	hd.Release(ctx)
+
+	// B on a free lock: one attempt, and no queue entry left anywhere
+	before = attempts()
+	hb, err = lb.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := attempts() - before; n != 1 {
+		t.Errorf("Acquire of a free lock made %d attempts", n)
+	}
+	hb.Release(ctx)
+	for i, s := range srv {
+		if n, _ := s.Do("EXISTS", "redlock:{q}:q"); n != "0" {
+			t.Errorf("node %d: queue left after the last release", i)
+		}
+	}
 }

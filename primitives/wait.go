@@ -23,11 +23,24 @@ const recheckCap = time.Second
 // queue entry on every node.
 func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, token string,
 	try func(enqueue bool) attemptResult, leave func()) (*Lease, error) {
-	res := try(false)
-	if res.lease != nil || !retryable(res.err) {
-		return res.lease, res.err
-	}
+	return waitLoopFrom(ctx, c, topics, token, try, leave, false)
+}
+
+// waitLoopFrom is waitLoop; with queued it skips the first attempt without
+// a subscription and queues at once (for a caller that expects contention,
+// e.g. a client that just handed the lock to a waiter: that attempt would
+// only be refused by the reservation, costing a round on every node while
+// the handoff is in flight).
+func waitLoopFrom(ctx context.Context, c *coordinator.Coordinator, topics []string, token string,
+	try func(enqueue bool) attemptResult, leave func(), queued bool) (*Lease, error) {
 	refused := time.Now()
+	if !queued || c.Config().WaitStrategy != coordinator.WaitNotify {
+		res := try(false)
+		if res.lease != nil || !retryable(res.err) {
+			return res.lease, res.err
+		}
+		refused = time.Now()
+	}
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
@@ -65,7 +78,7 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, 
 			leave()
 			return nil, fmt.Errorf("redlock: acquire %v: %w", topics, err)
 		}
-		res = try(notify)
+		res := try(notify)
 		if res.lease != nil {
 			return res.lease, nil
 		}
