@@ -2,8 +2,10 @@ package primitives_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
@@ -53,5 +55,44 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 	}
 	if err := latch.Wait(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A node that refuses our scripts' commands for lack of permission gives a
+// clear error at once: retrying cannot help, so Acquire must not wait for
+// its ctx.
+func TestACLRefusalIsNotRetried(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	// no +@write: the scripts run, their SET/INCR/DEL are refused
+	acl := strings.Fields(`ACL SETUSER ro on >pw ~redlock:* &redlock:* ` +
+		`+@scripting +@read +@pubsub +@connection +time -@dangerous`)
+	for _, s := range srv {
+		if _, err := s.Do(acl...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+		cfg.Username, cfg.Password = "ro", "pw"
+		cfg.Keyspace = coordinator.KeyspaceOff
+	})
+	lockers := map[string]primitives.Locker{}
+	l, _ := primitives.NewLock(c, "acl")
+	lockers["lock"] = l
+	f, _ := primitives.NewFairLock(c, "acl")
+	lockers["fairlock"] = f
+	m, _ := primitives.NewMultiLock(c, []string{"acl-a", "acl-b"})
+	lockers["multilock"] = m
+	rw, _ := primitives.NewRWLock(c, "acl")
+	lockers["writer"] = rw.Writer()
+	s, _ := primitives.NewSemaphore(c, "acl", 2)
+	lockers["semaphore"] = s
+	for name, lk := range lockers {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := lk.Acquire(ctx)
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused our script") {
+			t.Errorf("%s: Acquire = %v, want the ACL refusal at once", name, err)
+		}
 	}
 }

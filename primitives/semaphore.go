@@ -329,6 +329,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		lists    []semReply
 		errs     []error
 		wrongErr error
+		permErr  error // an ACL refusal: retrying cannot help
 	)
 	for i, rep := range r.Replies {
 		if !r.Answered[i] {
@@ -340,6 +341,9 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		case err != nil && isWrongType(err):
 			wrongErr = err
 		case err != nil:
+			if isNoPerm(err) {
+				permErr = err
+			}
 			errs = append(errs, err)
 		case g.code == 1:
 			granted++
@@ -379,6 +383,9 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		}
 		if mismatch > n-q {
 			return fail(attemptResult{err: s.mismatchErr(stored)}), false
+		}
+		if permErr != nil {
+			return fail(attemptResult{err: fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", permErr)}), false
 		}
 		if refused > 0 && granted+refused >= q {
 			pr.learn(lists, slot, q)
