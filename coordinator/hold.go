@@ -300,8 +300,9 @@ func (h *Hold) closeRelease() {
 }
 
 func (c *Coordinator) release(ctx context.Context, p Protocol) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.releaseTimeout())
-	defer cancel()
+	// Fanout bounds the round by NodeTimeout (below releaseTimeout), and
+	// the caller's cancellation must not cut a release short.
+	rctx := context.WithoutCancel(ctx)
 	// Done once a quorum confirmed and every node that is up answered: a
 	// node that stopped answering (paused, partitioned) must not make every
 	// release wait the whole bound. Its request stays queued and is still
