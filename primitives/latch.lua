@@ -23,6 +23,13 @@ if ht == 'hash' and redis.call('HGET', KEYS[1], 't') ~= 'rl1:latch' then return 
 local st = redis.call('TYPE', KEYS[2])['ok']
 if st ~= 'none' and st ~= 'set' then return wrong(KEYS[2]) end
 
+if op == 'status' then
+  -- read-only view for `redlock status`: {exists, initial count, ids, opened, pttl}
+  if ht == 'none' then return {0, 0, 0, 0, -2} end
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'count') or '0'), redis.call('SCARD', KEYS[2]),
+    redis.call('HGET', KEYS[1], 'opened') == '1' and 1 or 0, redis.call('PTTL', KEYS[1])}
+end
+
 local existed = 1
 local stored = false
 if ht == 'hash' then stored = tonumber(redis.call('HGET', KEYS[1], 'count') or '') end

@@ -347,6 +347,19 @@ func (l *Lock) Status(ctx context.Context) []NodeState {
 // only for a reply of at least n elements).
 func readStatus(ctx context.Context, c *coordinator.Coordinator, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	return readEach(ctx, c, call, n, func(arr []rueidis.RedisMessage, st *NodeState) {
+		st.value, _ = arr[0].ToString()
+		pttl, _ := arr[1].AsInt64()
+		st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
+		st.Fence, _ = arr[2].ToString()
+		parse(arr, st)
+	})
+}
+
+// readEach runs a read-only call on every node and lets parse fill each
+// node's state from an array reply of at least n elements.
+func readEach(ctx context.Context, c *coordinator.Coordinator, call nodeactor.Call, n int,
+	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := c.Nodes()
 	out := make([]NodeState, len(r.Replies))
@@ -357,10 +370,6 @@ func readStatus(ctx context.Context, c *coordinator.Coordinator, call nodeactor.
 			if err != nil || len(arr) < n {
 				st.Err = fmt.Errorf("redlock: unexpected status reply")
 			} else {
-				st.value, _ = arr[0].ToString()
-				pttl, _ := arr[1].AsInt64()
-				st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
-				st.Fence, _ = arr[2].ToString()
 				parse(arr, &st)
 			}
 		}

@@ -247,6 +247,19 @@ elseif op == 'fence' then
   touch(ARGV[6], ARGV[5])
   return 1
 
+elseif op == 'info' then
+  -- read-only view for `redlock status`: {stored permits (0 if none),
+  -- queued waiters, taken slots...} (a reserved slot is taken)
+  local hi = 0
+  if ct == 'hash' then hi = tonumber(redis.call('HGET', cfg, 'hi') or '0') end
+  local out = {cp or 0, redis.call('ZCARD', KEYS[2])}
+  for i = 0, math.max(hi, cp or 0) - 1 do
+    local x, e = slot(i)
+    if e then return e end
+    if x then out[#out + 1] = i end
+  end
+  return out
+
 elseif op == 'status' then
   -- read-only: {stored permits (0 if none), taken slots...} over
   -- [0, max(permits, stored, hi)); a reserved slot is taken

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
 )
@@ -232,4 +234,48 @@ func TestCLIStatusKinds(t *testing.T) {
 		t.Fatalf("unknown kind: exit %d", code)
 	}
 	oneLine(t, stderr)
+}
+
+// status of a semaphore and a latch shows what is stored on each node.
+func TestCLIStatusSemaphoreAndLatch(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	addrs := testutil.MiniAddrs(ms)
+	nodes := strings.Join(addrs, ",")
+	for _, kind := range []string{"semaphore", "latch"} {
+		code, out, stderr := cli(t, nil, "status", "--kind", kind, "--nodes", nodes, "k")
+		if code != 0 || strings.Count(out, "missing") != 3 {
+			t.Fatalf("%s before use: exit %d out %q stderr %q", kind, code, out, stderr)
+		}
+	}
+	ctx := context.Background()
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: addrs, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sem, _ := primitives.NewSemaphore(c, "k", 3)
+	lease, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	latch, _ := primitives.NewCountDownLatch(c, "k", 2)
+	if err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli(t, nil, "status", "--kind", "semaphore", "--nodes", nodes, "k")
+	if code != 0 || strings.Count(out, "taken 1/3") < 2 {
+		t.Fatalf("semaphore with one permit taken: exit %d out %q stderr %q", code, out, stderr)
+	}
+	code, out, stderr = cli(t, nil, "status", "--kind", "latch", "--nodes", nodes, "k")
+	if code != 0 || strings.Count(out, "counted 1/2") < 2 {
+		t.Fatalf("latch counted down once: exit %d out %q stderr %q", code, out, stderr)
+	}
+	if err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = cli(t, nil, "status", "--kind", "latch", "--json", "--nodes", nodes, "k")
+	if code != 0 || strings.Count(out, `"state": "open"`) < 2 {
+		t.Fatalf("open latch: exit %d out %q", code, out)
+	}
 }

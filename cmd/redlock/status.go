@@ -18,11 +18,11 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock] [--json] [--nodes host:port,...] KEY")
+		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock|semaphore|latch] [--json] [--nodes host:port,...] KEY")
 		fs.PrintDefaults()
 	}
 	asJSON := fs.Bool("json", false, "print JSON")
-	kind := fs.String("kind", "lock", "primitive of that name: lock (also MultiLock names), fairlock or rwlock")
+	kind := fs.String("kind", "lock", "primitive of that name: lock (also MultiLock names), fairlock, rwlock, semaphore or latch")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
 	// Accept the key before or after the flags.
 	var key string
@@ -79,8 +79,21 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 			}
 			states = append(states, ns)
 		}
+	case "semaphore":
+		// any permit count will do: Status reads what is stored
+		s, err := primitives.NewSemaphore(c, key, 1)
+		if err != nil {
+			return err
+		}
+		states = s.Status(ctx)
+	case "latch":
+		l, err := primitives.NewCountDownLatch(c, key, 0)
+		if err != nil {
+			return err
+		}
+		states = l.Status(ctx)
 	default:
-		return &codeError{code: 2, err: fmt.Errorf("unknown --kind %q (lock, fairlock or rwlock)", *kind)}
+		return &codeError{code: 2, err: fmt.Errorf("unknown --kind %q (lock, fairlock, rwlock, semaphore or latch)", *kind)}
 	}
 	health := c.Nodes()
 	if *asJSON {
