@@ -63,3 +63,39 @@ func BenchmarkLockParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMultiLockCluster measures an uncontended MultiLock TryAcquire +
+// Release over 5 names, on one plain node and on one 3-master Redis Cluster
+// node (where the names span slots and each operation is taken slot group by
+// slot group): the cost of the cluster program.
+// go test -run '^$' -bench MultiLockCluster ./primitives/
+func BenchmarkMultiLockCluster(b *testing.B) {
+	testutil.RequireRedis(b)
+	names := []string{"a", "b", "c", "d", "e"}
+	run := func(b *testing.B, nodes []string) {
+		c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: nodes, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		m, err := primitives.NewMultiLock(c, names)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.ResetTimer()
+		for range b.N {
+			lease, err := m.TryAcquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lease.Release(ctx)
+		}
+	}
+	b.Run("plain", func(b *testing.B) {
+		run(b, testutil.Addrs(testutil.StartServers(b, 1, testutil.ServerOptions{})))
+	})
+	b.Run("cluster", func(b *testing.B) {
+		run(b, []string{testutil.StartCluster(b, testutil.ClusterOptions{}).URL()})
+	})
+}
