@@ -29,18 +29,7 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 		cfg.Keyspace = coordinator.KeyspaceOn
 	})
 	ctx := context.Background()
-	lockers := map[string]primitives.Locker{}
-	l, _ := primitives.NewLock(c, "acl")
-	lockers["lock"] = l
-	f, _ := primitives.NewFairLock(c, "acl")
-	lockers["fairlock"] = f
-	m, _ := primitives.NewMultiLock(c, []string{"acl-a", "acl-b"})
-	lockers["multilock"] = m
-	rw, _ := primitives.NewRWLock(c, "acl")
-	lockers["writer"] = rw.Writer()
-	s, _ := primitives.NewSemaphore(c, "acl", 2)
-	lockers["semaphore"] = s
-	for name, lk := range lockers {
+	for name, lk := range aclLockers(c) {
 		lease, err := lk.Acquire(ctx)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -76,6 +65,18 @@ func TestACLRefusalIsNotRetried(t *testing.T) {
 		cfg.Username, cfg.Password = "ro", "pw"
 		cfg.Keyspace = coordinator.KeyspaceOff
 	})
+	for name, lk := range aclLockers(c) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := lk.Acquire(ctx)
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused our script") {
+			t.Errorf("%s: Acquire = %v, want the ACL refusal at once", name, err)
+		}
+	}
+}
+
+// aclLockers returns one Locker of each exclusive or counting primitive.
+func aclLockers(c *coordinator.Coordinator) map[string]primitives.Locker {
 	lockers := map[string]primitives.Locker{}
 	l, _ := primitives.NewLock(c, "acl")
 	lockers["lock"] = l
@@ -87,12 +88,5 @@ func TestACLRefusalIsNotRetried(t *testing.T) {
 	lockers["writer"] = rw.Writer()
 	s, _ := primitives.NewSemaphore(c, "acl", 2)
 	lockers["semaphore"] = s
-	for name, lk := range lockers {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_, err := lk.Acquire(ctx)
-		cancel()
-		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused our script") {
-			t.Errorf("%s: Acquire = %v, want the ACL refusal at once", name, err)
-		}
-	}
+	return lockers
 }

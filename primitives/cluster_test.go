@@ -242,49 +242,7 @@ func TestClusterMultiLockAcrossSlots(t *testing.T) {
 // with their own Coordinators, never deadlock and never overlap.
 func TestClusterMultiLockContention(t *testing.T) {
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
-	names := spreadNames(t, cl, "x", 3)
-	sets := [][]string{{names[0], names[1], names[2]}, {names[2], names[1]}, {names[1], names[0]}, {names[2], names[0]}}
-	var cs [3]testutil.CriticalSection
-	idx := map[string]int{names[0]: 0, names[1]: 1, names[2]: 2}
-	var wg sync.WaitGroup
-	var done atomic.Int64
-	for i, set := range sets {
-		c := newCoord(t, []string{cl.URL()})
-		m, err := primitives.NewMultiLock(c, set, primitives.WithTTL(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			for range 15 {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				lease, err := m.Acquire(ctx)
-				cancel()
-				if err != nil {
-					t.Errorf("client %d: %v", i, err)
-					return
-				}
-				var exits []func()
-				for _, n := range set {
-					exits = append(exits, cs[idx[n]].Enter())
-				}
-				time.Sleep(time.Millisecond)
-				for _, e := range exits {
-					e()
-				}
-				lease.Release(context.Background())
-				done.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	for i := range cs {
-		if v := cs[i].Violations(); v != 0 {
-			t.Errorf("name %d: %d overlapping holders", i, v)
-		}
-	}
-	if done.Load() != 60 {
-		t.Fatalf("%d of 60 acquisitions", done.Load())
-	}
+	oppositeOrders(t, []string{cl.URL()}, spreadNames(t, cl, "x", 3))
 }
 
 // A quorum of three independent masters, one of them a Redis Cluster: a
