@@ -244,11 +244,11 @@ func (c *Coordinator) subscribe(topic string) {
 
 func (c *Coordinator) unsubscribe(topic string) {
 	for i, n := range c.nodes {
-		chs := []string{topic + ":ch"}
-		if n.Caps().Keyspace {
-			chs = append(chs, "__keyspace@"+strconv.Itoa(c.specs[i].db)+"__:"+topic+keyspaceWatch)
-		}
-		n.Unsubscribe(chs...)
+		// Both channels, whatever Keyspace says now: it can change while the
+		// topic is subscribed (a cluster master that could not be
+		// configured), and dropping a reference that was never taken is a
+		// no-op.
+		n.Unsubscribe(topic+":ch", "__keyspace@"+strconv.Itoa(c.specs[i].db)+"__:"+topic+keyspaceWatch)
 	}
 }
 

@@ -109,7 +109,12 @@ func (a *Actor) keeper() {
 				a.markDown(b.err)
 			}
 			p.closeConn(b.pc)
-			if a.up.Load() || a.ping(cl) == nil {
+			if p.cluster {
+				// One master of the cluster failed; the others (and PING,
+				// which any of them answers) are fine. Retry it from the
+				// ticker, not in a loop.
+				p.retryAt[b.pc.addr] = time.Now().Add(pushRetry)
+			} else if a.up.Load() || a.ping(cl) == nil {
 				reopen()
 			}
 		case <-a.subDirty:
@@ -120,16 +125,25 @@ func (a *Actor) keeper() {
 			if err := a.ping(cl); err != nil {
 				continue
 			}
-			if p.cluster && (ticks%slotsEvery == 0 || !p.complete()) {
+			if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
 				// A failover or a resharding moves slots: channels must be
 				// subscribed on their new owner, and a new master needs the
 				// keyspace flags. Messages sent meanwhile may be lost, so
-				// waiters re-check (OnPushReset).
+				// waiters re-check (OnPushReset) once the new connections
+				// are subscribed.
 				changed, err := p.refreshSlots()
 				if err == nil && changed {
 					p.closeAll()
+					clear(p.retryAt)
 					a.configureMasters(p)
+					reopen()
+					if a.opt.OnPushReset != nil {
+						a.opt.OnPushReset(a.opt.Index)
+					}
 				}
+			}
+			if p.cluster && !p.allConfigured() {
+				a.configureMasters(p)
 			}
 			if !p.complete() {
 				reopen()
@@ -219,11 +233,15 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) error {
 	masters := p.masters()
 	caps.Masters = len(masters)
-	if p.cluster && len(masters) == 0 {
-		return fmt.Errorf("redlock: cluster %s has no master owning slots", a.opt.Addr)
-	}
 	caps.Keyspace = a.opt.Keyspace != KeyspaceOff
 	caps.ConfigRefused = false
+	if p.cluster && len(masters) == 0 {
+		// The slot map could not be read yet: the keeper retries, and
+		// configures the masters once it knows them.
+		a.opt.Logger.Warn("redlock: cluster slot map unknown; masters not configured yet", "node", a.opt.Addr)
+		caps.Keyspace = false
+		return nil
+	}
 	for _, m := range masters {
 		cl, err := p.nodeClient(m)
 		if err != nil {
@@ -242,6 +260,7 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 			}
 		}
 		if a.opt.Keyspace == KeyspaceOff {
+			p.configured[m] = true
 			continue
 		}
 		flags, err := configGet(ctx, cl, "notify-keyspace-events")
@@ -264,6 +283,8 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 			a.opt.Logger.Info("redlock: CONFIG refused; keyspace events off for this node, waiters rely on release messages and timers",
 				"node", where, "err", err)
 		}
+		// an answer either way (a refusal is not retried every second)
+		p.configured[m] = true
 	}
 	return nil
 }

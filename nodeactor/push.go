@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -66,13 +67,31 @@ type pusher struct {
 	cluster bool
 	owner   []string // cluster: slot -> master address ("" = unknown)
 	conns   map[string]*pushConn
-	opened  map[string]bool // masters that had a push connection before
-	broken  chan broken
+	opened  map[string]bool      // masters that had a push connection before
+	retryAt map[string]time.Time // a master whose push connection failed is retried after this
+	// configured records the masters whose configuration (keyspace flags)
+	// succeeded; the keeper retries the others.
+	configured map[string]bool
+	broken     chan broken
 }
+
+// pushRetry is how long a master whose push connection failed is left alone.
+const pushRetry = time.Second
 
 func newPusher(a *Actor, cl rueidis.Client) *pusher {
 	return &pusher{a: a, cl: cl, cluster: a.opt.Cluster, conns: map[string]*pushConn{},
-		opened: map[string]bool{}, broken: make(chan broken, 16)}
+		opened: map[string]bool{}, retryAt: map[string]time.Time{}, configured: map[string]bool{},
+		broken: make(chan broken, 16)}
+}
+
+// allConfigured reports whether every master was configured.
+func (p *pusher) allConfigured() bool {
+	for _, m := range p.masters() {
+		if !p.configured[m] {
+			return false
+		}
+	}
+	return true
 }
 
 // masters returns the addresses of the masters that own slots, sorted.
@@ -124,6 +143,16 @@ func (p *pusher) refreshSlots() (bool, error) {
 		if strings.Contains(host, ":") {
 			addr = fmt.Sprintf("[%s]:%d", host, port)
 		}
+		if host == "" || host == "?" {
+			// an unknown endpoint: the node the client already knows on
+			// that port (rueidis substitutes the address it asked)
+			addr = ""
+			for known := range p.cl.Nodes() {
+				if strings.HasSuffix(known, fmt.Sprintf(":%d", port)) {
+					addr = known
+				}
+			}
+		}
 		for s := lo; s <= hi; s++ {
 			owner[s] = addr
 		}
@@ -159,12 +188,14 @@ func (p *pusher) connFor(ch string) (string, bool) {
 
 // open makes a push connection to every master that has none.
 func (p *pusher) open() {
+	now := time.Now()
 	for _, addr := range p.masters() {
-		if p.conns[addr] != nil {
+		if p.conns[addr] != nil || now.Before(p.retryAt[addr]) {
 			continue
 		}
 		cl, err := p.nodeClient(addr)
 		if err != nil {
+			p.retryAt[addr] = now.Add(pushRetry)
 			continue
 		}
 		d, rel := cl.Dedicate()
@@ -179,6 +210,13 @@ func (p *pusher) open() {
 		if ch == nil {
 			rel()
 			continue
+		}
+		select {
+		case <-ch: // failed at once (the master is down): retry later
+			rel()
+			p.retryAt[addr] = now.Add(pushRetry)
+			continue
+		default:
 		}
 		p.conns[addr] = pc
 		p.a.wg.Go(func() {

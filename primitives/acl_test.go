@@ -53,24 +53,31 @@ func TestDocumentedACLIsEnough(t *testing.T) {
 func TestACLRefusalIsNotRetried(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	// no +@write: the scripts run, their SET/INCR/DEL are refused
-	acl := strings.Fields(`ACL SETUSER ro on >pw ~redlock:* &redlock:* ` +
-		`+@scripting +@read +@pubsub +@connection +time -@dangerous`)
-	for _, s := range srv {
-		if _, err := s.Do(acl...); err != nil {
-			t.Fatal(err)
-		}
+	// no +@write: the scripts run, their SET/INCR/DEL are refused; no
+	// +@read: their first GET is (and must not pass for a wrong type)
+	users := map[string]string{
+		"nowrite": `+@scripting +@read +@pubsub +@connection +time -@dangerous`,
+		"noread":  `+@scripting +@write +@pubsub +@connection +time -@dangerous -@read`,
 	}
-	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
-		cfg.Username, cfg.Password = "ro", "pw"
-		cfg.Keyspace = coordinator.KeyspaceOff
-	})
-	for name, lk := range aclLockers(c) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_, err := lk.Acquire(ctx)
-		cancel()
-		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused our script") {
-			t.Errorf("%s: Acquire = %v, want the ACL refusal at once", name, err)
+	for user, perms := range users {
+		for _, s := range srv {
+			acl := strings.Fields(`ACL SETUSER ` + user + ` on >pw ~redlock:* &redlock:* ` + perms)
+			if _, err := s.Do(acl...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+			cfg.Username, cfg.Password = user, "pw"
+			cfg.Keyspace = coordinator.KeyspaceOff
+		})
+		for name, lk := range aclLockers(c) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_, err := lk.Acquire(ctx)
+			cancel()
+			if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, primitives.ErrWrongType) ||
+				!strings.Contains(err.Error(), "refused our script") {
+				t.Errorf("%s, %s: Acquire = %v, want the ACL refusal at once", user, name, err)
+			}
 		}
 	}
 }

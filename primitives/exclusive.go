@@ -199,7 +199,10 @@ type lateGrants struct {
 
 // late runs on an actor worker goroutine: it never blocks.
 func (g *lateGrants) late(rep nodeactor.Reply) {
-	if x, err := parseGrant(rep); err != nil || !x.ok {
+	// Only a clean refusal holds nothing: a grant holds, and an error may
+	// (a program on a Redis Cluster node can fail after taking some slot
+	// groups). A rollback is per token and safe to repeat.
+	if x, err := parseGrant(rep); err == nil && !x.ok {
 		return
 	}
 	g.mu.Lock()

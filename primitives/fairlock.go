@@ -264,7 +264,7 @@ func (p *fairProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.C
 	f := p.f
 	if f.o.owner == "" && !retake && f.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:F:" + p.token
-		return nodeactor.Call{Args: []string{"SET", f.keys[0], v, "IFEQ", v, "PX", ms(ttl)}}
+		return nodeactor.Call{Keys: []string{f.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)}}
 	}
 	p.high.note(ttl)
 	return nodeactor.Call{Script: fairScript, Keys: f.keys,

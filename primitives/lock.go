@@ -244,7 +244,7 @@ func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.C
 	l := p.l
 	if l.o.owner == "" && !retake && l.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:L:" + p.token
-		return nodeactor.Call{Args: []string{"SET", l.keys[0], v, "IFEQ", v, "PX", ms(ttl)}}
+		return nodeactor.Call{Keys: []string{l.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)}}
 	}
 	p.high.note(ttl)
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,

@@ -17,11 +17,21 @@ local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. '
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do
 -- not exist (no waiter, no owner mode), so one EXISTS spares their TYPEs.
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then return wrong(KEYS[1]) end
+local function checked(k)
+  -- another type is a WRONGTYPE error (ours, with the key); any other
+  -- error (an ACL refusal) is returned as it is
+  local r = redis.pcall('GET', k)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return nil, wrong(k) end
+    return nil, redis.error_reply(r.err)
+  end
+  return r
+end
+local v, verr = checked(KEYS[1])
+if verr then return verr end
 if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(KEYS[1]) end
-local fv = redis.pcall('GET', KEYS[2])
-if type(fv) == 'table' and fv.err then return wrong(KEYS[2]) end
+local fv, ferr = checked(KEYS[2])
+if ferr then return ferr end
 if fv and not string.match(fv, '^%d+$') then return wrong(KEYS[2]) end
 local extra = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 if extra > 0 then

@@ -80,7 +80,12 @@ if op == 'acquire' then
   f = math.max(f, tonumber(ARGV[7]) or 0)
   for i = 1, n do
     local b = 5 * (i - 1)
-    redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
+    if vals[i] == mine then
+      -- the same attempt again: never shorten (an Extend may have run)
+      if redis.call('PTTL', KEYS[b + 1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[b + 1], ARGV[3]) end
+    else
+      redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
+    end
     if redis.call('ZREM', KEYS[b + 3], tok) == 1 then redis.call('HDEL', KEYS[b + 4], tok) end
     if f > 0 then redis.call('SET', KEYS[b + 2], f, 'PX', ARGV[4]) end
   end

@@ -50,6 +50,7 @@ func (m *MultiLock) groupCall(g int, args []string) nodeactor.Call {
 func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 	fences := make([]int64, len(m.groups))
 	token := args[1]
+	rb := []string{"release", token, ms(m.c.Config().HandoffWindow), "0"}
 	var step func(g int, floor int64) nodeactor.Call
 	step = func(g int, floor int64) nodeactor.Call {
 		a := slices.Clone(args)
@@ -64,8 +65,9 @@ func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 				if err != nil {
 					upto = g + 1
 				}
-				rb := []string{"release", token, ms(m.c.Config().HandoffWindow), "0"}
-				return m.seq(indexes(upto), func(int) []string { return rb }, r, nil)
+				// A rollback step that fails is answered instead of the
+				// refusal: the caller then rolls back this node again.
+				return m.seq(indexes(upto), func(int) []string { return rb }, r, failed)
 			}
 			fences[g] = x.fence
 			if g+1 < len(m.groups) {
@@ -79,8 +81,10 @@ func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 					low = append(low, j)
 				}
 			}
+			// A failed raise answers its error; the caller treats the node
+			// as failed and rolls it back (every group is ours).
 			f := []string{"fence", "", strconv.FormatInt(x.fence, 10), ms(FenceIdleTTL)}
-			return m.seq(low, func(int) []string { return f }, r, func(rep nodeactor.Reply) bool { return rep.Err != nil })
+			return m.seq(low, func(int) []string { return f }, r, failed)
 		}
 		return c
 	}
@@ -133,6 +137,8 @@ func (m *MultiLock) allSteps(args []string, combine func(a, b nodeactor.Reply) n
 	}
 	return step(0)
 }
+
+func failed(r nodeactor.Reply) bool { return r.Err != nil }
 
 func indexes(n int) []int {
 	out := make([]int, n)
