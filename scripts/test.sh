@@ -7,20 +7,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "test.sh: redis-server missing; installing it" >&2
+# redis-server for every integration test; redis-cli (package redis-tools,
+# a dependency of redis-server on Debian) for the Redis Cluster tests
+# (redis-cli --cluster create).
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "test.sh: redis-server or redis-cli missing; installing them" >&2
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   if command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
   else
-    echo "test.sh: cannot install redis-server here (no apt-get); install it and re-run" >&2
+    echo "test.sh: cannot install redis-server/redis-cli here (no apt-get); install them and re-run" >&2
     exit 1
   fi
   # The package may start a system instance on 6379; tests never use it.
 fi
 redis-server --version
+redis-cli --version
 
 export REDLOCK_REQUIRE_REDIS=1
 go vet ./...
