@@ -33,6 +33,12 @@ func (a *Actor) connect() (rueidis.Client, error) {
 	opt := a.opt.Client
 	opt.DisableCache = true
 	opt.ForceSingleClient = !a.opt.Cluster
+	if a.opt.Cluster && opt.ClusterOption.ShardsRefreshInterval == 0 {
+		// Without it rueidis refreshes its slot map only after an error:
+		// after a failover the first request to a moved slot would go to
+		// the dead master and fail (DisableRetry), a release included.
+		opt.ClusterOption.ShardsRefreshInterval = healthInterval
+	}
 	opt.DisableRetry = true // the worker retries a broken connection itself, once
 	// One connection per node: requests of one client reach the node in the
 	// order the workers write them (scripts still tolerate reordering).

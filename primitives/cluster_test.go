@@ -381,8 +381,17 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal("a second holder got in while the lease was held across the failover")
 	default:
 	}
+	// The client's slot map refreshes every second (rueidis
+	// ShardsRefreshInterval): until then requests to the moved slot fail
+	// like a node outage. Release once it routes to the new master.
+	mustWait(t, 10*time.Second, "requests routed to the new master", func() bool {
+		st := lk.Status(ctx)
+		return st[0].Err == nil && st[0].State == "held"
+	})
 	before := c.Router().Stats().Delivered
-	held.Release(ctx)
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release on the new master: %v", err)
+	}
 	select {
 	case l := <-waiter:
 		if l == nil {
