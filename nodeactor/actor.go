@@ -20,6 +20,10 @@ const (
 	urgentGrace        = time.Second
 	healthInterval     = time.Second
 	slotsEvery         = 5 // health ticks between two reads of a cluster's slots
+	// clusterRetry is when an urgent request that failed on a connection
+	// error is sent once more to a cluster node: after rueidis's next slot
+	// map refresh (ShardsRefreshInterval = healthInterval).
+	clusterRetry = healthInterval + 200*time.Millisecond
 )
 
 // Lane selects the mailbox a request goes through.
@@ -61,6 +65,8 @@ type Request struct {
 	Lane   Lane
 	Reply  chan<- Reply
 	Ticket *Ticket // optional
+
+	retried bool // a cluster node already re-queued it once (see exec)
 }
 
 func (r *Request) deliver(rep Reply) {
@@ -434,6 +440,17 @@ func (a *Actor) exec(batch []Request) {
 		a.markUp(rtt)
 	}
 	for i, rr := range res {
+		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// On a cluster a connection error usually means the slot's
+			// master died and was replaced, and the client's slot map is
+			// refreshed within a second: send releases, rollbacks and
+			// renewals once more after that, as a paused node gets them
+			// late (all are safe to apply late), instead of leaving their
+			// keys to expire by TTL.
+			a.later(clusterRetry, live[i])
+			continue
+		}
 		rep := Reply{Node: a.opt.Index, RTT: rtt}
 		msg, err := rr.ToMessage()
 		switch {
@@ -446,6 +463,23 @@ func (a *Actor) exec(batch []Request) {
 		}
 		a.step(live[i], rep)
 	}
+}
+
+// later queues r again after d (once), unless the actor closes first.
+func (a *Actor) later(d time.Duration, r Request) {
+	r.retried = true
+	a.wg.Go(func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			if err := a.TrySend(r); err != nil {
+				r.deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
+			}
+		case <-a.done:
+			r.deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: ErrClosed}})
+		}
+	})
 }
 
 // step delivers rep, or, for a program (Call.Next), queues its next step on

@@ -409,6 +409,58 @@ func TestClusterFailover(t *testing.T) {
 	}
 }
 
+// A release sent right after a failover, while the client still routes the
+// slot to the dead master, fails at first; the node actor sends it again
+// once the slot map is refreshed, so the key does not wait out its TTL and
+// the next waiter gets the lock.
+func TestClusterReleaseRightAfterFailover(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{Replicas: 1})
+	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 30 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	name := "failover-release"
+	old := cl.MasterFor("{" + name + "}")
+	lk, _ := primitives.NewLock(c, name)
+	held, err := lk.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replica *testutil.Server
+	mustWait(t, 20*time.Second, "the lock key replicated", func() bool {
+		for _, r := range cl.Replicas {
+			info, err := r.Do("INFO", "replication")
+			if err != nil || !strings.Contains(info, "master_port:"+old.Addr()[strings.LastIndexByte(old.Addr(), ':')+1:]) {
+				continue
+			}
+			replica = r
+			n, err := r.Do("DBSIZE")
+			return err == nil && n != "0"
+		}
+		return false
+	})
+	waiter := make(chan *primitives.Lease, 1)
+	go func() {
+		l, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		waiter <- l
+	}()
+	old.Kill()
+	mustWait(t, 30*time.Second, "the replica promoted", func() bool { return cl.Role(replica) == "master" })
+	err = held.Release(ctx) // may fail: the slot map may still name the dead master
+	t.Logf("Release right after the promotion: %v", err)
+	select {
+	case l := <-waiter:
+		if l == nil {
+			t.FailNow()
+		}
+		l.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not served within 10s of the release (TTL 30s): the release never reached the new master")
+	}
+}
+
 func mustWait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !waitFor(d, cond) {
