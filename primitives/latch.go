@@ -104,7 +104,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 			backoff = min(2*backoff, l.c.Config().MaxRetryDelay)
 		}
 		var v *latchRound
-		v, err = l.round(ctx, l.call("countdown", id, l.channel))
+		v, err = l.round(ctx, l.call("countdown", id, l.channel, ms(LatchOpenTTL)))
 		if err == nil {
 			// Recorded on a quorum: the count-down is done. Opening is
 			// best effort here; waiters re-check (the script told one per

@@ -79,14 +79,26 @@ if op == 'get' then
   return state()
 
 elseif op == 'countdown' then
-  -- ARGV: 2 count, 3 idle ms, 4 id, 5 channel. A late count-down (the latch
-  -- is open) is a no-op. Each new id tells one waiter per process to
-  -- re-check, so a count-down whose own view missed a concurrent one (or
-  -- whose caller died before opening) still opens the latch at once.
+  -- ARGV: 2 count, 3 idle ms, 4 id, 5 channel, 6 ttl ms once open. A late
+  -- count-down (the latch is open) is a no-op. Each new id tells one waiter
+  -- per process to re-check, so a count-down whose own view missed a
+  -- concurrent one (or whose caller died before opening) still opens the
+  -- latch at once. A node that now holds `count` distinct ids opens itself:
+  -- that many count-downs were made (its set is part of the union), and a
+  -- quorum of such nodes is a quorum that holds every id, so the separate
+  -- open round is needed only when the ids are spread over the nodes.
   touch()
   if not opened and add(ARGV[4]) == 1 then
     pexpire_max(KEYS[2], ttl)
-    redis.call('PUBLISH', ARGV[5], 'n:1')
+    if ARGV[6] and redis.call('SCARD', KEYS[2]) >= count then
+      redis.call('HSET', KEYS[1], 'opened', '1')
+      redis.call('PEXPIRE', KEYS[1], ARGV[6])
+      redis.call('PEXPIRE', KEYS[2], ARGV[6])
+      opened = true
+      redis.call('PUBLISH', ARGV[5], 'a')
+    else
+      redis.call('PUBLISH', ARGV[5], 'n:1')
+    end
   end
   return state()
 

@@ -424,3 +424,50 @@ func TestLatchRealRestartedEmptyNodeDoesNotOpen(t *testing.T) {
 		t.Fatalf("Wait after the count reached zero: %v", err)
 	}
 }
+
+// A node that receives the count-th distinct id opens itself: the last
+// CountDown is one script call per node, with no separate open round, and
+// the marker is there with the open latch's TTL.
+func TestLatchRealNodeOpensItselfAtCount(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	ctx := context.Background()
+	l := mustLatch(t, c, "selfopen", 2)
+	if err := l.CountDownID(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	scriptCalls := func(s *testutil.Server) int {
+		info, err := s.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	before := scriptCalls(srv[0])
+	if err := l.CountDownID(ctx, "second"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the urgent lane reaches every node
+	if n := scriptCalls(srv[0]) - before; n != 1 {
+		t.Errorf("node 0 ran %d scripts for the last CountDown, want 1 (no open round)", n)
+	}
+	for i, s := range srv {
+		if v, _ := s.Do("HGET", "redlock:{selfopen}:latch", "opened"); v != "1" {
+			t.Errorf("node %d: opened = %q after the count-th id", i, v)
+		}
+		ms, _ := s.Do("PTTL", "redlock:{selfopen}:latch")
+		if p, _ := strconv.Atoi(ms); p <= 0 || time.Duration(p)*time.Millisecond > primitives.LatchOpenTTL {
+			t.Errorf("node %d: PTTL %s, want at most the open latch's %v", i, ms, primitives.LatchOpenTTL)
+		}
+	}
+	if err := latchWait(l, 5*time.Second); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+}
