@@ -328,41 +328,11 @@ func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
 // master and configures its keyspace flags, and the next waiter is woken by
 // the release published there.
 func TestClusterFailover(t *testing.T) {
-	cl := testutil.StartCluster(t, testutil.ClusterOptions{Replicas: 1})
-	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 30 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	name := "failover"
-	old := cl.MasterFor("{" + name + "}")
-	lk, _ := primitives.NewLock(c, name)
-	held, err := lk.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// wait until the key reached the old master's replica
-	var replica *testutil.Server
-	mustWait(t, 20*time.Second, "the lock key replicated", func() bool {
-		for _, r := range cl.Replicas {
-			info, err := r.Do("INFO", "replication")
-			if err != nil || !strings.Contains(info, "master_port:"+old.Addr()[strings.LastIndexByte(old.Addr(), ':')+1:]) {
-				continue
-			}
-			replica = r
-			n, err := r.Do("DBSIZE")
-			return err == nil && n != "0"
-		}
-		return false
-	})
-	waiter := make(chan *primitives.Lease, 1)
-	go func() {
-		l, err := lk.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		waiter <- l
-	}()
-	old.Kill()
-	mustWait(t, 30*time.Second, "the replica promoted", func() bool { return cl.Role(replica) == "master" })
+	f := failover(ctx, t, name)
+	c, lk, held, replica, waiter := f.c, f.lk, f.held, f.replica, f.waiter
 	if !held.Valid() {
 		t.Fatal("lease lost across a failover that kept its key")
 	}
@@ -414,41 +384,11 @@ func TestClusterFailover(t *testing.T) {
 // once the slot map is refreshed, so the key does not wait out its TTL and
 // the next waiter gets the lock.
 func TestClusterReleaseRightAfterFailover(t *testing.T) {
-	cl := testutil.StartCluster(t, testutil.ClusterOptions{Replicas: 1})
-	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 30 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	name := "failover-release"
-	old := cl.MasterFor("{" + name + "}")
-	lk, _ := primitives.NewLock(c, name)
-	held, err := lk.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replica *testutil.Server
-	mustWait(t, 20*time.Second, "the lock key replicated", func() bool {
-		for _, r := range cl.Replicas {
-			info, err := r.Do("INFO", "replication")
-			if err != nil || !strings.Contains(info, "master_port:"+old.Addr()[strings.LastIndexByte(old.Addr(), ':')+1:]) {
-				continue
-			}
-			replica = r
-			n, err := r.Do("DBSIZE")
-			return err == nil && n != "0"
-		}
-		return false
-	})
-	waiter := make(chan *primitives.Lease, 1)
-	go func() {
-		l, err := lk.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		waiter <- l
-	}()
-	old.Kill()
-	mustWait(t, 30*time.Second, "the replica promoted", func() bool { return cl.Role(replica) == "master" })
-	err = held.Release(ctx) // may fail: the slot map may still name the dead master
+	f := failover(ctx, t, "failover-release")
+	held, waiter := f.held, f.waiter
+	err := held.Release(ctx) // may fail: the slot map may still name the dead master
 	t.Logf("Release right after the promotion: %v", err)
 	select {
 	case l := <-waiter:
@@ -459,6 +399,54 @@ func TestClusterReleaseRightAfterFailover(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter not served within 10s of the release (TTL 30s): the release never reached the new master")
 	}
+}
+
+// failoverRun is a cluster (3 masters + 3 replicas) whose master of one
+// lock's slot was killed and replaced while the lock was held and a waiter
+// waited.
+type failoverRun struct {
+	c       *coordinator.Coordinator
+	lk      *primitives.Lock
+	held    *primitives.Lease
+	replica *testutil.Server // the promoted replica
+	waiter  chan *primitives.Lease
+}
+
+// failover holds name (TTL 30 s), waits until its key reached the replica,
+// starts a waiter, kills the master and waits until the replica is promoted.
+func failover(ctx context.Context, t *testing.T, name string) failoverRun {
+	t.Helper()
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{Replicas: 1})
+	f := failoverRun{c: newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 30 * time.Second })}
+	old := cl.MasterFor("{" + name + "}")
+	f.lk, _ = primitives.NewLock(f.c, name)
+	var err error
+	if f.held, err = f.lk.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustWait(t, 20*time.Second, "the lock key replicated", func() bool {
+		for _, r := range cl.Replicas {
+			info, err := r.Do("INFO", "replication")
+			if err != nil || !strings.Contains(info, "master_port:"+old.Addr()[strings.LastIndexByte(old.Addr(), ':')+1:]) {
+				continue
+			}
+			f.replica = r
+			n, err := r.Do("DBSIZE")
+			return err == nil && n != "0"
+		}
+		return false
+	})
+	f.waiter = make(chan *primitives.Lease, 1)
+	go func() {
+		l, err := f.lk.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		f.waiter <- l
+	}()
+	old.Kill()
+	mustWait(t, 30*time.Second, "the replica promoted", func() bool { return cl.Role(f.replica) == "master" })
+	return f
 }
 
 func mustWait(t *testing.T, d time.Duration, what string, cond func() bool) {
