@@ -179,7 +179,8 @@ func (c *Coordinator) NodeIsCluster(i int) bool { return c.specs[i].cluster }
 // Router returns the notify router (for primitives).
 func (c *Coordinator) Router() *notify.Router { return c.router }
 
-// Done is closed when Close starts.
+// Done returns a channel that Close closes when it starts (before leases
+// are released); it is never closed otherwise.
 func (c *Coordinator) Done() <-chan struct{} { return c.done }
 
 // Close releases every held lease (each within a bounded time), then stops

@@ -151,7 +151,10 @@ func (h *Hold) Valid() bool {
 // closed by the Deadline while the process runs, and never by Release.
 func (h *Hold) Lost() <-chan struct{} { return h.lost }
 
-// Done returns a channel closed when the hold ends for any reason.
+// Done returns a channel closed when the hold ends for any reason: by
+// Release (when its round ended, before it returns), by the renewal
+// scheduler when the hold is lost (just before Lost is closed), or by
+// Coordinator.Close.
 func (h *Hold) Done() <-chan struct{} { return h.done }
 
 // Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the

@@ -193,7 +193,9 @@ func (a *Actor) Index() int { return a.opt.Index }
 // Addr returns the node's address for display.
 func (a *Actor) Addr() string { return a.opt.Addr }
 
-// Ready is closed once the node has answered and been probed.
+// Ready returns a channel the actor's keeper closes once the node has
+// answered and been probed. It stays open while the node has never answered
+// (also after Close).
 func (a *Actor) Ready() <-chan struct{} { return a.ready }
 
 // Send queues req. It blocks while the mailbox is full, until req.Ctx ends

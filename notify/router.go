@@ -46,8 +46,9 @@ type Waiter struct {
 // C returns the wake-up channel. It is never closed.
 func (w *Waiter) C() <-chan struct{} { return w.c }
 
-// Ready is closed once the topic's subscription has been confirmed by
-// ReadyAfter nodes. Waiting for it before the attempt that may fail closes
+// Ready is closed by the router once the topic's subscription has been
+// confirmed by ReadyAfter nodes; it stays open if they never confirm (the
+// caller bounds its wait). Waiting for it before the attempt that may fail closes
 // the window in which a release message could be missed.
 func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 
