@@ -95,27 +95,20 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	c.Instruments().Attempts.Add(ctx, 1)
 	granted, refused := 0, 0
 	var serverNow int64
-	var permErr error // an ACL refusal: retrying cannot help
 	var (
-		grants   []grant
-		hint     time.Duration
-		errs     []error
-		wrongErr error
+		grants []grant
+		hint   time.Duration
+		fails  failures
 	)
 	for i, rep := range r.Replies {
 		if !r.Answered[i] {
-			errs = append(errs, rep.Err)
+			fails.errs = append(fails.errs, rep.Err)
 			continue
 		}
 		g, err := parseGrant(rep)
 		switch {
-		case err != nil && isWrongType(err):
-			wrongErr = err
 		case err != nil:
-			if isNoPerm(err) {
-				permErr = err
-			}
-			errs = append(errs, err)
+			fails.add(err)
 		case g.ok:
 			granted++
 			grants = append(grants, g)
@@ -132,7 +125,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		lg.settle(nil)
 		// Roll back wherever a grant may exist: granted, silent, or answered
 		// an error (a script error can follow a write).
-		if granted > 0 || r.NAnswered < n || len(errs) > 0 || wrongErr != nil {
+		if granted > 0 || r.NAnswered < n || len(fails.errs) > 0 || fails.wrong != nil {
 			if ctx.Err() != nil {
 				// The caller gave up (ctx, Acquirer.Close): undo before
 				// returning, so that nothing of this attempt is left when the
@@ -146,21 +139,21 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		}
 		return res
 	}
-	if wrongErr != nil {
-		return fail(attemptResult{err: fmt.Errorf("%w: %w", ErrWrongType, wrongErr)})
+	if fails.wrong != nil {
+		return fail(attemptResult{err: fails.fatal()})
 	}
 	if granted < q {
 		if err := ctx.Err(); err != nil {
 			return fail(attemptResult{err: err})
 		}
-		if permErr != nil {
-			return fail(attemptResult{err: fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", permErr)})
+		if err := fails.fatal(); err != nil {
+			return fail(attemptResult{err: err})
 		}
 		if refused > 0 && granted+refused >= q {
 			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}})
 		}
 		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
-			ErrQuorumUnavailable, granted+refused, n, errors.Join(errs...))})
+			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...))})
 	}
 	if ttl := x.leaseTTL(); ttl-time.Since(r.Start)-c.Drift(ttl) <= 0 {
 		return fail(attemptResult{split: true, err: fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start))})
@@ -290,6 +283,37 @@ func answeredOK(r *coordinator.Round) int {
 		}
 	}
 	return ok
+}
+
+// failures sorts the failed replies of one attempt: a wrong type at our
+// keys and an ACL refusal end the attempt for good (retrying cannot help);
+// the others may be transient.
+type failures struct {
+	errs  []error // every failure, for the error message
+	wrong error   // a WRONGTYPE reply
+	perm  error   // an ACL refusal
+}
+
+func (f *failures) add(err error) {
+	switch {
+	case isWrongType(err):
+		f.wrong = err
+		return
+	case isNoPerm(err):
+		f.perm = err
+	}
+	f.errs = append(f.errs, err)
+}
+
+// fatal returns the error that ends the attempt for good, or nil.
+func (f *failures) fatal() error {
+	switch {
+	case f.wrong != nil:
+		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
+	case f.perm != nil:
+		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
+	}
+	return nil
 }
 
 // isNoPerm reports whether err is an ACL refusal from a node: NOPERM for a

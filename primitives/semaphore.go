@@ -324,27 +324,20 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	granted, refused, mismatch, stored := 0, 0, 0, 0
 	var serverNow int64
 	var (
-		grants   []grant
-		hint     time.Duration
-		lists    []semReply
-		errs     []error
-		wrongErr error
-		permErr  error // an ACL refusal: retrying cannot help
+		grants []grant
+		hint   time.Duration
+		lists  []semReply
+		fails  failures
 	)
 	for i, rep := range r.Replies {
 		if !r.Answered[i] {
-			errs = append(errs, rep.Err)
+			fails.errs = append(fails.errs, rep.Err)
 			continue
 		}
 		g, err := parseSemReply(rep)
 		switch {
-		case err != nil && isWrongType(err):
-			wrongErr = err
 		case err != nil:
-			if isNoPerm(err) {
-				permErr = err
-			}
-			errs = append(errs, err)
+			fails.add(err)
 		case g.code == 1:
 			granted++
 			grants = append(grants, grant{ok: true, fence: g.v, now: g.now})
@@ -374,8 +367,8 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		}
 		return res
 	}
-	if wrongErr != nil {
-		return fail(attemptResult{err: fmt.Errorf("%w: %w", ErrWrongType, wrongErr)}), false
+	if fails.wrong != nil {
+		return fail(attemptResult{err: fails.fatal()}), false
 	}
 	if granted < q {
 		if err := ctx.Err(); err != nil {
@@ -384,18 +377,18 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		if mismatch > n-q {
 			return fail(attemptResult{err: s.mismatchErr(stored)}), false
 		}
-		if permErr != nil {
-			return fail(attemptResult{err: fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", permErr)}), false
+		if err := fails.fatal(); err != nil {
+			return fail(attemptResult{err: err}), false
 		}
 		if refused > 0 && granted+refused >= q {
 			pr.learn(lists, slot, q)
 			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}}), true
 		}
 		if mismatch > 0 {
-			errs = append(errs, s.mismatchErr(stored))
+			fails.errs = append(fails.errs, s.mismatchErr(stored))
 		}
 		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
-			ErrQuorumUnavailable, granted+refused, n, errors.Join(errs...))}), false
+			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...))}), false
 	}
 	if ttl := s.o.ttl; ttl-time.Since(r.Start)-s.c.Drift(ttl) <= 0 {
 		return fail(attemptResult{split: true, err: fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start))}), false
