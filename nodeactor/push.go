@@ -11,8 +11,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// NumSlots is the number of hash slots of a Redis Cluster.
-const NumSlots = 16384
+// numSlots is the number of hash slots of a Redis Cluster.
+const numSlots = 16384
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
 // key's hash tag (the part between the first '{' and the next '}', if not
@@ -34,7 +34,7 @@ func Slot(key string) uint16 {
 			}
 		}
 	}
-	return crc % NumSlots
+	return crc % numSlots
 }
 
 // isKeyspaceChannel reports whether ch is a keyspace-event channel. Keyspace
@@ -125,7 +125,7 @@ func (p *pusher) refreshSlots() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	owner := make([]string, NumSlots)
+	owner := make([]string, numSlots)
 	for _, r := range ranges {
 		f, err := r.ToArray()
 		if err != nil || len(f) < 3 {
@@ -134,7 +134,7 @@ func (p *pusher) refreshSlots() (bool, error) {
 		lo, err1 := f[0].AsInt64()
 		hi, err2 := f[1].AsInt64()
 		nd, err3 := f[2].ToArray()
-		if err1 != nil || err2 != nil || err3 != nil || len(nd) < 2 || lo < 0 || hi >= NumSlots || lo > hi {
+		if err1 != nil || err2 != nil || err3 != nil || len(nd) < 2 || lo < 0 || hi >= numSlots || lo > hi {
 			return false, fmt.Errorf("CLUSTER SLOTS: malformed reply")
 		}
 		host, _ := nd[0].ToString()

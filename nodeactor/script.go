@@ -35,9 +35,6 @@ func newScript(name, body string) *Script {
 	return &Script{Name: name, Body: body, SHA: hex.EncodeToString(sum[:])}
 }
 
-// Sharded returns the variant of s that a Redis Cluster node runs.
-func (s *Script) Sharded() *Script { return s.sharded }
-
 // Call is one operation on a node: a script with its keys and arguments, or,
 // when Script is nil, a raw command: Args[0] followed by Keys (declared, so a
 // cluster routes it) and then Args[1:].
