@@ -155,7 +155,23 @@ func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range l.Status(ctx) {
+	// TryAcquire returns at a quorum: the third node may see the grant a
+	// moment later.
+	var sts []primitives.NodeState
+	waitHeld := time.Now().Add(2 * time.Second)
+	for sts = l.Status(ctx); time.Now().Before(waitHeld); sts = l.Status(ctx) {
+		held := 0
+		for _, st := range sts {
+			if st.State == "held" {
+				held++
+			}
+		}
+		if held == len(sts) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, st := range sts {
 		if st.Err != nil || st.State != "held" || st.Holder != lease.Token()[:8]+"…" || st.TTL <= 0 {
 			t.Fatalf("status %+v", st)
 		}
