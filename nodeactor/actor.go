@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+	"golang.org/x/sync/semaphore"
 )
 
 // Defaults for Options fields left zero.
 const (
 	DefaultMailboxSize = 1024
-	DefaultWorkers     = 4   // pipelined batches in flight per node
+	DefaultWorkers     = 4   // lanes: ordered FIFOs per node, one batch in flight each
 	DefaultMaxBatch    = 128 // requests per batch
 	defaultBatchWait   = 5 * time.Second
 	urgentGrace        = time.Second
@@ -26,14 +28,17 @@ const (
 	clusterRetry = healthInterval + 200*time.Millisecond
 )
 
-// Lane selects the mailbox a request goes through.
+// Lane is a request's class. Both classes of one resource share one FIFO
+// (see Actor): the class says what may be refused or dropped, never what
+// runs first.
 type Lane int
 
 const (
-	// Normal is for acquires: dropped unanswered-to-Redis once its ctx ends.
+	// Normal is for acquires: refused fast on a saturated node, and dropped
+	// unsent once its ctx ends.
 	Normal Lane = iota
-	// Urgent is for releases, rollbacks and renewals: always drained first,
-	// never starved by acquires.
+	// Urgent is for releases, rollbacks and renewals: never refused for room
+	// while the node is up, and sent even after its ctx ended.
 	Urgent
 )
 
@@ -67,6 +72,7 @@ type Request struct {
 	Ticket *Ticket // optional
 
 	retried bool // a cluster node already re-queued it once (see exec)
+	counted bool // holds room in the actor's queue accounting (see dequeued)
 }
 
 func (r *Request) deliver(rep Reply) {
@@ -118,10 +124,26 @@ type Options struct {
 }
 
 // Actor owns one Redis node. Its methods are safe for concurrent use.
+//
+// Requests go through lanes: a request's lane is chosen by its resource
+// (the hash tag of its first key), each lane is one FIFO served by one
+// goroutine, and a lane has at most one batch on the wire at a time. So the
+// requests of one resource run on the node in the order they were queued —
+// whatever their priority, across a resend after a broken connection (sent
+// again before anything queued after it) and a cluster node's delayed resend
+// (the lane waits for it) — while unrelated resources pipeline in parallel
+// on the other lanes. The keeper is the only writer of the client and the
+// capabilities; the lanes read them.
 type Actor struct {
-	opt    Options
-	urgent chan Request
-	normal chan Request
+	opt   Options
+	lanes []*fifo
+
+	// normalCap bounds the acquires (Normal requests) queued on the node:
+	// past it they fail fast with ErrBusy (TrySend) or wait for room (Send).
+	// Urgent requests (releases, rollbacks, renewals) are never refused for
+	// room while the node is up: they are what frees a saturated node.
+	normalCap *semaphore.Weighted
+	urgentN   atomic.Int64 // urgent requests queued
 
 	client atomic.Pointer[rueidis.Client]
 	ready  chan struct{} // closed after the first successful connect and probe
@@ -140,8 +162,39 @@ type Actor struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
-	stopped   chan struct{} // closed when every worker has returned
+	stopped   chan struct{} // closed when every lane has returned
 	wg        sync.WaitGroup
+}
+
+// fifo is one lane: a FIFO of requests, served by one goroutine.
+type fifo struct {
+	mu   sync.Mutex
+	q    []Request
+	kick chan struct{} // cap 1: something was queued
+}
+
+func (l *fifo) push(r Request) {
+	l.mu.Lock()
+	l.q = append(l.q, r)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take moves up to max queued requests after front into a batch.
+func (l *fifo) take(front []Request, max int) []Request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := min(len(l.q), max-len(front))
+	batch := append(front, l.q[:k]...)
+	clear(l.q[:k])
+	l.q = l.q[k:]
+	if len(l.q) == 0 {
+		l.q = nil // let a burst's backing array go
+	}
+	return batch
 }
 
 // New starts an actor for one node. It never fails for a node that is down:
@@ -164,23 +217,24 @@ func New(opt Options) *Actor {
 		opt.Logger = slog.Default()
 	}
 	a := &Actor{
-		opt:      opt,
-		urgent:   make(chan Request, opt.MailboxSize),
-		normal:   make(chan Request, opt.MailboxSize),
-		ready:    make(chan struct{}),
-		subWant:  map[string]int{},
-		subFresh: map[string]bool{},
-		subDirty: make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		opt:       opt,
+		normalCap: semaphore.NewWeighted(int64(opt.MailboxSize)),
+		ready:     make(chan struct{}),
+		subWant:   map[string]int{},
+		subFresh:  map[string]bool{},
+		subDirty:  make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 	a.caps.Store(&Capabilities{})
-	var workers sync.WaitGroup
+	var lanes sync.WaitGroup
 	for range opt.Workers {
-		workers.Go(a.worker)
+		l := &fifo{kick: make(chan struct{}, 1)}
+		a.lanes = append(a.lanes, l)
+		lanes.Go(func() { a.serve(l) })
 	}
 	a.wg.Go(func() {
-		workers.Wait()
+		lanes.Wait()
 		close(a.stopped)
 	})
 	a.wg.Go(a.keeper)
@@ -198,47 +252,95 @@ func (a *Actor) Addr() string { return a.opt.Addr }
 // (also after Close).
 func (a *Actor) Ready() <-chan struct{} { return a.ready }
 
-// Send queues req. It blocks while the mailbox is full, until req.Ctx ends
-// or the actor closes.
+// laneOf returns the lane of a call: by the hash tag of its first key (the
+// resource: every key of a primitive shares it), lane 0 for keyless calls.
+func (a *Actor) laneOf(c Call) *fifo {
+	if len(c.Keys) == 0 || len(a.lanes) == 1 {
+		return a.lanes[0]
+	}
+	k := c.Keys[0]
+	if i := strings.IndexByte(k, '{'); i >= 0 {
+		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
+			k = k[i+1 : i+1+j]
+		}
+	}
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(k); i++ {
+		h ^= uint32(k[i])
+		h *= 16777619
+	}
+	return a.lanes[h%uint32(len(a.lanes))]
+}
+
+// Send queues req. A Normal request waits while the node's acquire capacity
+// is used up, until req.Ctx ends or the actor closes; an Urgent one is
+// queued at once (see TrySend).
 func (a *Actor) Send(req Request) error {
-	mb := a.mailbox(req.Lane)
-	select {
-	case <-a.done:
-		return ErrClosed
-	default:
+	if req.Lane == Normal {
+		select {
+		case <-a.done:
+			return ErrClosed
+		default:
+		}
+		if err := a.normalCap.Acquire(req.Ctx, 1); err != nil {
+			return context.Cause(req.Ctx)
+		}
+		return a.enqueue(req, true)
 	}
-	select {
-	case mb <- req:
-		return nil
-	case <-req.Ctx.Done():
-		return context.Cause(req.Ctx)
-	case <-a.done:
-		return ErrClosed
-	}
+	return a.TrySend(req)
 }
 
-func (a *Actor) mailbox(l Lane) chan Request {
-	if l == Urgent {
-		return a.urgent
-	}
-	return a.normal
-}
-
-// TrySend queues req without blocking; it returns ErrBusy when the mailbox
-// is full (a node that stopped answering must not stall a quorum round that
-// the other nodes can decide).
+// TrySend queues req without blocking. A Normal request is refused with
+// ErrBusy when the node's acquire capacity (MailboxSize) is used up: a node
+// that stopped answering must not stall a quorum round that the other nodes
+// can decide. An Urgent request is queued whenever the node is up, however
+// many are queued — a release, rollback or renewal is never dropped for
+// room; it is refused with ErrBusy only when MailboxSize urgent requests are
+// already waiting on a node that is down or not answering.
 func (a *Actor) TrySend(req Request) error {
-	mb := a.mailbox(req.Lane)
 	select {
 	case <-a.done:
 		return ErrClosed
 	default:
 	}
-	select {
-	case mb <- req:
-		return nil
-	default:
+	if req.Lane == Normal {
+		if !a.normalCap.TryAcquire(1) {
+			return ErrBusy
+		}
+		return a.enqueue(req, true)
+	}
+	if !a.up.Load() && a.urgentN.Load() >= int64(a.opt.MailboxSize) {
 		return ErrBusy
+	}
+	return a.enqueue(req, false)
+}
+
+func (a *Actor) enqueue(req Request, normal bool) error {
+	req.counted = true
+	if !normal {
+		a.urgentN.Add(1)
+	}
+	a.laneOf(req.Call).push(req)
+	select {
+	case <-a.done:
+		// Close may have drained the lane already: make sure nothing is
+		// left unanswered.
+		a.drain()
+	default:
+	}
+	return nil
+}
+
+// dequeued returns a request's room once a lane took it.
+func (a *Actor) dequeued(r *Request) {
+	if !r.counted {
+		return
+	}
+	r.counted = false
+	if r.Lane == Normal {
+		a.normalCap.Release(1)
+	} else {
+		a.urgentN.Add(-1)
 	}
 }
 
@@ -269,76 +371,85 @@ func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {
 func (a *Actor) Close() error {
 	a.closeOnce.Do(func() { close(a.done) })
 	a.wg.Wait()
+	a.drain()
 	if c := a.client.Load(); c != nil {
 		(*c).Close()
 	}
 	return nil
 }
 
-// worker takes requests from the mailboxes, urgent first, groups what is
-// queued into one batch (up to MaxBatch) and sends it as one pipelined
-// DoMulti. Several workers keep several batches in flight; while they are
-// all busy, new requests accumulate and form the next, larger batch. The
-// workers are the only readers of the mailboxes; taking a batch in the
-// worker itself (not in a separate dispatcher) saves a goroutine hop on
-// every request.
-func (a *Actor) worker() {
+// serve is a lane's goroutine: it takes what is queued (up to MaxBatch),
+// sends it as one pipelined DoMulti and waits for the replies before it
+// takes the next batch; while it waits, new requests accumulate and form
+// the next, larger batch. What a batch leaves to do first — a program's
+// next step, a cluster node's delayed resend — goes at the head of the
+// next batch, before anything queued after it.
+func (a *Actor) serve(l *fifo) {
+	var front []Request
 	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
 	for {
-		select {
-		case <-a.done:
-			a.drain()
-			return
-		default:
-		}
-		var first Request
-		select {
-		case first = <-a.urgent:
-		default:
+		if len(front) == 0 {
 			select {
-			case first = <-a.urgent:
-			case first = <-a.normal:
 			case <-a.done:
-				a.drain()
 				return
+			case <-l.kick:
 			}
-		}
-		batch := append(buf[:0], first)
-	fill:
-		for len(batch) < a.opt.MaxBatch {
+		} else {
 			select {
-			case r := <-a.urgent:
-				batch = append(batch, r)
-				continue
+			case <-a.done:
+				a.fail(front, ErrClosed)
+				return
 			default:
 			}
-			select {
-			case r := <-a.urgent:
-				batch = append(batch, r)
-			case r := <-a.normal:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
 		}
-		a.exec(batch)
+		batch := l.take(append(buf[:0], front...), a.opt.MaxBatch)
+		front = front[:0]
+		if len(batch) == 0 {
+			continue
+		}
+		for i := range batch {
+			a.dequeued(&batch[i])
+		}
+		next, wait := a.exec(batch)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-a.done:
+			}
+			t.Stop()
+		}
 		clear(batch) // drop references to finished requests
 		if cap(batch) <= 4*a.opt.MaxBatch {
 			buf = batch[:0]
 		}
+		front = append(front, next...)
+		if len(front) == 0 {
+			// more may be queued than one batch took
+			l.mu.Lock()
+			more := len(l.q) > 0
+			l.mu.Unlock()
+			if more {
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
 	}
 }
 
+// drain answers every queued request with ErrClosed (after Close).
 func (a *Actor) drain() {
-	for {
-		select {
-		case r := <-a.urgent:
-			a.fail([]Request{r}, ErrClosed)
-		case r := <-a.normal:
-			a.fail([]Request{r}, ErrClosed)
-		default:
-			return
+	for _, l := range a.lanes {
+		l.mu.Lock()
+		q := l.q
+		l.q = nil
+		l.mu.Unlock()
+		for i := range q {
+			a.dequeued(&q[i])
 		}
+		a.fail(q, ErrClosed)
 	}
 }
 
@@ -348,11 +459,14 @@ func (a *Actor) fail(batch []Request, err error) {
 	}
 }
 
-func (a *Actor) exec(batch []Request) {
+// exec sends one batch and delivers its replies. It returns the requests
+// to send first in the lane's next batch, and how long the lane must wait
+// before it (a cluster node's resend after a failover).
+func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	cp := a.client.Load()
 	if cp == nil {
 		a.fail(batch, ErrNodeDown)
-		return
+		return nil, 0
 	}
 	cl := *cp
 	live := batch[:0] // filtered in place: index i is read before it is overwritten
@@ -379,7 +493,7 @@ func (a *Actor) exec(batch []Request) {
 		live = append(live, r)
 	}
 	if len(live) == 0 {
-		return
+		return nil, 0
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -393,8 +507,9 @@ func (a *Actor) exec(batch []Request) {
 	rtt := time.Since(start)
 	// A broken connection (the node restarted, a proxy reset it) fails the
 	// commands that were on it; rueidis reconnects on the next command. Send
-	// those once more: every redlock script is safe to repeat (a repeated
-	// grant finds its own token, a repeated release or renewal is a no-op).
+	// those once more, before anything queued after them: every redlock
+	// script is safe to repeat (a repeated grant finds its own token, a
+	// repeated release or renewal is a no-op).
 	var broken []int
 	for i, rr := range res {
 		if err := rr.NonRedisError(); err != nil && ctx.Err() == nil &&
@@ -447,10 +562,14 @@ func (a *Actor) exec(batch []Request) {
 			// On a cluster a connection error usually means the slot's
 			// master died and was replaced, and the client's slot map is
 			// refreshed within a second: send releases, rollbacks and
-			// renewals once more after that, as a paused node gets them
-			// late (all are safe to apply late), instead of leaving their
-			// keys to expire by TTL.
-			a.later(clusterRetry, live[i])
+			// renewals once more after that (the lane waits, so they still
+			// go before anything queued after them), as a paused node gets
+			// them late (all are safe to apply late), instead of leaving
+			// their keys to expire by TTL.
+			r := live[i]
+			r.retried = true
+			next = append(next, r)
+			wait = clusterRetry
 			continue
 		}
 		rep := Reply{Node: a.opt.Index, RTT: rtt}
@@ -463,51 +582,33 @@ func (a *Actor) exec(batch []Request) {
 		default:
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
 		}
-		a.step(live[i], rep)
-	}
-}
-
-// later queues r again after d (once), unless the actor closes first.
-func (a *Actor) later(d time.Duration, r Request) {
-	r.retried = true
-	a.wg.Go(func() {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			if err := a.TrySend(r); err != nil {
-				r.deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
-			}
-		case <-a.done:
-			r.deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: ErrClosed}})
+		if r, ok := a.step(live[i], rep); ok {
+			next = append(next, r)
 		}
-	})
+	}
+	return next, wait
 }
 
-// step delivers rep, or, for a program (Call.Next), queues its next step on
-// the request's own lane. A next step that cannot be queued (full mailbox,
-// closing actor) is delivered as that failure: the caller treats the node as
-// failed and rolls back, which is safe for every step already taken.
-func (a *Actor) step(r Request, rep Reply) {
+// step delivers rep, or, for a program (Call.Next), returns its next step,
+// which the lane sends first in its next batch: a program runs on the node
+// like one script would, before anything of its resource queued after it.
+func (a *Actor) step(r Request, rep Reply) (Request, bool) {
 	if r.Call.Next == nil {
 		r.deliver(rep)
-		return
+		return Request{}, false
 	}
 	next, final, done := r.Call.Next(rep)
 	if done {
 		final.Node, final.RTT = a.opt.Index, rep.RTT
 		r.deliver(final)
-		return
+		return Request{}, false
 	}
 	r.Call = next
-	// A program that started runs to completion, like one script would: its
-	// later steps go on the urgent lane, which is sent even when the
-	// caller's ctx has ended (an abandoned caller's Late then sees the
-	// outcome and can undo it).
+	// A program that started runs to completion, even when the caller's ctx
+	// has ended (an abandoned caller's Late then sees the outcome and can
+	// undo it).
 	r.Lane = Urgent
-	if err := a.TrySend(r); err != nil {
-		r.deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
-	}
+	return r, true
 }
 
 func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rueidis.Completed {

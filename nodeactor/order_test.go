@@ -1,0 +1,142 @@
+package nodeactor_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// sendOrdered queues n RPUSHes of 0..n-1 to the list of resource res, in
+// that order and without waiting between them, alternating the urgent and
+// the normal lane (a release queued after an acquire of the same resource
+// must not overtake it), and waits for every reply.
+func sendOrdered(t *testing.T, a *nodeactor.Actor, res string, n int, allowErr bool) {
+	t.Helper()
+	ch := make(chan nodeactor.Reply, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		lane := nodeactor.Normal
+		if i%2 == 1 {
+			lane = nodeactor.Urgent
+		}
+		req := nodeactor.Request{Ctx: ctx, Lane: lane, Reply: ch,
+			Call: nodeactor.Call{Keys: []string{"{" + res + "}:log"}, Args: []string{"RPUSH", strconv.Itoa(i)}}}
+		if err := a.Send(req); err != nil {
+			t.Errorf("send %d: %v", i, err)
+			return
+		}
+	}
+	for range n {
+		if rep := <-ch; rep.Err != nil && !allowErr {
+			t.Errorf("reply: %v", rep.Err)
+		}
+	}
+}
+
+// checkOrdered reads back the list of res and reports the first place where
+// a request ran before one issued earlier.
+func checkOrdered(t *testing.T, s *testutil.Server, res string, n int) {
+	t.Helper()
+	got, err := s.Do("LRANGE", "{"+res+"}:log", "0", "-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := splitLines(got)
+	if len(vals) != n {
+		t.Errorf("resource %s: %d of %d requests ran", res, len(vals), n)
+	}
+	{
+		for i, v := range vals {
+			if v != strconv.Itoa(i) {
+				t.Errorf("resource %s: position %d ran request %s (of %d): requests of one resource ran out of order", res, i, v, len(vals))
+				return
+			}
+		}
+	}
+}
+
+// splitLines splits a list read back by Server.Do into its elements.
+func splitLines(s string) []string { return strings.Fields(strings.Trim(s, "[]")) }
+
+// Requests that touch one resource run on the node in the order they were
+// queued, whatever their lane, while many resources are in flight at once.
+func TestRequestsOfOneResourceRunInOrder(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr())
+	ready(t, a)
+	const resources, per = 16, 400
+	var wg sync.WaitGroup
+	for r := range resources {
+		wg.Go(func() { sendOrdered(t, a, fmt.Sprint("res", r), per, false) })
+	}
+	wg.Wait()
+	for r := range resources {
+		checkOrdered(t, s, fmt.Sprint("res", r), per)
+	}
+}
+
+// A batch broken by a reset connection is sent again before anything queued
+// after it for the same resource.
+func TestResendAfterResetKeepsOrder(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	p := testutil.NewProxy(t, s.Addr())
+	a := start(t, p.Addr())
+	ready(t, a)
+	const resources, per = 8, 300
+	stop := make(chan struct{})
+	var faults sync.WaitGroup
+	faults.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			p.SetFault(testutil.Reset)
+			p.SetFault(testutil.Pass)
+		}
+	})
+	var wg sync.WaitGroup
+	for r := range resources {
+		wg.Go(func() { sendOrdered(t, a, fmt.Sprint("res", r), per, true) })
+	}
+	wg.Wait()
+	close(stop)
+	faults.Wait()
+	for r := range resources {
+		got, err := s.Do("LRANGE", "{"+fmt.Sprint("res", r)+"}:log", "0", "-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A resend may run requests twice (their first copies ran, the
+		// replies were lost): keep each request's first run; those must
+		// be in order.
+		var vals []string
+		seen := map[string]bool{}
+		for _, v := range splitLines(got) {
+			if !seen[v] {
+				seen[v] = true
+				vals = append(vals, v)
+			}
+		}
+		prev := -1
+		for i, v := range vals {
+			x, _ := strconv.Atoi(v)
+			if x < prev {
+				t.Errorf("resource res%d: position %d ran request %d after request %d: out of order", r, i, x, prev)
+				break
+			}
+			prev = x
+		}
+	}
+}
