@@ -3,6 +3,7 @@ package nodeactor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -474,7 +475,7 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	for i := range batch {
 		r := batch[i]
 		if err := r.Ctx.Err(); err != nil && r.Lane == Normal {
-			r.deliver(Reply{Node: a.opt.Index, Err: context.Cause(r.Ctx)})
+			r.deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, context.Cause(r.Ctx))})
 			continue
 		}
 		d, ok := r.Ctx.Deadline()
@@ -495,7 +496,7 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	if len(live) == 0 {
 		return nil, 0
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := until(deadline)
 	defer cancel()
 	caps := a.caps.Load()
 	cmds := make(rueidis.Commands, len(live))
@@ -587,6 +588,23 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 		}
 	}
 	return next, wait
+}
+
+// until returns a context that is canceled at deadline but carries no
+// deadline. rueidis turns a ctx deadline into a socket deadline when the
+// connection is idle (its synchronous mode) and closes the connection when
+// it passes: what was already written still runs on a paused node when it
+// resumes, while everything after it — a release included — goes on a new
+// connection, out of order with it, or fails. Without a deadline rueidis
+// pipelines the call and merely abandons a late reply: the connection, and
+// so the order of what the lanes sent on it, survives a slow or paused node.
+func until(deadline time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
+	return ctx, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
 }
 
 // step delivers rep, or, for a program (Call.Next), returns its next step,

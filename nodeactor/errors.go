@@ -7,6 +7,10 @@ var (
 	ErrClosed = errors.New("redlock: closed")
 	// ErrNodeDown means the node has no working connection right now.
 	ErrNodeDown = errors.New("redlock: node down")
+	// ErrNotSent means a Normal request was dropped unsent because its
+	// context ended while it was queued: it did nothing on the node. The
+	// error also wraps the context's cause.
+	ErrNotSent = errors.New("redlock: not sent: its context ended while it was queued")
 	// ErrBusy means the mailbox is full and the request was not queued.
 	ErrBusy = errors.New("redlock: node mailbox full")
 )

@@ -159,7 +159,7 @@ func (a *Actor) keeper() {
 }
 
 func (a *Actor) ping(cl rueidis.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opt.DialTimeout)
+	ctx, cancel := until(time.Now().Add(a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	start := time.Now()
 	err := cl.Do(ctx, cl.B().Ping().Build()).Error()
@@ -210,7 +210,7 @@ func (a *Actor) kick() {
 // never inferred from the version string. On a cluster the configuration
 // (maxmemory policy, keyspace flags) is read and set on every master.
 func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
+	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	caps := Capabilities{DedicatedPush: true, Probed: true, Cluster: p.cluster}
 	if m, err := cl.Do(ctx, cl.B().Arbitrary("HELLO").Build()).ToMap(); err == nil {
@@ -299,7 +299,7 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 // cluster's topology changed (a promoted replica does not inherit a
 // CONFIG SET).
 func (a *Actor) configureMasters(p *pusher) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
+	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	caps := a.Caps()
 	if err := a.configure(ctx, p, &caps); err != nil {

@@ -2,6 +2,7 @@ package nodeactor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -138,5 +139,102 @@ func TestResendAfterResetKeepsOrder(t *testing.T) {
 			}
 			prev = x
 		}
+	}
+}
+
+// Requests queued while the node is paused (SIGSTOP) and whose callers
+// time out are still sent in order (or not at all): after SIGCONT the node
+// runs what it received in the order it was queued.
+func TestOrderAcrossAPause(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr())
+	ready(t, a)
+	const resources, per = 4, 300
+	var wg sync.WaitGroup
+	for r := range resources {
+		wg.Go(func() {
+			res := fmt.Sprint("res", r)
+			ch := make(chan nodeactor.Reply, per)
+			for i := range per {
+				lane := nodeactor.Normal
+				if i%2 == 1 {
+					lane = nodeactor.Urgent
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				req := nodeactor.Request{Ctx: ctx, Lane: lane, Reply: ch,
+					Call: nodeactor.Call{Keys: []string{"{" + res + "}:log"}, Args: []string{"RPUSH", strconv.Itoa(i)}}}
+				if err := a.TrySend(req); err != nil {
+					ch <- nodeactor.Reply{Err: err}
+				}
+				cancel()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	s.Pause()
+	time.Sleep(1500 * time.Millisecond)
+	s.Resume()
+	wg.Wait()
+	time.Sleep(2 * time.Second)
+	for r := range resources {
+		got, err := s.Do("LRANGE", "{"+fmt.Sprint("res", r)+"}:log", "0", "-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := -1
+		for i, v := range splitLines(got) {
+			x, _ := strconv.Atoi(v)
+			if x <= prev {
+				t.Errorf("resource res%d: position %d ran request %d after request %d: out of order", r, i, x, prev)
+				break
+			}
+			prev = x
+		}
+	}
+}
+
+// A burst of urgent requests (releases, rollbacks, renewals) far larger than
+// MailboxSize is queued, never refused, while the node is up; acquires
+// beyond MailboxSize fail fast with ErrBusy.
+func TestUrgentBurstIsNeverRefused(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.MailboxSize = 64 })
+	ready(t, a)
+	const n = 5000
+	ch := make(chan nodeactor.Reply, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		req := nodeactor.Request{Ctx: ctx, Lane: nodeactor.Urgent, Reply: ch,
+			Call: nodeactor.Call{Keys: []string{fmt.Sprintf("{r%d}:n", i%50)}, Args: []string{"INCR"}}}
+		if err := a.TrySend(req); err != nil {
+			t.Fatalf("urgent request %d refused on a node that is up: %v", i, err)
+		}
+	}
+	for range n {
+		if rep := <-ch; rep.Err != nil {
+			t.Fatalf("urgent request failed: %v", rep.Err)
+		}
+	}
+	// Acquires: with the node paused they stay queued; past MailboxSize
+	// they are refused at once.
+	s.Pause()
+	defer s.Resume()
+	busy := 0
+	nch := make(chan nodeactor.Reply, 200)
+	sctx, scancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer scancel()
+	for range 200 {
+		err := a.TrySend(nodeactor.Request{Ctx: sctx, Lane: nodeactor.Normal, Reply: nch,
+			Call: nodeactor.Call{Keys: []string{"{x}:n"}, Args: []string{"INCR"}}})
+		if errors.Is(err, nodeactor.ErrBusy) {
+			busy++
+		}
+	}
+	if busy == 0 {
+		t.Fatalf("200 acquires on a paused node with MailboxSize 64: none refused")
 	}
 }

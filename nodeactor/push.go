@@ -119,7 +119,7 @@ func (p *pusher) refreshSlots() (bool, error) {
 	if !p.cluster {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*p.a.opt.DialTimeout)
+	ctx, cancel := until(time.Now().Add(2 * p.a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	ranges, err := p.cl.Do(ctx, p.cl.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
 	if err != nil {
