@@ -14,13 +14,26 @@ type Round struct {
 	Replies   []nodeactor.Reply
 	Answered  []bool
 	NAnswered int
+
+	abort context.CancelFunc
 }
 
-// Fanout sends call(i) to every node i on lane, each bounded by NodeTimeout,
+// Abort drops the round's requests that are still queued unsent (their
+// nodes' replies had not been awaited). Without it they are still sent until
+// NodeTimeout: an acquire that won its quorum wants its grant on every node.
+func (r *Round) Abort() {
+	if r.abort != nil {
+		r.abort()
+	}
+}
+
+// Fanout sends call(i) to every node i on lane (a zero Call skips node i), each bounded by NodeTimeout,
 // and collects replies until decide returns true, every node has answered,
 // or ctx ends. Nodes that had not answered are abandoned: their late replies
 // are passed to late (on an actor goroutine: it must not block; nil drops
-// them). Replies already delivered when the round ends are still recorded.
+// them), and their requests are still sent until NodeTimeout unless the
+// caller calls Round.Abort. Replies already delivered when the round ends
+// are still recorded.
 func (c *Coordinator) Fanout(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
 	n := len(c.nodes)
@@ -28,14 +41,21 @@ func (c *Coordinator) Fanout(ctx context.Context, lane nodeactor.Lane, call func
 	ch := make(chan nodeactor.Reply, n) // early return never strands an actor
 	tickets := make([]nodeactor.Ticket, n)
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.NodeTimeout)
-	defer cancel()
+	r.abort = cancel
 	r.Start = time.Now()
 	pending := 0
 	for i, nd := range c.nodes {
 		tickets[i].Late = late
+		cl := call(i)
+		if cl.Script == nil && len(cl.Args) == 0 {
+			// a zero Call skips the node (counted as answered, no error)
+			tickets[i].Abandon()
+			r.record(nodeactor.Reply{Node: i})
+			continue
+		}
 		// A full mailbox (the node stopped answering) fails this node at
 		// once: one hung node must not use up the round's time for the others.
-		err := nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]})
+		err := nd.TrySend(nodeactor.Request{Ctx: rctx, Call: cl, Lane: lane, Reply: ch, Ticket: &tickets[i]})
 		if err != nil {
 			tickets[i].Abandon()
 			r.record(nodeactor.Reply{Node: i, Err: &NodeError{Addr: nd.Addr(), Err: err}})
@@ -54,6 +74,7 @@ wait:
 		}
 	}
 	if pending == 0 {
+		cancel()
 		return r
 	}
 	unread := 0

@@ -170,11 +170,16 @@ func (r *renewer) renewRound(due []*Hold) {
 		ch    chan nodeactor.Reply
 		start time.Time
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.NodeTimeout)
-	defer cancel()
 	ps := make([]pend, len(due))
+	// A renewal confirmed before the hold's deadline keeps it, however long
+	// the node took: a busy node (a burst of renewals queued behind each
+	// other) is waited for until then, not only NodeTimeout.
+	wait := time.Duration(-1)
 	for i, h := range due {
 		h.mu.Lock()
+		if left := time.Until(h.deadline); wait < 0 || left < wait {
+			wait = left
+		}
 		ttl := h.ttl
 		if !h.maxAt.IsZero() {
 			if rest := time.Until(h.maxAt); rest < ttl {
@@ -184,6 +189,8 @@ func (r *renewer) renewRound(due []*Hold) {
 		h.mu.Unlock()
 		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now()}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(wait, c.cfg.NodeTimeout))
+	defer cancel()
 	live := make([]bool, len(ps))
 	for i := range ps {
 		live[i] = ps[i].h.startRound() // released meanwhile: send nothing for it

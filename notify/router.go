@@ -300,11 +300,14 @@ func (r *Router) route(t *topic, payload string) {
 			}
 		}
 	case strings.HasPrefix(payload, "n:"):
-		k, err := strconv.Atoi(payload[2:])
+		// "n:<k>" wakes the first k waiters; "n:<k>:<token>" the first k
+		// other than the waiter token (whose own rollback sent it)
+		count, skip, _ := strings.Cut(payload[2:], ":")
+		k, err := strconv.Atoi(count)
 		if err != nil || k < 1 {
 			k = 1
 		}
-		r.wake(t, k)
+		r.wakeExcept(t, k, skip)
 	case payload == "a":
 		r.wake(t, len(t.waiters))
 	default: // keyspace events and anything unknown: the head re-checks
@@ -312,9 +315,20 @@ func (r *Router) route(t *topic, payload string) {
 	}
 }
 
-func (r *Router) wake(t *topic, k int) {
-	for i := 0; i < k && i < len(t.waiters); i++ {
-		r.signal(t.waiters[i])
+func (r *Router) wake(t *topic, k int) { r.wakeExcept(t, k, "") }
+
+// wakeExcept wakes the first k waiters of t, skipping the one whose token
+// is skip (none when skip is "").
+func (r *Router) wakeExcept(t *topic, k int, skip string) {
+	for _, w := range t.waiters {
+		if k == 0 {
+			return
+		}
+		if skip != "" && w.token == skip {
+			continue
+		}
+		r.signal(w)
+		k--
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +20,9 @@ import (
 // lease.
 type exclusive interface {
 	acquireCall(token, wid string, enqueue bool) nodeactor.Call
-	rollbackCall(token string) nodeactor.Call
+	// rollbackCall undoes one attempt's grant; wid is the waiter that
+	// made it, which the rollback must not wake.
+	rollbackCall(token, wid string) nodeactor.Call
 	fenceCall(fence int64) nodeactor.Call
 	newHold(token string, fence uint64, start time.Time) (*Lease, error)
 	leaseTTL() time.Duration
@@ -77,7 +80,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	token := newToken()
 	call := perNode(x, x.acquireCall(token, wid, enqueue))
 
-	rollback := perNode(x, x.rollbackCall(token))
+	rollback := perNode(x, x.rollbackCall(token, wid))
 	lg := &lateGrants{c: c, rollback: rollback}
 	// decide as soon as a quorum granted or can no longer grant
 	r := c.Fanout(ctx, nodeactor.Normal, call,
@@ -122,19 +125,39 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	}
 	fail := func(res attemptResult) attemptResult {
 		res.now = serverNow
+		r.Abort() // what is still queued unsent holds nothing
 		lg.settle(nil)
-		// Roll back wherever a grant may exist: granted, silent, or answered
-		// an error (a script error can follow a write).
-		if granted > 0 || r.NAnswered < n || len(fails.errs) > 0 || fails.wrong != nil {
+		// Roll back where a grant may exist: granted, or answered an error
+		// (a script error can follow a write). A node that refused holds
+		// nothing, and one that had not answered is rolled back by the late
+		// handler if its reply turns out to be a grant: a refused attempt
+		// sends no rollback at all.
+		var undo []int
+		for i, rep := range r.Replies {
+			if !r.Answered[i] {
+				continue
+			}
+			if g, err := parseGrant(rep); (err == nil && g.ok) || (err != nil && !errors.Is(err, nodeactor.ErrNotSent)) {
+				undo = append(undo, i)
+			}
+		}
+		if len(undo) > 0 {
 			if ctx.Err() != nil {
 				// The caller gave up (ctx, Acquirer.Close): undo before
 				// returning, so that nothing of this attempt is left when the
 				// call returns (bounded; late grants still roll back later).
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Config().NodeTimeout)
-				c.Fanout(rctx, nodeactor.Urgent, rollback, nil, nil)
+				c.Fanout(rctx, nodeactor.Urgent, func(i int) nodeactor.Call {
+					if slices.Contains(undo, i) {
+						return rollback(i)
+					}
+					return nodeactor.Call{}
+				}, nil, nil)
 				cancel()
 			} else {
-				c.Broadcast(ctx, rollback)
+				for _, i := range undo {
+					c.SendLate(i, rollback(i))
+				}
 			}
 		}
 		return res
@@ -150,9 +173,13 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 			return fail(attemptResult{err: err})
 		}
 		if refused > 0 && granted+refused >= q {
-			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}})
+			// A split vote is one no contender can win without the others
+			// backing off; a quorum that refused is a holder: sleep on it.
+			return fail(attemptResult{hint: hint, split: granted > 0 && refused < q, err: &NotAcquiredError{TTL: hint}})
 		}
-		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
+		// Too few answers to decide; a refusal among them still means the
+		// resource is held or reserved: a waiter sleeps on its messages.
+		return fail(attemptResult{split: granted > 0, held: refused > 0, hint: hint, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
 			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...))})
 	}
 	if ttl := x.leaseTTL(); ttl-time.Since(r.Start)-c.Drift(ttl) <= 0 {
@@ -195,7 +222,7 @@ func (g *lateGrants) late(rep nodeactor.Reply) {
 	// Only a clean refusal holds nothing: a grant holds, and an error may
 	// (a program on a Redis Cluster node can fail after taking some slot
 	// groups). A rollback is per token and safe to repeat.
-	if x, err := parseGrant(rep); err == nil && !x.ok {
+	if x, err := parseGrant(rep); (err == nil && !x.ok) || errors.Is(err, nodeactor.ErrNotSent) {
 		return
 	}
 	g.mu.Lock()

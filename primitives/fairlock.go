@@ -119,7 +119,7 @@ func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
 	w := &fairWaiter{f: f, wid: newToken()}
 	first := true
-	lease, err = waitLoop(ctx, f.c, []string{f.topic}, w.wid, func(enqueue bool) attemptResult {
+	lease, err = waitLoop(ctx, f.c, waitSpec{topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
 		if first && !enqueue {
 			// the uncontended path: one round, no ticket, no entry
 			first = false
@@ -136,7 +136,7 @@ func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 			w.ticket = t
 		}
 		return attemptExclusive(ctx, f.c, w, w.wid, true)
-	}, nil)
+	}})
 	if err != nil && w.ticket != 0 {
 		f.c.Broadcast(ctx, func(int) nodeactor.Call {
 			return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"leave", w.wid, f.channel, ms(f.wt)}}
@@ -216,7 +216,7 @@ func (w *fairWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 			ms(f.wt), ms(f.ticketTTL()), ms(FenceIdleTTL), f.channel}}
 }
 
-func (w *fairWaiter) rollbackCall(token string) nodeactor.Call {
+func (w *fairWaiter) rollbackCall(token, _ string) nodeactor.Call {
 	f := w.f
 	return nodeactor.Call{Script: fairScript, Keys: f.keys,
 		Args: []string{"rollback", token, f.o.owner, f.channel, w.wid}}

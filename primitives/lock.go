@@ -34,9 +34,11 @@ const (
 	// fallback. Lua numbers are doubles, so fences must stay below 2^53:
 	// ms << 10 does until the year 2248 and leaves 1024 steps per ms.
 	hlcShift = 10
-	// queueEntryTTL is how long a waiter's queue entry lives without a
-	// heartbeat (every attempt refreshes it; a waiter re-attempts at least
-	// once a second), so a crashed waiter holds its place at most this long.
+	// queueEntryTTL is how long a waiter's queue entry outlives the
+	// waiter's longest sleep (its lock's TTL: it re-attempts at least that
+	// often, and every attempt refreshes the entry), so a crashed waiter
+	// holds its place at most TTL + queueEntryTTL; a release that reserves
+	// for it meanwhile costs the next waiter one HandoffWindow.
 	queueEntryTTL = 3 * time.Second
 )
 
@@ -109,8 +111,8 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}
 	attempts := 0
 	defer func() { l.contended.Store(attempts > 1 || (queued && err != nil)) }()
-	return waitLoopFrom(ctx, l.c, []string{l.topic}, token,
-		func(enqueue bool) attemptResult {
+	return waitLoop(ctx, l.c, waitSpec{topics: []string{l.topic}, token: token, queued: queued, recheckMax: l.o.ttl,
+		try: func(enqueue bool) attemptResult {
 			attempts++
 			r := attemptExclusive(ctx, l.c, w, token, enqueue)
 			if w.score == 0 && r.now > 0 {
@@ -118,18 +120,19 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 			}
 			return r
 		},
-		func() {
+		leave: func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
 				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Config().HandoffWindow), l.channel}}
 			})
-		}, queued)
+		}})
 }
 
 // attemptResult is one attempt's outcome.
 type attemptResult struct {
 	lease *Lease
 	hint  time.Duration // holder's remaining TTL, when refused
-	split bool          // some nodes granted but not a quorum
+	split bool          // some nodes granted, and fewer than a quorum refused
+	held  bool          // some node refused: held or reserved (a message will come)
 	now   int64         // latest server TIME (ms) among refusals, 0 if none
 	err   error
 }
@@ -173,9 +176,9 @@ func isWrongType(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
-func (l *Lock) rollbackCall(token string) nodeactor.Call {
+func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"rollback", token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel}}
+		Args: []string{"rollback", token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel, wid}}
 }
 
 func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
@@ -188,7 +191,7 @@ func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) no
 		enq = "1"
 	}
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(queueEntryTTL), ms(FenceIdleTTL), wid,
+		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(l.o.ttl + queueEntryTTL), ms(FenceIdleTTL), wid,
 			strconv.FormatInt(score, 10), fenceInit(l.c)}}
 }
 

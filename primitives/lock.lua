@@ -65,7 +65,13 @@ end
 -- chosen once by the waiter, so all nodes reserve for the same waiter. The
 -- entry stays until the waiter's lease is released (or it leaves, or stops
 -- heartbeating), so a split attempt does not lose its place.
-local function free(window, ch)
+-- self is the waiter whose own attempt is being rolled back ('' for a
+-- release): it keeps waiting, so nothing it is told could let it progress.
+-- If it is the longest live waiter, its grant becomes its reservation for
+-- as long as its queue entry lives (no message: it keeps its place without
+-- waking itself); otherwise the
+-- re-check message names it, so that its router wakes another waiter.
+local function free(window, ch, self)
   -- (extra == 0: no queue and no watch flag existed when the script began,
   -- and no op creates either before it frees)
   if extra > 0 then
@@ -73,6 +79,10 @@ local function free(window, ch)
     for _, id in ipairs(ids) do
       local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
       if exp > now then
+        if id == self then
+          redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', exp - now)
+          return
+        end
         redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
         redis.call('PUBLISH', ch, 'h:' .. id)
         return
@@ -82,7 +92,13 @@ local function free(window, ch)
     end
   end
   redis.call('DEL', KEYS[1])
-  if extra > 0 and redis.call('EXISTS', KEYS[7]) == 1 then redis.call('PUBLISH', ch, 'n:1') end
+  if extra > 0 and redis.call('EXISTS', KEYS[7]) == 1 then
+    if self ~= '' then
+      redis.call('PUBLISH', ch, 'n:1:' .. self)
+    else
+      redis.call('PUBLISH', ch, 'n:1')
+    end
+  end
 end
 
 local function pexpire_max(k, ttl)
@@ -121,6 +137,20 @@ if op == 'acquire' then
     end
     return 0 -- unknown: the coordinator decides
   end
+  -- A waiter (enqueue "1") takes its place in the queue whether this node
+  -- grants or refuses: if the attempt fails elsewhere, its rollback here
+  -- finds it first in line and keeps its place without a message (see
+  -- free), instead of deleting the key (a `del` event would wake it).
+  local function enqueue()
+    if ARGV[5] == '1' and not buried(wid) then
+      local ettl = tonumber(ARGV[6])
+      local score = tonumber(ARGV[9] or '0') or 0
+      if score <= 0 then score = now end
+      redis.call('ZADD', KEYS[3], 'NX', score, wid)
+      redis.call('HSET', KEYS[4], wid, now + ettl)
+      pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
+    end
+  end
   if owner == '' then
     local mine = 'rl1:L:' .. tok
     if v == mine then
@@ -131,6 +161,7 @@ if op == 'acquire' then
     end
     if v == false or v == rsv then
       redis.call('SET', KEYS[1], mine, 'PX', ttl)
+      enqueue()
       return {1, fence_next(), now, 0}
     end
   else
@@ -150,36 +181,32 @@ if op == 'acquire' then
       return {1, f, now, 0}
     end
   end
-  if ARGV[5] == '1' and not buried(wid) then
-    local ettl = tonumber(ARGV[6])
-    local score = tonumber(ARGV[9] or '0') or 0
-    if score <= 0 then score = now end
-    redis.call('ZADD', KEYS[3], 'NX', score, wid)
-    redis.call('HSET', KEYS[4], wid, now + ettl)
-    pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
-  end
+  enqueue()
   return {0, redis.call('PTTL', KEYS[1]), now, 0}
 
 elseif op == 'release' or op == 'rollback' then
-  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel, 6 waiter id
-  -- (release only). A rollback undoes one attempt's grant (its token is
-  -- never reused) and keeps the waiter's queue entry, so a split attempt
-  -- keeps its place; a release ends a lease: it drops the holder's entry
-  -- (kept while it held) and frees a reservation a late release made for it.
+  -- ARGV: 2 token, 3 owner, 4 handoff window ms, 5 channel, 6 waiter id.
+  -- A rollback undoes one attempt's grant (its token is never reused) and
+  -- keeps the waiter's queue entry, so a split attempt keeps its place
+  -- (ARGV[6] names the waiter, which free must not wake); a release ends a
+  -- lease: it drops the holder's entry (kept while it held) and frees a
+  -- reservation a late release made for it.
   local tok, owner = ARGV[2], ARGV[3]
+  local self = ''
+  if op == 'rollback' then self = ARGV[6] or '' end
   if op == 'release' and ARGV[6] and ARGV[6] ~= '' then
     dequeue(ARGV[6])
-    if v == 'rl1:R:' .. ARGV[6] then free(ARGV[4], ARGV[5]); return 0 end
+    if v == 'rl1:R:' .. ARGV[6] then free(ARGV[4], ARGV[5], ''); return 0 end
   end
   if owner == '' then
     if v == 'rl1:L:' .. tok then
-      free(ARGV[4], ARGV[5])
+      free(ARGV[4], ARGV[5], self)
       return 1
     end
   elseif v == 'rl1:O:' .. owner and redis.call('ZREM', KEYS[5], tok) == 1 then
     if holds_left() == 0 then
       redis.call('DEL', KEYS[5], KEYS[6])
-      free(ARGV[4], ARGV[5])
+      free(ARGV[4], ARGV[5], self)
     else
       local rest = owner_ttl()
       redis.call('PEXPIRE', KEYS[1], rest); redis.call('PEXPIRE', KEYS[5], rest); redis.call('PEXPIRE', KEYS[6], rest)
@@ -192,7 +219,7 @@ elseif op == 'leave' then
   -- a waiter gives up. ARGV: 2 waiter id, 3 handoff window ms, 4 channel
   dequeue(ARGV[2])
   bury(ARGV[2])
-  if v == 'rl1:R:' .. ARGV[2] then free(ARGV[3], ARGV[4]) end
+  if v == 'rl1:R:' .. ARGV[2] then free(ARGV[3], ARGV[4], '') end
   return 1
 
 elseif op == 'renew' then

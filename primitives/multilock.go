@@ -104,8 +104,10 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken()
-	return waitLoop(ctx, m.c, m.topics, token,
-		func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, true) }, nil)
+	// It queues nowhere: it sleeps until a release of one of its names
+	// (watch flag) or its holders' remaining TTL.
+	return waitLoop(ctx, m.c, waitSpec{topics: m.topics, token: token, recheckMax: m.o.ttl,
+		try: func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, true) }})
 }
 
 func (m *MultiLock) call(args ...string) nodeactor.Call {
@@ -120,8 +122,10 @@ func (m *MultiLock) acquireCall(token, _ string, watch bool) nodeactor.Call {
 	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), w, fenceInit(m.c), "0")
 }
 
-func (m *MultiLock) rollbackCall(token string) nodeactor.Call {
-	return m.call("release", token, ms(m.c.Config().HandoffWindow), "0")
+func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
+	// wid: the waiter, whom the re-check message of its own rollback must
+	// not wake
+	return m.call("release", token, ms(m.c.Config().HandoffWindow), "0", wid)
 }
 
 func (m *MultiLock) fenceCall(f int64) nodeactor.Call {

@@ -35,7 +35,7 @@ local function channel(i) return ARGV[#ARGV - n + i] end
 
 -- free a name: reserve it for the longest live Lock waiter (overwriting the
 -- key: no `del` event), else delete it and wake a listener if one watches
-local function free(i, window)
+local function free(i, window, self)
   local b = 5 * (i - 1)
   local ids = redis.call('ZRANGE', KEYS[b + 3], 0, 31)
   for _, id in ipairs(ids) do
@@ -49,7 +49,11 @@ local function free(i, window)
     end
   end
   redis.call('DEL', KEYS[b + 1])
-  if redis.call('EXISTS', KEYS[b + 5]) == 1 then redis.call('PUBLISH', channel(i), 'n:1') end
+  if redis.call('EXISTS', KEYS[b + 5]) == 1 then
+    -- a rollback names its waiter: its own re-check message must not wake it
+    if self ~= '' then redis.call('PUBLISH', channel(i), 'n:1:' .. self)
+    else redis.call('PUBLISH', channel(i), 'n:1') end
+  end
 end
 
 if op == 'acquire' then
@@ -93,11 +97,13 @@ if op == 'acquire' then
 
 elseif op == 'release' then
   -- ARGV: 3 handoff window ms, 4 "1" for a lease's release or "0" for an
-  -- attempt's rollback, channels
+  -- attempt's rollback, 5 (rollback) the waiter that made it, channels
+  local self = ''
+  if ARGV[4] == '0' and #ARGV > 4 + n then self = ARGV[5] end
   local released = 0
   for i = 1, n do
     if vals[i] == mine then
-      free(i, ARGV[3])
+      free(i, ARGV[3], self)
       released = released + 1
     end
   end

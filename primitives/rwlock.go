@@ -140,12 +140,12 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
 	wid := newToken()
 	rw := s.rw
-	return waitLoop(ctx, rw.c, []string{rw.topic}, wid,
-		func(bool) attemptResult { return attemptExclusive(ctx, rw.c, s, wid, true) },
-		func() {
+	return waitLoop(ctx, rw.c, waitSpec{topics: []string{rw.topic}, token: wid,
+		try: func(bool) attemptResult { return attemptExclusive(ctx, rw.c, s, wid, true) },
+		leave: func() {
 			leave := rw.call("leave", wid, rw.channel)
 			rw.c.Broadcast(ctx, func(int) nodeactor.Call { return leave })
-		})
+		}})
 }
 
 func (s *rwSide) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
@@ -160,7 +160,7 @@ func (s *rwSide) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(FenceIdleTTL))
 }
 
-func (s *rwSide) rollbackCall(token string) nodeactor.Call {
+func (s *rwSide) rollbackCall(token, _ string) nodeactor.Call {
 	if s.write {
 		return s.rw.call("wrelease", token, s.rw.window(), s.rw.channel)
 	}
@@ -197,7 +197,7 @@ func (p *rwProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Cal
 }
 
 func (p *rwProto) ReleaseCall(int) nodeactor.Call {
-	return (&rwSide{rw: p.rw, write: p.write}).rollbackCall(p.token)
+	return (&rwSide{rw: p.rw, write: p.write}).rollbackCall(p.token, "")
 }
 
 func (p *rwProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }

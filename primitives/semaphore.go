@@ -111,13 +111,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
 	pr := newProposer(s.permits)
 	wid := newToken()
-	return waitLoop(ctx, s.c, []string{s.topic}, wid,
-		func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
-		func() {
+	return waitLoop(ctx, s.c, waitSpec{topics: []string{s.topic}, token: wid,
+		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
+		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {
 				return s.call("leave", wid, ms(s.c.Config().HandoffWindow), s.channel)
 			})
-		})
+		}})
 }
 
 // Available returns the number of slots free on a quorum of the nodes that
@@ -302,7 +302,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	x := semSlot{s: s, slot: slot, score: pr.score}
 	token := newToken()
 	call := x.acquireCall(token, wid, enqueue)
-	rollback := perNode(x, x.rollbackCall(token))
+	rollback := perNode(x, x.rollbackCall(token, wid))
 	lg := &lateGrants{c: s.c, rollback: rollback}
 	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Config().HandoffWindow), s.channel)}
 	late := lg.late
@@ -486,7 +486,7 @@ func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 		wid, enq, ms(entryTTL), strconv.FormatInt(x.score, 10), ms(s.c.Config().HandoffWindow), s.channel)
 }
 
-func (x semSlot) rollbackCall(token string) nodeactor.Call {
+func (x semSlot) rollbackCall(token, _ string) nodeactor.Call {
 	return x.s.call("rollback", token, strconv.Itoa(x.slot), ms(x.s.c.Config().HandoffWindow), x.s.channel)
 }
 

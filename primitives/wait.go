@@ -10,32 +10,44 @@ import (
 	"github.com/redlock-go/redlock/coordinator"
 )
 
-// recheckCap bounds how long a notified waiter sleeps without a message: a
-// safety re-check in case a push was lost or a handed-over waiter died.
+// recheckCap bounds how long a waiter whose queue entry needs a heartbeat
+// (RWLock, FairLock, Semaphore) sleeps without a message, and any waiter
+// while fewer than a quorum of nodes are up (their messages may be lost).
 const recheckCap = time.Second
+
+// waitSpec is one blocking acquire for waitLoop.
+type waitSpec struct {
+	topics []string // the notify topics whose messages may let it progress
+	token  string   // the waiter's id in its messages (handoffs name it)
+	// try makes one attempt; enqueue asks it to take (or refresh) the
+	// waiter's place in the nodes' queues.
+	try func(enqueue bool) attemptResult
+	// leave removes the waiter's queue entries on every node (nil: none).
+	leave func()
+	// queued skips the first attempt without a subscription and queues at
+	// once (for a caller that expects contention, e.g. a client that just
+	// handed the lock to a waiter: that attempt would only be refused by
+	// the reservation, costing a round on every node while the handoff is
+	// in flight).
+	queued bool
+	// recheckMax is the longest a refused waiter sleeps without a message
+	// (0: recheckCap). Its queue entry, if any, must outlive it.
+	recheckMax time.Duration
+}
 
 // waitLoop is the blocking acquire shared by the exclusive primitives. The
 // first attempt goes out at once (no subscription cost when uncontended);
 // on refusal, in WaitNotify mode the waiter registers with the router and
 // waits for the subscription before the attempt that may fail again, then
-// sleeps until a message for it, the holder's remaining TTL (capped), or ctx.
-// Split votes back off with jitter. On ctx end leave() removes the waiter's
-// queue entry on every node.
-func waitLoop(ctx context.Context, c *coordinator.Coordinator, topics []string, token string,
-	try func(enqueue bool) attemptResult, leave func()) (*Lease, error) {
-	return waitLoopFrom(ctx, c, topics, token, try, leave, false)
-}
-
-// waitLoopFrom is waitLoop; with queued it skips the first attempt without
-// a subscription and queues at once (for a caller that expects contention,
-// e.g. a client that just handed the lock to a waiter: that attempt would
-// only be refused by the reservation, costing a round on every node while
-// the handoff is in flight).
-func waitLoopFrom(ctx context.Context, c *coordinator.Coordinator, topics []string, token string,
-	try func(enqueue bool) attemptResult, leave func(), queued bool) (*Lease, error) {
+// sleeps until a message for it, the holder's remaining TTL (at most
+// recheckMax; recheckCap while fewer than a quorum of nodes are up), or ctx:
+// a message is what wakes it, the timer is the safety net, so idle waiters
+// cost the nodes next to nothing. Split votes back off with jitter. On ctx
+// end leave removes the waiter's queue entry on every node.
+func waitLoop(ctx context.Context, c *coordinator.Coordinator, w waitSpec) (*Lease, error) {
 	refused := time.Now()
-	if !queued || c.Config().WaitStrategy != coordinator.WaitNotify {
-		res := try(false)
+	if !w.queued || c.Config().WaitStrategy != coordinator.WaitNotify {
+		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
 		}
@@ -46,14 +58,18 @@ func waitLoopFrom(ctx context.Context, c *coordinator.Coordinator, topics []stri
 	}()
 	cfg := c.Config()
 	notify := cfg.WaitStrategy == coordinator.WaitNotify
+	recheckMax := w.recheckMax
+	if recheckMax <= 0 {
+		recheckMax = recheckCap
+	}
 	var wake <-chan struct{}
 	if notify {
-		w := c.Router().RegisterAll(token, topics...)
-		defer w.Close()
-		wake = w.C()
+		rw := c.Router().RegisterAll(w.token, w.topics...)
+		defer rw.Close()
+		wake = rw.C()
 		t := time.NewTimer(2 * cfg.NodeTimeout)
 		select {
-		case <-w.Ready():
+		case <-rw.Ready():
 		case <-t.C:
 		case <-ctx.Done():
 		}
@@ -63,22 +79,20 @@ func waitLoopFrom(ctx context.Context, c *coordinator.Coordinator, topics []stri
 	// of some primitives enqueues too): leave on every way out but success,
 	// and once more after NodeTimeout, when an attempt that was still in
 	// flight (and may enqueue again) has been executed or dropped.
-	if leave != nil {
-		once := leave
+	leave := func() {}
+	if w.leave != nil {
 		leave = func() {
-			once()
-			c.Later(cfg.NodeTimeout+10*time.Millisecond, once)
+			w.leave()
+			c.Later(cfg.NodeTimeout+10*time.Millisecond, w.leave)
 		}
-	} else {
-		leave = func() {}
 	}
 	backoff := cfg.RetryDelay
 	for {
 		if err := ctx.Err(); err != nil {
 			leave()
-			return nil, fmt.Errorf("redlock: acquire %v: %w", topics, err)
+			return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, err)
 		}
-		res := try(notify)
+		res := w.try(notify)
 		if res.lease != nil {
 			return res.lease, nil
 		}
@@ -87,28 +101,43 @@ func waitLoopFrom(ctx context.Context, c *coordinator.Coordinator, topics []stri
 			return nil, res.err
 		}
 		var d time.Duration
-		w := wake // nil in polling mode: never fires
-		if !notify || res.split || !errors.Is(res.err, coordinator.ErrNotAcquired) {
-			// Split vote or lost quorum: back off with jitter so contenders
-			// converge; our own rollback's message must not wake us early.
+		wc := wake // nil in polling mode: never fires
+		if !notify || res.split || !(res.held || errors.Is(res.err, coordinator.ErrNotAcquired)) {
+			// Split vote or lost quorum with no refusal: back off with
+			// jitter so contenders converge; nothing will send a message.
 			d = jitter(backoff)
 			backoff = min(2*backoff, cfg.MaxRetryDelay)
-			w = nil
+			wc = nil
 		} else {
 			backoff = cfg.RetryDelay
-			d = recheckCap // a message wakes us; the timer is the safety net
+			limit := recheckMax
+			if upNodes(c) < c.Quorum() {
+				limit = min(limit, recheckCap)
+			}
+			d = limit // a message wakes us; the timer is the safety net
 			if res.hint > 0 {
-				d = min(res.hint+time.Millisecond, recheckCap)
+				d = min(res.hint+time.Millisecond, limit)
 			}
 		}
 		t := time.NewTimer(d)
 		select {
-		case <-w:
+		case <-wc:
 		case <-t.C:
 		case <-ctx.Done():
 		}
 		t.Stop()
 	}
+}
+
+// upNodes counts the nodes that answered their last batch or ping.
+func upNodes(c *coordinator.Coordinator) int {
+	n := 0
+	for _, st := range c.Nodes() {
+		if st.Up {
+			n++
+		}
+	}
+	return n
 }
 
 func retryable(err error) bool {

@@ -1,0 +1,298 @@
+package primitives_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// scriptCalls returns how many scripts (EVALSHA + EVAL) a server has run.
+func scriptCalls(t *testing.T, s *testutil.Server) int {
+	t.Helper()
+	info, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Fields(info) {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				v, _ := strconv.Atoi(calls)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+func scriptCallsAll(t *testing.T, srv []*testutil.Server) []int {
+	out := make([]int, len(srv))
+	for i, s := range srv {
+		out[i] = scriptCalls(t, s)
+	}
+	return out
+}
+
+// settleKey waits a moment for key to be on every server (a quorum
+// decision returns before the last node ran the request); it may never be
+// on one of them (that node had refused the grant), which is legitimate.
+func settleKey(srv []*testutil.Server, key string) {
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for _, s := range srv {
+		for time.Now().Before(deadline) {
+			if v, err := s.Do("EXISTS", key); err == nil && v == "1" {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// Two clients alternate on one Lock: A holds it 100–300 ms while B waits in
+// Acquire, then B takes it and releases at once. While A holds, B must sleep
+// until A's release: at most 2 scripts per node (its first try and its
+// queued try), 3 on a node where A's grant is missing (B's grant there is
+// rolled back), in every hold — a waiter woken by its own rollback's
+// message spins instead (tens of scripts per node per hold).
+func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	cfg := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
+	ca, cb := newCoord(t, addrs, cfg), newCoord(t, addrs, cfg)
+	waitAllUp(t, ca)
+	waitAllUp(t, cb)
+	la, _ := primitives.NewLock(ca, "alt")
+	lb, _ := primitives.NewLock(cb, "alt")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const holds = 24
+	holding := make(chan struct{})  // A holds: B may start waiting
+	bWaiting := make(chan struct{}) // B is about to call Acquire
+	var bErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range holds {
+			select {
+			case <-holding:
+			case <-ctx.Done():
+				return
+			}
+			bWaiting <- struct{}{}
+			lease, err := lb.Acquire(ctx)
+			if err != nil {
+				bErr = err
+				return
+			}
+			if err := lease.Release(ctx); err != nil {
+				bErr = err
+				return
+			}
+		}
+	})
+	worst, worstHold := 0, -1
+	for h := range holds {
+		lease, err := la.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("hold %d: A: %v", h, err)
+		}
+		settleKey(srv, "redlock:{alt}:lock")
+		before := scriptCallsAll(t, srv)
+		holding <- struct{}{}
+		<-bWaiting
+		time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
+		after := scriptCallsAll(t, srv)
+		for i := range srv {
+			if d := after[i] - before[i]; d > worst {
+				worst, worstHold = d, h
+			}
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("hold %d: release: %v", h, err)
+		}
+	}
+	wg.Wait()
+	if bErr != nil {
+		t.Fatalf("B: %v", bErr)
+	}
+	t.Logf("worst hold: %d scripts on one node by the waiter (hold %d)", worst, worstHold)
+	if worst > 3 {
+		t.Fatalf("hold %d: the waiter ran %d scripts on one node while the lock was held (want <= 3): it spins", worstHold, worst)
+	}
+}
+
+// n waiters on n names whose holders hold them (TTL 30 s) cost the nodes
+// at most n/10 scripts per second while nothing changes: a waiter sleeps
+// until a message or its holder's remaining TTL, not a fixed 1 s re-check.
+// Then every waiter gets its lock once its holder releases.
+func TestIdleWaitersDoNotPoll(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	cfg := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
+	holder, waiter := newCoord(t, addrs, cfg), newCoord(t, addrs, cfg)
+	waitAllUp(t, holder)
+	waitAllUp(t, waiter)
+	const n = 300
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leases := make([]*primitives.Lease, n)
+	for i := range n {
+		l, _ := primitives.NewLock(holder, fmt.Sprint("idle-", i))
+		lease, err := l.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = lease
+	}
+	var wg sync.WaitGroup
+	got := make(chan time.Time, n)
+	errs := make(chan error, n)
+	for i := range n {
+		l, _ := primitives.NewLock(waiter, fmt.Sprint("idle-", i))
+		wg.Go(func() {
+			lease, err := l.Acquire(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- time.Now()
+			_ = lease.Release(ctx)
+		})
+	}
+	// Let every waiter make its first attempts and settle.
+	time.Sleep(2 * time.Second)
+	before := scriptCallsAll(t, srv)
+	const window = 4 * time.Second
+	time.Sleep(window)
+	after := scriptCallsAll(t, srv)
+	worst := 0
+	for i := range srv {
+		worst = max(worst, after[i]-before[i])
+	}
+	rate := float64(worst) / window.Seconds()
+	t.Logf("%d idle waiters: %.1f scripts per second on the busiest node", n, rate)
+	if rate > n/10 {
+		t.Errorf("%d idle waiters cost %.1f scripts/s on one node (want <= %d): they poll", n, rate, n/10)
+	}
+	released := time.Now()
+	for _, lease := range leases {
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	close(got)
+	var last time.Duration
+	for at := range got {
+		last = max(last, at.Sub(released))
+	}
+	t.Logf("every waiter acquired within %s of the first release", last)
+}
+
+// lockKeys counts the lock keys on a server.
+func lockKeys(t *testing.T, s *testutil.Server) int {
+	t.Helper()
+	v, err := s.Do("EVAL", "return #redis.call('KEYS', 'redlock:*:lock')", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+// One process holds many leases, and their renewals are under way when
+// 256 goroutines release them all: no Release fails (a busy node queues a
+// release, it never refuses it) and no lock key is left behind to expire
+// by its TTL.
+func TestReleaseBurstIsNeverDropped(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	const ttl = 10 * time.Second
+	c := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL = ttl })
+	waitAllUp(t, c)
+	const n = 20000
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leases := make([]*primitives.Lease, n)
+	first := time.Now()
+	var wg sync.WaitGroup
+	var acqErrs sync.Map
+	for g := range 64 {
+		wg.Go(func() {
+			for i := g; i < n; i += 64 {
+				l, _ := primitives.NewLock(c, fmt.Sprint("burst-", i))
+				for {
+					lease, err := l.TryAcquire(ctx)
+					if err == nil {
+						leases[i] = lease
+						break
+					}
+					if ctx.Err() != nil {
+						acqErrs.Store(i, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	acqErrs.Range(func(k, v any) bool { t.Fatalf("acquire %v: %v", k, v); return false })
+	// Release while the first renewal round (at TTL/3) is being sent.
+	time.Sleep(time.Until(first.Add(ttl/3 + 100*time.Millisecond)))
+	work := make(chan *primitives.Lease, n)
+	for _, l := range leases {
+		work <- l
+	}
+	close(work)
+	var failed sync.Map
+	nFailed := 0
+	var mu sync.Mutex
+	for range 256 {
+		wg.Go(func() {
+			for l := range work {
+				if err := l.Release(ctx); err != nil {
+					failed.Store(l.Token(), err)
+					mu.Lock()
+					nFailed++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if nFailed > 0 {
+		failed.Range(func(_, v any) bool { t.Errorf("release: %v", v); return false })
+		t.Fatalf("%d of %d releases failed", nFailed, n)
+	}
+	// Every release was confirmed by a quorum; the last node's copy may
+	// still be on its way. Well before the TTL, no key may be left.
+	deadline := time.Now().Add(2 * time.Second)
+	for i, s := range srv {
+		for {
+			k := lockKeys(t, s)
+			if k == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: %d lock keys left after every release returned", i, k)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
