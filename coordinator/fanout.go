@@ -36,11 +36,17 @@ func (r *Round) Abort() {
 // are still recorded.
 func (c *Coordinator) Fanout(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
+	return c.fanout(ctx, c.cfg.NodeTimeout, lane, call, decide, late)
+}
+
+// fanout is Fanout with the round bounded by bound instead of NodeTimeout.
+func (c *Coordinator) fanout(ctx context.Context, bound time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
 	n := len(c.nodes)
 	r := &Round{Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
 	ch := make(chan nodeactor.Reply, n) // early return never strands an actor
 	tickets := make([]nodeactor.Ticket, n)
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.NodeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	r.abort = cancel
 	r.Start = time.Now()
 	pending := 0

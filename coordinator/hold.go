@@ -214,8 +214,10 @@ func (c *Coordinator) releaseTimeout() time.Duration {
 }
 
 // Release deletes the hold on every node that answers. It runs with
-// context.WithoutCancel(ctx) and a bounded timeout, so a deferred Release
-// after the request's ctx ended still deletes the keys. It returns nil when a
+// context.WithoutCancel(ctx), so a deferred Release after the request's ctx
+// ended still deletes the keys, and waits for a busy node until the hold's
+// Deadline at most (never less than a short bound); a node that is down or
+// not answering does not hold it up once a quorum confirmed. It returns nil when a
 // quorum confirmed (and nil again on a second call), an error wrapping the
 // per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
 // hold had been lost, and ErrClosed if Coordinator.Close released it.
@@ -243,7 +245,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	h.c.rn.remove(h)
 	h.waitRound(idle)
-	err := h.c.release(ctx, h.spec.Protocol)
+	err := h.c.release(ctx, h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, ErrReleased)
 	return err
 }
@@ -298,20 +300,23 @@ func (h *Hold) closeRelease() {
 	idle := h.idle
 	h.mu.Unlock()
 	h.waitRound(idle)
-	_ = h.c.release(context.Background(), h.spec.Protocol)
+	_ = h.c.release(context.Background(), h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
 }
 
-func (c *Coordinator) release(ctx context.Context, p Protocol) error {
-	// Fanout bounds the round by NodeTimeout (below releaseTimeout), and
-	// the caller's cancellation must not cut a release short.
+// release ends a hold on every node. The round is bounded by the hold's
+// deadline (at least releaseTimeout): a release queued behind a burst on a
+// busy node is waited for while it still matters (after the deadline the
+// keys expire anyway), and the caller's cancellation must not cut it short.
+func (c *Coordinator) release(ctx context.Context, p Protocol, deadline time.Time) error {
 	rctx := context.WithoutCancel(ctx)
+	bound := max(time.Until(deadline), c.releaseTimeout())
 	// Done once a quorum confirmed and every node that is up answered: a
 	// node that stopped answering (paused, partitioned) must not make every
 	// release wait the whole bound. Its request stays queued and is still
 	// sent (urgent requests outlive their ctx), so it deletes there too when
 	// the node comes back; otherwise the key expires by its TTL.
-	r := c.Fanout(rctx, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
+	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
 		ok := 0
 		for i, rep := range r.Replies {
 			if r.Answered[i] && rep.Err == nil {

@@ -62,6 +62,8 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		handoffs = fs.Int("handoffs", 200, "W2: handoffs to measure per run")
 		hmax     = fs.Duration("handoff-max", 15*time.Second, "W2: time cap per run (slow pollers may measure fewer handoffs)")
 		settle   = fs.Duration("settle", 10*time.Millisecond, "W2: how long the waiter waits before the holder releases; CountDownLatch: the waiters' head start")
+		burst    = fs.Int("burst", 0, "instead of the table: hold this many leases (TTL 10s) in one process and release them from --releasers goroutines while their renewals are due; report errors and keys left")
+		rels     = fs.Int("releasers", 256, "--burst: goroutines that release")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -108,6 +110,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 		o.NodeSets = append(o.NodeSets, n)
 	}
+	if *burst != 0 {
+		return c.runBurst(ctx, *burst, *rels, *nodes, *embedded, stdout)
+	}
 	if *duration <= 0 || *warmup < 0 || *handoffs <= 0 || *hmax <= 0 || *settle <= 0 || *repeat < 1 {
 		return usageErr("--duration, --handoffs, --handoff-max, --settle and --repeat must be positive, --warmup not negative")
 	}
@@ -135,6 +140,36 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		werr = errors.Join(werr, jerr)
 	}
 	return errors.Join(err, werr)
+}
+
+// runBurst is --burst: ReleaseBurst on the given nodes, or on 3
+// redis-servers it starts (embedded ones with --embedded).
+func (c Command) runBurst(ctx context.Context, leases, releasers int, nodes string, embedded bool, stdout io.Writer) error {
+	if leases < 1 || releasers < 1 {
+		return usageErr("--burst and --releasers must be positive")
+	}
+	addrs := split(nodes)
+	if len(addrs) == 0 {
+		start := StartRedisServers
+		if embedded {
+			start = StartEmbedded
+		}
+		srv, err := start(3)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		addrs = srv.Addrs
+	}
+	res, err := ReleaseBurst(ctx, BurstOptions{Addrs: addrs, Leases: leases, Releasers: releasers, TTL: LockTTL})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "## Release burst (%d nodes)\n\n%s", len(addrs), res.Markdown())
+	if res.Errors > 0 {
+		return fmt.Errorf("%s: %d releases failed", c.Name, res.Errors)
+	}
+	return nil
 }
 
 func writeFile(path string, b []byte) error {
