@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/sourcegraph/conc/panics"
 )
 
 // Lease is a held primitive: auto-renewed, fenced, with a Lost channel that
@@ -24,7 +26,9 @@ type Locker interface {
 
 // Do acquires l, runs fn under the lease's Context (cancelled if the lease is
 // lost) and always releases. It returns fn's error, or the acquire error, or
-// the release error when fn succeeded.
+// the release error when fn succeeded. A panic in fn is recovered and
+// returned as an error (with the panic's value and stack) after the lease
+// was released: a crashing job does not keep its lock until the TTL.
 func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err error) {
 	if l == nil || fn == nil {
 		return errors.Join(ErrInvalidArgument, errors.New("redlock: Do needs a Locker and a func"))
@@ -42,7 +46,12 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err 
 	defer cancel(nil)
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	defer stop()
-	return fn(wctx)
+	var pc panics.Catcher
+	pc.Try(func() { err = fn(wctx) })
+	if r := pc.Recovered(); r != nil {
+		return fmt.Errorf("redlock: Do: the function panicked: %w", r.AsError())
+	}
+	return err
 }
 
 // newToken returns 128 random bits from crypto/rand, hex encoded.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,4 +183,25 @@ func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
 			t.Fatalf("status after release %+v", st)
 		}
 	}
+}
+
+// A panic in Do's function comes back as an error, and the lock is free at
+// once (not after its TTL).
+func TestDoRecoversAPanicAndReleases(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	c := newCoord(t, testutil.MiniAddrs(ms), func(cfg *coordinator.Config) { cfg.DefaultTTL = time.Minute })
+	ctx := context.Background()
+	l, err := primitives.NewLock(c, "panicky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = primitives.Do(ctx, l, func(context.Context) error { panic("job crashed") })
+	if err == nil || !strings.Contains(err.Error(), "job crashed") {
+		t.Fatalf("Do = %v, want the panic as an error", err)
+	}
+	lease, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("lock still held after the panicking Do returned: %v", err)
+	}
+	lease.Release(ctx)
 }
