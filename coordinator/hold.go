@@ -459,14 +459,17 @@ func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, notOwner int
 	return fmt.Errorf("%w: renewal confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, n, errors.Join(errs...))
 }
 
-// Protocol returns the protocol the hold was created with (primitives use it
-// to recognise their own leases).
-func (h *Hold) Protocol() Protocol { return h.spec.Protocol }
+// HoldProtocol returns the protocol h was created with (primitives use it to
+// recognise their own leases). It is plumbing for package primitives, not a
+// method of the Lease users hold.
+func HoldProtocol(h *Hold) Protocol { return h.spec.Protocol }
 
-// Detach ends a held hold as released without sending anything to Redis:
-// its keys were converted atomically into another hold (RWLock.Downgrade).
-// It reports false if the hold was no longer held.
-func (h *Hold) Detach() bool {
+// DetachHold ends a held hold as released without sending anything to
+// Redis: its keys were converted atomically into another hold
+// (RWLock.Downgrade). It reports false if the hold was no longer held. It is
+// plumbing for package primitives: a user who ended a lease this way would
+// leave its keys in Redis.
+func DetachHold(h *Hold) bool {
 	h.mu.Lock()
 	if h.state != stateHeld {
 		h.mu.Unlock()

@@ -71,7 +71,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 	if write == nil {
 		return nil, fmt.Errorf("%w: nil lease", ErrInvalidArgument)
 	}
-	p, ok := write.Protocol().(*rwProto)
+	p, ok := coordinator.HoldProtocol(write).(*rwProto)
 	if !ok || p.rw != rw || !p.write {
 		return nil, fmt.Errorf("%w: not a write lease of RWLock %q", ErrInvalidArgument, rw.name)
 	}
@@ -96,7 +96,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
 		Protocol: &rwProto{rw: rw, token: p.token, write: false},
 	})
-	write.Detach()
+	coordinator.DetachHold(write)
 	return read, err
 }
 
