@@ -130,15 +130,22 @@ func TestResendAfterResetKeepsOrder(t *testing.T) {
 				vals = append(vals, v)
 			}
 		}
-		prev := -1
-		for i, v := range vals {
-			x, _ := strconv.Atoi(v)
-			if x < prev {
-				t.Errorf("resource res%d: position %d ran request %d after request %d: out of order", r, i, x, prev)
-				break
-			}
-			prev = x
+		checkIncreasing(t, fmt.Sprint("res", r), vals)
+	}
+}
+
+// checkIncreasing reports the first request in vals (the order the node ran
+// them) that ran after one queued later.
+func checkIncreasing(t *testing.T, res string, vals []string) {
+	t.Helper()
+	prev := -1
+	for i, v := range vals {
+		x, _ := strconv.Atoi(v)
+		if x <= prev {
+			t.Errorf("resource %s: position %d ran request %d after request %d: out of order", res, i, x, prev)
+			return
 		}
+		prev = x
 	}
 }
 
@@ -183,15 +190,7 @@ func TestOrderAcrossAPause(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prev := -1
-		for i, v := range splitLines(got) {
-			x, _ := strconv.Atoi(v)
-			if x <= prev {
-				t.Errorf("resource res%d: position %d ran request %d after request %d: out of order", r, i, x, prev)
-				break
-			}
-			prev = x
-		}
+		checkIncreasing(t, fmt.Sprint("res", r), splitLines(got))
 	}
 }
 

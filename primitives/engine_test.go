@@ -59,6 +59,18 @@ func settleKey(srv []*testutil.Server, key string) {
 	}
 }
 
+// twoClients starts 3 redis-servers and two Coordinators on them (DefaultTTL
+// 30 s), with every node up.
+func twoClients(t *testing.T) ([]*testutil.Server, *coordinator.Coordinator, *coordinator.Coordinator) {
+	t.Helper()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	cfg := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
+	a, b := newCoord(t, testutil.Addrs(srv), cfg), newCoord(t, testutil.Addrs(srv), cfg)
+	waitAllUp(t, a)
+	waitAllUp(t, b)
+	return srv, a, b
+}
+
 // Two clients alternate on one Lock: A holds it 100–300 ms while B waits in
 // Acquire, then B takes it and releases at once. While A holds, B must sleep
 // until A's release: at most 2 scripts per node (its first try and its
@@ -67,12 +79,7 @@ func settleKey(srv []*testutil.Server, key string) {
 // message spins instead (tens of scripts per node per hold).
 func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
 	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	addrs := testutil.Addrs(srv)
-	cfg := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
-	ca, cb := newCoord(t, addrs, cfg), newCoord(t, addrs, cfg)
-	waitAllUp(t, ca)
-	waitAllUp(t, cb)
+	srv, ca, cb := twoClients(t)
 	la, _ := primitives.NewLock(ca, "alt")
 	lb, _ := primitives.NewLock(cb, "alt")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -139,12 +146,7 @@ func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
 // Then every waiter gets its lock once its holder releases.
 func TestIdleWaitersDoNotPoll(t *testing.T) {
 	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	addrs := testutil.Addrs(srv)
-	cfg := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
-	holder, waiter := newCoord(t, addrs, cfg), newCoord(t, addrs, cfg)
-	waitAllUp(t, holder)
-	waitAllUp(t, waiter)
+	srv, holder, waiter := twoClients(t)
 	const n = 300
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
