@@ -125,41 +125,11 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	}
 	fail := func(res attemptResult) attemptResult {
 		res.now = serverNow
-		r.Abort() // what is still queued unsent holds nothing
 		lg.settle(nil)
-		// Roll back where a grant may exist: granted, or answered an error
-		// (a script error can follow a write). A node that refused holds
-		// nothing, and one that had not answered is rolled back by the late
-		// handler if its reply turns out to be a grant: a refused attempt
-		// sends no rollback at all.
-		var undo []int
-		for i, rep := range r.Replies {
-			if !r.Answered[i] {
-				continue
-			}
-			if g, err := parseGrant(rep); (err == nil && g.ok) || (err != nil && !errors.Is(err, nodeactor.ErrNotSent)) {
-				undo = append(undo, i)
-			}
-		}
-		if len(undo) > 0 {
-			if ctx.Err() != nil {
-				// The caller gave up (ctx, Acquirer.Close): undo before
-				// returning, so that nothing of this attempt is left when the
-				// call returns (bounded; late grants still roll back later).
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Config().NodeTimeout)
-				c.Fanout(rctx, nodeactor.Urgent, func(i int) nodeactor.Call {
-					if slices.Contains(undo, i) {
-						return rollback(i)
-					}
-					return nodeactor.Call{}
-				}, nil, nil)
-				cancel()
-			} else {
-				for _, i := range undo {
-					c.SendLate(i, rollback(i))
-				}
-			}
-		}
+		rollbackAttempt(ctx, c, r, rollback, func(rep nodeactor.Reply) bool {
+			g, err := parseGrant(rep)
+			return err == nil && g.ok
+		})
 		return res
 	}
 	if fails.wrong != nil {
@@ -202,6 +172,47 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 		c.Broadcast(ctx, func(int) nodeactor.Call { return claim })
 	}
 	return attemptResult{lease: h}
+}
+
+// rollbackAttempt is the one rollback rule of a failed quorum attempt
+// (every primitive's): it drops the requests still queued unsent, and rolls
+// back every node whose reply holds something — granted says which replies
+// are grants — or that answered an error (a script error can follow a
+// write). A node that refused holds nothing, and one that had not answered is
+// rolled back by the attempt's late handler if its reply turns out to hold
+// something: a refused attempt sends no rollback at all. When the caller gave
+// up (ctx ended: Acquire's ctx, Acquirer.Close) the rollback is awaited,
+// bounded by NodeTimeout, so that nothing of the attempt is left when the
+// call returns.
+func rollbackAttempt(ctx context.Context, c *coordinator.Coordinator, r *coordinator.Round,
+	rollback func(node int) nodeactor.Call, granted func(nodeactor.Reply) bool) {
+	r.Abort()
+	var undo []int
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			continue
+		}
+		if rep.Err != nil && !errors.Is(rep.Err, nodeactor.ErrNotSent) || rep.Err == nil && granted(rep) {
+			undo = append(undo, i)
+		}
+	}
+	if len(undo) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Config().NodeTimeout)
+		defer cancel()
+		c.Fanout(rctx, nodeactor.Urgent, func(i int) nodeactor.Call {
+			if slices.Contains(undo, i) {
+				return rollback(i)
+			}
+			return nodeactor.Call{} // skipped
+		}, nil, nil)
+		return
+	}
+	for _, i := range undo {
+		c.SendLate(i, rollback(i))
+	}
 }
 
 // lateGrants handles grants that arrive after an attempt stopped waiting for

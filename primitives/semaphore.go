@@ -362,9 +362,10 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		}
 		lg.settle(nil)
 		cl.settle(false)
-		if granted > 0 || r.NAnswered < n {
-			s.c.Broadcast(ctx, rollback)
-		}
+		rollbackAttempt(ctx, s.c, r, rollback, func(rep nodeactor.Reply) bool {
+			g, err := parseSemReply(rep)
+			return err == nil && g.code == 1
+		})
 		return res
 	}
 	if fails.wrong != nil {
@@ -382,12 +383,12 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		}
 		if refused > 0 && granted+refused >= q {
 			pr.learn(lists, slot, q)
-			return fail(attemptResult{hint: hint, split: granted > 0, err: &NotAcquiredError{TTL: hint}}), true
+			return fail(attemptResult{hint: hint, split: granted > 0 && refused < q, err: &NotAcquiredError{TTL: hint}}), true
 		}
 		if mismatch > 0 {
 			fails.errs = append(fails.errs, s.mismatchErr(stored))
 		}
-		return fail(attemptResult{split: granted > 0, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
+		return fail(attemptResult{split: granted > 0, held: refused > 0, hint: hint, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
 			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...))}), false
 	}
 	if ttl := s.o.ttl; ttl-time.Since(r.Start)-s.c.Drift(ttl) <= 0 {
