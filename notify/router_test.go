@@ -55,6 +55,9 @@ func TestWakeRules(t *testing.T) {
 			{"handoff to a waiter of another process wakes nobody", "h:zz", [3]bool{}},
 			{"one freed wakes the head", "n:1", [3]bool{true, false, false}},
 			{"two freed wake the first two", "n:2", [3]bool{true, true, false}},
+			{"a rollback's re-check skips the waiter that sent it", "n:1:ta", [3]bool{false, true, false}},
+			{"the skip keeps the count", "n:2:tb", [3]bool{true, false, true}},
+			{"skipping a waiter of another process changes nothing", "n:1:zz", [3]bool{true, false, false}},
 			{"latch open wakes everyone", "a", [3]bool{true, true, true}},
 			{"keyspace event wakes the head", "ks:expired", [3]bool{true, false, false}},
 		}
