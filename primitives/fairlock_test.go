@@ -24,8 +24,8 @@ import (
 
 func flKey(name, suffix string) string { return "redlock:{" + name + "}:" + suffix }
 
-// flEventually polls cond every 5ms until it holds or timeout passes.
-func flEventually(timeout time.Duration, cond func() bool) bool {
+// eventually polls cond every 5ms until it holds or timeout passes.
+func eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond() {
@@ -158,7 +158,7 @@ func TestFairLockMiniBasic(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	got := flAcquire(wctx, l2)
-	if !flEventually(5*time.Second, func() bool { return slices.Equal(flMiniQueue(t, ms, name), []int{1, 1, 1}) }) {
+	if !eventually(5*time.Second, func() bool { return slices.Equal(flMiniQueue(t, ms, name), []int{1, 1, 1}) }) {
 		t.Fatalf("waiter never enqueued: %v", flMiniQueue(t, ms, name))
 	}
 	if _, err := l3.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
@@ -180,13 +180,28 @@ func TestFairLockMiniBasic(t *testing.T) {
 	if err := r.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	ours := func(k string) bool {
+		return slices.ContainsFunc([]string{"flock", "ffence", "fq", "fqx", "fticket", "fholds", "fepoch", "fgone"},
+			func(s string) bool { return k == flKey(name, s) }) // the Lock of the same name has its own keys
+	}
+	kept := func(k string) bool { return k == flKey(name, "ffence") || k == flKey(name, "fticket") }
+	// Release returns at a quorum; the third node deletes right after.
+	eventually(time.Second, func() bool {
+		for _, m := range ms {
+			for _, k := range m.Keys() {
+				if ours(k) && !kept(k) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	for i, m := range ms {
 		for _, k := range m.Keys() {
-			if !slices.ContainsFunc([]string{"flock", "ffence", "fq", "fqx", "fticket", "fholds", "fepoch", "fgone"},
-				func(s string) bool { return k == flKey(name, s) }) {
-				continue // the Lock of the same name has its own keys
+			if !ours(k) {
+				continue
 			}
-			if k != flKey(name, "ffence") && k != flKey(name, "fticket") {
+			if !kept(k) {
 				t.Errorf("node %d: %s left after release", i, k)
 			}
 			if m.TTL(k) <= 0 {
@@ -194,8 +209,12 @@ func TestFairLockMiniBasic(t *testing.T) {
 			}
 		}
 	}
-	if st := l1.Status(ctx); len(st) != 3 || st[0].State != "free" || st[0].Waiters != 0 {
-		t.Errorf("Status after release: %+v", st)
+	free := func() bool {
+		st := l1.Status(ctx)
+		return len(st) == 3 && st[0].State == "free" && st[0].Waiters == 0
+	}
+	if !eventually(time.Second, free) {
+		t.Errorf("Status after release: %+v", l1.Status(ctx))
 	}
 }
 
@@ -410,7 +429,7 @@ func TestFairLockFIFO(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 					lease.Release(context.Background())
 				})
-				if !flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+1) }) {
+				if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+1) }) {
 					t.Fatalf("waiter %d not enqueued on every node: %v", i, flQueueLens(srv, name))
 				}
 				select {
@@ -432,7 +451,7 @@ func TestFairLockFIFO(t *testing.T) {
 			if !slices.Equal(order, []int{0, 1, 2, 3, 4}) {
 				t.Errorf("grant order %v, want enqueue order [0 1 2 3 4]", order)
 			}
-			if !flEventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+			if !eventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 				t.Errorf("queue not empty after every waiter released: %v", flQueueLens(srv, name))
 			}
 			for i, s := range srv {
@@ -484,7 +503,7 @@ func TestFairLockDeadHeadEvicted(t *testing.T) {
 	dctx, dcancel := context.WithCancel(ctx)
 	defer dcancel()
 	dres := flAcquire(dctx, dead)
-	if !flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
+	if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
 		t.Fatalf("dead-to-be waiter not enqueued: %v", flQueueLens(srv, name))
 	}
 
@@ -507,7 +526,7 @@ func TestFairLockDeadHeadEvicted(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			lease.Release(context.Background())
 		})
-		if !flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+2) }) {
+		if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+2) }) {
 			t.Fatalf("waiter %d not enqueued: %v", i, flQueueLens(srv, name))
 		}
 	}
@@ -561,7 +580,7 @@ func TestFairLockDeadHeadEvicted(t *testing.T) {
 		r.lease.Release(context.Background())
 		t.Errorf("the cut-off waiter acquired")
 	}
-	if !flEventually(5*time.Second, func() bool {
+	if !eventually(5*time.Second, func() bool {
 		for _, s := range srv {
 			if n, _ := s.Do("EXISTS", flKey(name, "flock"), flKey(name, "fq"), flKey(name, "fqx")); n != "0" {
 				return false
@@ -596,7 +615,7 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 				storm := iter%2 == 1
 				ctx, cancel := context.WithCancel(context.Background())
 				res := flAcquire(ctx, w)
-				if !flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
+				if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
 					cancel()
 					<-res
 					t.Fatalf("iter %d: waiter not enqueued: %v", iter, flQueueLens(srv, name))
@@ -625,7 +644,7 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 				if !errors.Is(r.err, context.Canceled) {
 					t.Errorf("iter %d: Acquire after cancel = %v, want context.Canceled", iter, r.err)
 				}
-				if !flEventually(time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+				if !eventually(time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 					t.Errorf("iter %d (storm %v): queue entry left 1s after cancel: %v", iter, storm, flQueueLens(srv, name))
 				}
 				// and it stays gone (no stale attempt re-inserts it)
@@ -643,10 +662,10 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 			// without waiting for the head's entry to expire
 			hctx, hcancel := context.WithCancel(context.Background())
 			headRes := flAcquire(hctx, w)
-			flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) })
+			eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) })
 			next, _ := primitives.NewFairLock(newCoord(t, addrs, st.mut), name)
 			nres := flAcquire(context.Background(), next)
-			flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 2) })
+			eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 2) })
 			// release, then cancel the woken head before or after it acquires
 			h.Release(context.Background())
 			hcancel()
@@ -662,7 +681,7 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 			case <-time.After(next.WaiterTimeout() + 5*time.Second):
 				t.Fatal("next waiter not granted after the head left")
 			}
-			if !flEventually(2*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+			if !eventually(2*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 				t.Errorf("queue not empty: %v", flQueueLens(srv, name))
 			}
 		})
@@ -719,7 +738,7 @@ func TestFairLockContention(t *testing.T) {
 			if _, rej := fs.Counts(); rej != 0 {
 				t.Errorf("%d stale fences", rej)
 			}
-			if !flEventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+			if !eventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 				t.Errorf("queue not empty at the end: %v", flQueueLens(srv, name))
 			}
 		})
@@ -785,7 +804,7 @@ func TestFairLockMinorityPaused(t *testing.T) {
 	if _, rej := fs.Counts(); rej != 0 {
 		t.Errorf("%d stale fences", rej)
 	}
-	if !flEventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+	if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 		t.Errorf("queue not empty at the end: %v", flQueue(srv, name))
 	}
 }

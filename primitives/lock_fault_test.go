@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -841,6 +842,10 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 	check := func(name, what string) {
 		t.Helper()
 		for i, s := range srv {
+			// Release returns at a quorum; the third node deletes right after.
+			eventually(time.Second, func() bool {
+				return slices.Equal(lockKeysOn(t, s, name), []string{lockKey(name, "fence")}) || len(lockKeysOn(t, s, name)) == 0
+			})
 			for _, k := range lockKeysOn(t, s, name) {
 				if k != lockKey(name, "fence") {
 					val, _ := s.Do("GET", k)

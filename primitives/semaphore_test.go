@@ -113,6 +113,15 @@ func TestSemaphoreMiniBasic(t *testing.T) {
 	}
 	releaseAll([]*primitives.Lease{held[0], held[2], again})
 	// S6: only the config hash (permits + per-slot fence counters) stays
+	// (Release returns at a quorum; the third node deletes right after)
+	eventually(time.Second, func() bool {
+		for _, m := range ms {
+			if len(m.Keys()) != 1 {
+				return false
+			}
+		}
+		return true
+	})
 	for i, m := range ms {
 		for _, k := range m.Keys() {
 			if k != "redlock:{basic}:sem" {
