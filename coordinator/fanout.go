@@ -27,7 +27,7 @@ func (r *Round) Abort() {
 	}
 }
 
-// Fanout sends call(i) to every node i on lane (a zero Call skips node i), each bounded by NodeTimeout,
+// Fanout sends call(i) to every node i on lane, each bounded by NodeTimeout,
 // and collects replies until decide returns true, every node has answered,
 // or ctx ends. Nodes that had not answered are abandoned: their late replies
 // are passed to late (on an actor goroutine: it must not block; nil drops
@@ -52,16 +52,9 @@ func (c *Coordinator) fanout(ctx context.Context, bound time.Duration, lane node
 	pending := 0
 	for i, nd := range c.nodes {
 		tickets[i].Late = late
-		cl := call(i)
-		if cl.Script == nil && len(cl.Args) == 0 {
-			// a zero Call skips the node (counted as answered, no error)
-			tickets[i].Abandon()
-			r.record(nodeactor.Reply{Node: i})
-			continue
-		}
 		// A full mailbox (the node stopped answering) fails this node at
 		// once: one hung node must not use up the round's time for the others.
-		err := nd.TrySend(nodeactor.Request{Ctx: rctx, Call: cl, Lane: lane, Reply: ch, Ticket: &tickets[i]})
+		err := nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]})
 		if err != nil {
 			tickets[i].Abandon()
 			r.record(nodeactor.Reply{Node: i, Err: &NodeError{Addr: nd.Addr(), Err: err}})

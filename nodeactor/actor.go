@@ -298,7 +298,7 @@ func (a *Actor) Send(req Request) error {
 		if err := a.normalCap.Acquire(req.Ctx, 1); err != nil {
 			return context.Cause(req.Ctx)
 		}
-		return a.enqueue(req, true)
+		return a.enqueue(req)
 	}
 	return a.TrySend(req)
 }
@@ -320,17 +320,19 @@ func (a *Actor) TrySend(req Request) error {
 		if !a.normalCap.TryAcquire(1) {
 			return ErrBusy
 		}
-		return a.enqueue(req, true)
+		return a.enqueue(req)
 	}
 	if !a.up.Load() && a.urgentN.Load() >= int64(a.opt.MailboxSize) {
 		return ErrBusy
 	}
-	return a.enqueue(req, false)
+	return a.enqueue(req)
 }
 
-func (a *Actor) enqueue(req Request, normal bool) error {
+// enqueue queues req on its lane; a Normal request has taken its unit of
+// normalCap already.
+func (a *Actor) enqueue(req Request) error {
 	req.counted = true
-	if !normal {
+	if req.Lane == Urgent {
 		a.urgentN.Add(1)
 	}
 	a.laneOf(req.Call).push(req)

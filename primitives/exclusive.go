@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,7 +80,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	call := perNode(x, x.acquireCall(token, wid, enqueue))
 
 	rollback := perNode(x, x.rollbackCall(token, wid))
-	lg := &lateGrants{c: c, rollback: rollback}
+	lg := &lateGrants{c: c, rollback: rollback, mayHold: lockMayHold}
 	// decide as soon as a quorum granted or can no longer grant
 	r := c.Fanout(ctx, nodeactor.Normal, call,
 		func(r *coordinator.Round) bool {
@@ -126,10 +125,7 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	fail := func(res attemptResult) attemptResult {
 		res.now = serverNow
 		lg.settle(nil)
-		rollbackAttempt(ctx, c, r, rollback, func(rep nodeactor.Reply) bool {
-			g, err := parseGrant(rep)
-			return err == nil && g.ok
-		})
+		rollbackAttempt(ctx, c, r, rollback, lockMayHold)
 		return res
 	}
 	if fails.wrong != nil {
@@ -174,25 +170,35 @@ func attemptExclusive(ctx context.Context, c *coordinator.Coordinator, x exclusi
 	return attemptResult{lease: h}
 }
 
+// lockMayHold reports whether a Lock-family acquire reply may have left
+// something on its node: a grant holds, and an error may (a script error can
+// follow a write; a program on a Redis Cluster node can fail after taking
+// some slot groups). Only a clean refusal, or a request dropped unsent,
+// holds nothing.
+func lockMayHold(rep nodeactor.Reply) bool {
+	if rep.Err != nil {
+		return !errors.Is(rep.Err, nodeactor.ErrNotSent)
+	}
+	g, err := parseGrant(rep)
+	return err != nil || g.ok
+}
+
 // rollbackAttempt is the one rollback rule of a failed quorum attempt
-// (every primitive's): it drops the requests still queued unsent, and rolls
-// back every node whose reply holds something — granted says which replies
-// are grants — or that answered an error (a script error can follow a
-// write). A node that refused holds nothing, and one that had not answered is
-// rolled back by the attempt's late handler if its reply turns out to hold
-// something: a refused attempt sends no rollback at all. When the caller gave
-// up (ctx ended: Acquire's ctx, Acquirer.Close) the rollback is awaited,
-// bounded by NodeTimeout, so that nothing of the attempt is left when the
-// call returns.
+// (every primitive's): it drops the requests still queued unsent and rolls
+// back every node that answered a reply that may hold something (mayHold).
+// A node that had not answered is rolled back by the attempt's late handler
+// if its reply turns out to hold something (the same rule): a refused
+// attempt sends no rollback at all. When the caller gave up (ctx ended:
+// Acquire's ctx, Acquirer.Close) the rollback is sent to every node and
+// awaited, bounded by NodeTimeout, so that nothing of the attempt is left
+// when the call returns (a rollback where the attempt holds nothing is a
+// no-op; this path is rare).
 func rollbackAttempt(ctx context.Context, c *coordinator.Coordinator, r *coordinator.Round,
-	rollback func(node int) nodeactor.Call, granted func(nodeactor.Reply) bool) {
+	rollback func(node int) nodeactor.Call, mayHold func(nodeactor.Reply) bool) {
 	r.Abort()
 	var undo []int
 	for i, rep := range r.Replies {
-		if !r.Answered[i] {
-			continue
-		}
-		if rep.Err != nil && !errors.Is(rep.Err, nodeactor.ErrNotSent) || rep.Err == nil && granted(rep) {
+		if r.Answered[i] && mayHold(rep) {
 			undo = append(undo, i)
 		}
 	}
@@ -202,12 +208,7 @@ func rollbackAttempt(ctx context.Context, c *coordinator.Coordinator, r *coordin
 	if ctx.Err() != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Config().NodeTimeout)
 		defer cancel()
-		c.Fanout(rctx, nodeactor.Urgent, func(i int) nodeactor.Call {
-			if slices.Contains(undo, i) {
-				return rollback(i)
-			}
-			return nodeactor.Call{} // skipped
-		}, nil, nil)
+		c.Fanout(rctx, nodeactor.Urgent, rollback, nil, nil)
 		return
 	}
 	for _, i := range undo {
@@ -222,6 +223,7 @@ func rollbackAttempt(ctx context.Context, c *coordinator.Coordinator, r *coordin
 type lateGrants struct {
 	c        *coordinator.Coordinator
 	rollback func(node int) nodeactor.Call
+	mayHold  func(nodeactor.Reply) bool // see rollbackAttempt
 	mu       sync.Mutex
 	settled  bool
 	lease    *Lease
@@ -230,10 +232,8 @@ type lateGrants struct {
 
 // late runs on an actor worker goroutine: it never blocks.
 func (g *lateGrants) late(rep nodeactor.Reply) {
-	// Only a clean refusal holds nothing: a grant holds, and an error may
-	// (a program on a Redis Cluster node can fail after taking some slot
-	// groups). A rollback is per token and safe to repeat.
-	if x, err := parseGrant(rep); (err == nil && !x.ok) || errors.Is(err, nodeactor.ErrNotSent) {
+	// A rollback is per token and safe to repeat.
+	if !g.mayHold(rep) {
 		return
 	}
 	g.mu.Lock()

@@ -290,6 +290,16 @@ func parseSemReply(rep nodeactor.Reply) (semReply, error) {
 	return r, nil
 }
 
+// semMayHold is lockMayHold for a Semaphore slot reply: only a refusal
+// (not a grant, code 1), or a request dropped unsent, holds nothing.
+func semMayHold(rep nodeactor.Reply) bool {
+	if rep.Err != nil {
+		return !errors.Is(rep.Err, nodeactor.ErrNotSent)
+	}
+	g, err := parseSemReply(rep)
+	return err != nil || g.code == 1
+}
+
 // propose makes one quorum attempt on slot: the exclusive attempt of the
 // Lock (fresh token, early decision, rollback of partial and late grants,
 // validity, S2 fence per slot), with the replies' free lists fed to pr.
@@ -303,7 +313,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	token := newToken()
 	call := x.acquireCall(token, wid, enqueue)
 	rollback := perNode(x, x.rollbackCall(token, wid))
-	lg := &lateGrants{c: s.c, rollback: rollback}
+	lg := &lateGrants{c: s.c, rollback: rollback, mayHold: semMayHold}
 	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Config().HandoffWindow), s.channel)}
 	late := lg.late
 	if enqueue {
@@ -362,10 +372,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		}
 		lg.settle(nil)
 		cl.settle(false)
-		rollbackAttempt(ctx, s.c, r, rollback, func(rep nodeactor.Reply) bool {
-			g, err := parseSemReply(rep)
-			return err == nil && g.code == 1
-		})
+		rollbackAttempt(ctx, s.c, r, rollback, semMayHold)
 		return res
 	}
 	if fails.wrong != nil {
