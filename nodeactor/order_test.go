@@ -237,3 +237,51 @@ func TestUrgentBurstIsNeverRefused(t *testing.T) {
 		t.Fatalf("200 acquires on a paused node with MailboxSize 64: none refused")
 	}
 }
+
+// An acquire whose caller timed out on a paused node must not cost the node
+// its connection: the release queued after it goes on the same connection
+// and runs right after it when the node resumes. (rueidis closes an idle
+// connection whose ctx deadline passes; the release then went to a new
+// connection and was lost, leaving what the acquire wrote.)
+func TestPausedNodeKeepsItsConnection(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr())
+	ready(t, a)
+	id := func() string {
+		rep := a.Do(context.Background(), nodeactor.Urgent, nodeactor.Call{Args: []string{"CLIENT", "ID"}})
+		if rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		v, _ := rep.Msg.AsInt64()
+		return strconv.FormatInt(v, 10)
+	}
+	before := id()
+	call := func(v string) nodeactor.Call {
+		return nodeactor.Call{Keys: []string{"{p}:log"}, Args: []string{"RPUSH", v}}
+	}
+	s.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	a.Do(ctx, nodeactor.Normal, call("acquire")) // times out: the node is paused
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	a.Do(ctx, nodeactor.Urgent, call("release")) // its caller gives up too; it is still sent
+	cancel()
+	time.Sleep(1500 * time.Millisecond)
+	s.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		got, _ = s.Do("LRANGE", "{p}:log", "0", "-1")
+		if len(splitLines(got)) >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if vals := splitLines(got); len(vals) != 2 || vals[0] != "acquire" || vals[1] != "release" {
+		t.Fatalf("after the pause the node ran %v, want [acquire release]", vals)
+	}
+	if after := id(); after != before {
+		t.Errorf("the connection was replaced during the pause (client id %s, then %s)", before, after)
+	}
+}
