@@ -301,3 +301,47 @@ func TestReleaseBurstIsNeverDropped(t *testing.T) {
 		}
 	}
 }
+
+// With one of three nodes dead, a waiter that is refused by a live node
+// sleeps on its messages (the lock is held) instead of backing off as if
+// the quorum were lost: at most 2 scripts per live node while the holder
+// holds, and it still gets the lock when the holder releases.
+func TestWaiterSleepsNextToADeadNode(t *testing.T) {
+	srv, ca, cb := twoClients(t)
+	srv[2].Kill()
+	la, _ := primitives.NewLock(ca, "dead")
+	lb, _ := primitives.NewLock(cb, "dead")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := la.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := srv[:2]
+	settleKey(live, "redlock:{dead}:lock")
+	before := scriptCallsAll(t, live)
+	got := make(chan error, 1)
+	go func() {
+		l, err := lb.Acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	after := scriptCallsAll(t, live)
+	worst := 0
+	for i := range live {
+		worst = max(worst, after[i]-before[i])
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	t.Logf("the waiter ran %d scripts on the busiest live node during a 1.5 s hold", worst)
+	if worst > 2 {
+		t.Fatalf("the waiter ran %d scripts on one live node during the hold (want <= 2): it backs off as if the quorum were lost", worst)
+	}
+}
