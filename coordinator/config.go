@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -38,9 +39,9 @@ const (
 	DefaultDriftFactor   = 0.01
 	DefaultRetryDelay    = 10 * time.Millisecond
 	DefaultMaxRetryDelay = 500 * time.Millisecond
-	MinTTL               = 100 * time.Millisecond
-	MaxTTL               = 24 * time.Hour
-	MaxNameLen           = 512
+	MinTTL               = engine.MinTTL
+	MaxTTL               = engine.MaxTTL
+	MaxNameLen           = engine.MaxNameLen
 )
 
 // Config configures a Coordinator. The zero value of each field selects the
@@ -76,12 +77,7 @@ type Config struct {
 	ClientOption func(node int, opt *rueidis.ClientOption)
 }
 
-type nodeSpec struct {
-	addr    string // for display, never with a password
-	opt     rueidis.ClientOption
-	db      int
-	cluster bool // a Redis Cluster given by its seeds
-}
+type nodeSpec = engine.NodeSpec
 
 func (cfg *Config) normalize() error {
 	if len(cfg.Nodes) == 0 {
@@ -139,26 +135,12 @@ func (cfg *Config) normalize() error {
 }
 
 // ValidateTTL checks a TTL against the documented bounds (100ms .. 24h).
-func ValidateTTL(ttl time.Duration) error {
-	if ttl < MinTTL || ttl > MaxTTL {
-		return invalid("TTL %s out of range [%s, %s]", ttl, MinTTL, MaxTTL)
-	}
-	return nil
-}
+func ValidateTTL(ttl time.Duration) error { return engine.ValidateTTL(ttl) }
 
-// ValidateName checks a resource name: non-empty, at most 512 bytes, and
-// without '{' or '}' (they would break the hash tag).
-func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return invalid("empty resource name")
-	case len(name) > MaxNameLen:
-		return invalid("resource name of %d bytes exceeds %d", len(name), MaxNameLen)
-	case strings.ContainsAny(name, "{}"):
-		return invalid("resource name %q must not contain '{' or '}'", name)
-	}
-	return nil
-}
+// ValidateName checks a resource name: non-empty, at most MaxNameLen bytes,
+// without '{' or '}' (they would break the hash tag that keeps a
+// resource's keys in one cluster slot).
+func ValidateName(name string) error { return engine.ValidateName(name) }
 
 func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 	specs := make([]nodeSpec, 0, len(cfg.Nodes))
@@ -178,40 +160,40 @@ func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 			if err != nil {
 				return nil, invalid("node %d: %s", i, redactURLError(err))
 			}
-			spec.opt = opt
-			spec.db = opt.SelectDB
-			spec.addr = u.Host
+			spec.Client = opt
+			spec.DB = opt.SelectDB
+			spec.Addr = u.Host
 			if extra := u.Query()["addr"]; len(extra) > 0 {
 				// Extra seeds make this node one Redis Cluster: one
 				// independent master of the quorum, however many shards it has.
-				if spec.db != 0 {
+				if spec.DB != 0 {
 					return nil, invalid("node %d: a Redis Cluster has only db 0", i)
 				}
-				spec.cluster = true
-				spec.addr = "cluster(" + strings.Join(opt.InitAddress, ",") + ")"
+				spec.Cluster = true
+				spec.Addr = "cluster(" + strings.Join(opt.InitAddress, ",") + ")"
 			}
-			if spec.db != 0 {
-				spec.addr += "/" + strconv.Itoa(spec.db)
+			if spec.DB != 0 {
+				spec.Addr += "/" + strconv.Itoa(spec.DB)
 			}
 			if cfg.TLS != nil && opt.TLSConfig != nil {
-				spec.opt.TLSConfig = cfg.TLS.Clone()
+				spec.Client.TLSConfig = cfg.TLS.Clone()
 			}
 		} else {
 			if _, _, err := splitHostPort(n); err != nil {
 				return nil, invalid("node %d: %q is not host:port", i, n)
 			}
-			spec.addr = n
-			spec.opt = rueidis.ClientOption{InitAddress: []string{n}, Username: cfg.Username, Password: cfg.Password}
+			spec.Addr = n
+			spec.Client = rueidis.ClientOption{InitAddress: []string{n}, Username: cfg.Username, Password: cfg.Password}
 			if cfg.TLS != nil {
-				spec.opt.TLSConfig = cfg.TLS.Clone()
+				spec.Client.TLSConfig = cfg.TLS.Clone()
 			}
 		}
-		if seen[spec.addr] {
-			return nil, invalid("node %q listed twice", spec.addr)
+		if seen[spec.Addr] {
+			return nil, invalid("node %q listed twice", spec.Addr)
 		}
-		seen[spec.addr] = true
+		seen[spec.Addr] = true
 		if cfg.ClientOption != nil {
-			cfg.ClientOption(i, &spec.opt)
+			cfg.ClientOption(i, &spec.Client)
 		}
 		specs = append(specs, spec)
 	}

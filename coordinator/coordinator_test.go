@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
 )
@@ -143,11 +144,12 @@ func TestDefaults(t *testing.T) {
 	if cfg.KeyPrefix != "redlock:" || cfg.DefaultTTL != 30*time.Second || cfg.NodeTimeout != 300*time.Millisecond || cfg.DriftFactor != 0.01 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
-	if got := c.Drift(10 * time.Second); got != 102*time.Millisecond {
+	e := engine.Of(c)
+	if got := e.Drift(10 * time.Second); got != 102*time.Millisecond {
 		t.Fatalf("drift(10s) = %v, want 102ms (redlock-rb's formula)", got)
 	}
-	if c.Key("a", "lock") != "redlock:{a}:lock" {
-		t.Fatal(c.Key("a", "lock"))
+	if e.Key("a", "lock") != "redlock:{a}:lock" {
+		t.Fatal(e.Key("a", "lock"))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/testutil"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -36,7 +37,7 @@ func TestMetricsSeeNodes(t *testing.T) {
 			t.Fatalf("nodes never all up: %+v", c.Nodes())
 		}
 	}
-	c.Instruments().RecordAcquire("lock", time.Now(), nil)
+	engine.Of(c).Instruments().RecordAcquire("lock", time.Now(), nil)
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/testutil"
 )
 
@@ -83,7 +84,7 @@ func TestClusterNode(t *testing.T) {
 	}
 	defer c.Close()
 	st := c.Nodes()[0]
-	if !st.Capabilities.Cluster || st.Capabilities.Masters != 3 || !c.NodeIsCluster(0) {
+	if !st.Capabilities.Cluster || st.Capabilities.Masters != 3 || !engine.Of(c).NodeIsCluster(0) {
 		t.Fatalf("status %+v, want a cluster of 3 masters", st)
 	}
 	if strings.Contains(st.Addr, "cl-pw") || !strings.HasPrefix(st.Addr, "cluster(") {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -60,11 +61,11 @@ func TestClusterEveryPrimitive(t *testing.T) {
 			got <- l
 		}()
 		time.Sleep(200 * time.Millisecond)
-		before := c.Router().Stats().Delivered
+		before := engine.Of(c).Router().Stats().Delivered
 		release()
 		select {
 		case l := <-got:
-			if c.Router().Stats().Delivered == before {
+			if engine.Of(c).Router().Stats().Delivered == before {
 				t.Fatalf("%s: the waiter acquired but no push message arrived for the release", what)
 			}
 			return l
@@ -358,7 +359,7 @@ func TestClusterFailover(t *testing.T) {
 		st := lk.Status(ctx)
 		return st[0].Err == nil && st[0].State == "held"
 	})
-	before := c.Router().Stats().Delivered
+	before := engine.Of(c).Router().Stats().Delivered
 	if err := held.Release(ctx); err != nil {
 		t.Fatalf("Release on the new master: %v", err)
 	}
@@ -367,7 +368,7 @@ func TestClusterFailover(t *testing.T) {
 		if l == nil {
 			t.FailNow()
 		}
-		if c.Router().Stats().Delivered == before {
+		if engine.Of(c).Router().Stats().Delivered == before {
 			t.Error("the waiter acquired but no push message arrived from the new master")
 		}
 		if l.Fence() <= held.Fence() {

@@ -3,13 +3,13 @@ package primitives
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -29,7 +29,7 @@ const DefaultMinWaiterTimeout = 3 * time.Second
 // is safe for concurrent use; each Acquire yields its own Lease. See
 // docs/fairlock.md.
 type FairLock struct {
-	c       *coordinator.Coordinator
+	c       *engine.Engine
 	name    string
 	o       options
 	wt      time.Duration // waiter timeout
@@ -61,7 +61,8 @@ func WithWaiterTimeout(d time.Duration) Option {
 // (errors wrap ErrInvalidArgument) and does no network I/O. WithOwner makes
 // it reentrant as for Lock; WithWaiterTimeout bounds how long a dead waiter
 // blocks the queue.
-func NewFairLock(c *coordinator.Coordinator, name string, opts ...Option) (*FairLock, error) {
+func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*FairLock, error) {
+	c := engine.Of(coord)
 	o, err := kindOptions(c, opts, kindFairLock)
 	if err != nil {
 		return nil, err
@@ -69,7 +70,7 @@ func NewFairLock(c *coordinator.Coordinator, name string, opts ...Option) (*Fair
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
-	gap := heartbeatGap(c.Config())
+	gap := heartbeatGap(c.Settings())
 	wt := max(DefaultMinWaiterTimeout, 2*gap)
 	if o.waiterTimeout != 0 {
 		if o.waiterTimeout < gap+gap/2 {
@@ -84,11 +85,11 @@ func NewFairLock(c *coordinator.Coordinator, name string, opts ...Option) (*Fair
 // heartbeatGap bounds the time between two attempts of a live waiter: the
 // notify re-check cap or the polling/split backoff cap (with jitter), plus
 // a ticket round and an attempt.
-func heartbeatGap(cfg coordinator.Config) time.Duration {
+func heartbeatGap(cfg engine.Settings) time.Duration {
 	return max(recheckCap, cfg.MaxRetryDelay*3/2) + 2*cfg.NodeTimeout
 }
 
-func fairKeys(c *coordinator.Coordinator, name string) []string {
+func fairKeys(c *engine.Engine, name string) []string {
 	return []string{c.Key(name, "flock"), c.Key(name, "ffence"), c.Key(name, "fq"), c.Key(name, "fqx"),
 		c.Key(name, "fticket"), c.Key(name, "fholds"), c.Key(name, "fepoch"), c.Key(name, "fgone")}
 }
@@ -154,44 +155,23 @@ func (f *FairLock) ticketTTL() time.Duration { return 2 * f.wt }
 // ticket it carries), so once a waiter's entry is on a quorum, so is a
 // counter >= its ticket, and any later enqueue round draws a larger ticket.
 func (f *FairLock) takeTicket(ctx context.Context) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	n, q := f.c.N(), f.c.Quorum()
 	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"ticket", ms(f.ticketTTL())}}
-	r := f.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
-		func(r *coordinator.Round) bool {
-			ok := answeredOK(r)
-			return ok >= q || r.NAnswered-ok > n-q
-		}, nil)
-	var (
-		ticket int64
-		ok     int
-		errs   []error
-	)
-	for i, rep := range r.Replies {
-		if !r.Answered[i] || rep.Err != nil {
-			if isWrongType(rep.Err) {
-				return 0, fmt.Errorf("%w: %w", ErrWrongType, rep.Err)
-			}
-			if rep.Err != nil {
-				errs = append(errs, rep.Err)
-			}
-			continue
+	ticketOf := func(rep nodeactor.Reply) (int64, error) {
+		if rep.Err != nil {
+			return 0, rep.Err
 		}
-		v, err := rep.Msg.AsInt64()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		ok++
-		ticket = max(ticket, v)
+		return rep.Msg.AsInt64()
 	}
-	if ok < q {
-		if err := ctx.Err(); err != nil {
-			return 0, err
+	r, err := f.c.Gather(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
+		func(rep nodeactor.Reply) error { _, err := ticketOf(rep); return err })
+	if err != nil {
+		return 0, fmt.Errorf("redlock: fair lock %q: ticket: %w", f.name, err)
+	}
+	var ticket int64
+	for i, rep := range r.Replies {
+		if v, err := ticketOf(rep); r.Answered[i] && err == nil {
+			ticket = max(ticket, v)
 		}
-		return 0, fmt.Errorf("%w: ticket from %d of %d nodes: %w", ErrQuorumUnavailable, ok, n, errors.Join(errs...))
 	}
 	return ticket, nil
 }
@@ -236,9 +216,9 @@ func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
 	return nodeactor.Call{Script: fairScript, Keys: w.f.keys, Args: []string{"claim", wid}}
 }
 
-func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	f := w.f
-	return f.c.NewHold(coordinator.HoldSpec{
+	return f.c.NewHold(engine.HoldSpec{
 		Keys: []string{f.name}, Token: token, Fence: fence, TTL: f.o.ttl, Start: start,
 		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold,
 		Protocol: newFairProto(f, token, fence, w.wid),
@@ -277,7 +257,7 @@ func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 		Args: []string{"release", p.token, f.o.owner, f.channel, p.wid}}
 }
 
-func (p *fairProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+func (p *fairProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
 
 // Status reads the fair lock's state on every node (one read-only script
 // each). Waiters counts the live queue entries (a holder's entry may still

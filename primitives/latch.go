@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -37,7 +38,7 @@ const (
 // is created on first use and a second creator never resets it. It is safe
 // for concurrent use. See docs/latch.md.
 type CountDownLatch struct {
-	c       *coordinator.Coordinator
+	c       *engine.Engine
 	name    string
 	count   int
 	keys    []string
@@ -51,7 +52,8 @@ type CountDownLatch struct {
 // the latch is created on first use, where it is missing; an existing latch
 // is never reset, and one stored with another count is refused
 // (ErrInvalidArgument) at first use.
-func NewCountDownLatch(c *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
+func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
+	c := engine.Of(coord)
 	_, err := kindOptions(c, opts, kindLatch)
 	if err != nil {
 		return nil, err
@@ -90,7 +92,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 	if l.count == 0 {
 		return nil
 	}
-	backoff := l.c.Config().RetryDelay
+	backoff := l.c.Settings().RetryDelay
 	var err error
 	for try := 0; try < latchRetries; try++ {
 		if try > 0 {
@@ -101,7 +103,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 				t.Stop()
 				return fmt.Errorf("redlock: latch %q count-down: %w (%w)", l.name, ctx.Err(), err)
 			}
-			backoff = min(2*backoff, l.c.Config().MaxRetryDelay)
+			backoff = min(2*backoff, l.c.Settings().MaxRetryDelay)
 		}
 		var v *latchRound
 		v, err = l.round(ctx, l.call("countdown", id, l.channel, ms(LatchOpenTTL)))
@@ -141,9 +143,9 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if l.count == 0 {
 		return nil
 	}
-	cfg := l.c.Config()
+	cfg := l.c.Settings()
 	var wake <-chan struct{}
-	if cfg.WaitStrategy == coordinator.WaitNotify {
+	if !cfg.Polling {
 		w := l.c.Router().Register(l.topic, "")
 		defer w.Close()
 		wake = w.C()
@@ -247,69 +249,34 @@ type latchRound struct {
 // quorum can agree is ErrInvalidArgument; too few answers is
 // ErrQuorumUnavailable.
 func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latchRound, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	select {
-	case <-l.c.Done(): // a closed coordinator is fatal, not a lost quorum
-		return nil, fmt.Errorf("redlock: latch %q: %w", l.name, ErrClosed)
-	default:
-	}
-	n, q := l.c.N(), l.c.Quorum()
 	// Writes (countdown, add, open) go on the urgent lane: they reach every
 	// node even after a quorum decided; reads may be dropped once decided.
 	lane := nodeactor.Urgent
 	if call.Args[0] == "get" || call.Args[0] == "members" {
 		lane = nodeactor.Normal
 	}
-	r := l.c.Fanout(ctx, lane, func(int) nodeactor.Call { return call },
-		func(r *coordinator.Round) bool {
-			ok := 0
-			for i, rep := range r.Replies {
-				if r.Answered[i] {
-					if _, m, err := parseLatch(rep); err == nil && m == 0 {
-						ok++
-					}
-				}
-			}
-			return ok >= q || r.NAnswered-ok > n-q
-		}, nil)
-	out := &latchRound{}
-	mismatch, stored := 0, int64(0)
-	var errs []error
-	for i, rep := range r.Replies {
-		if !r.Answered[i] {
-			errs = append(errs, rep.Err)
-			continue
+	accept := func(rep nodeactor.Reply) error {
+		_, m, err := parseLatch(rep)
+		if err == nil && m != 0 {
+			err = fmt.Errorf("%w: latch %q exists with count %d, not %d", ErrInvalidArgument, l.name, m, l.count)
 		}
-		st, m, err := parseLatch(rep)
-		switch {
-		case err != nil && isWrongType(err):
-			return nil, fmt.Errorf("%w: %w", ErrWrongType, err)
-		case err != nil:
-			errs = append(errs, err)
-		case m != 0:
-			mismatch++
-			stored = m
-		default:
+		return err
+	}
+	r, err := l.c.Gather(ctx, lane, func(int) nodeactor.Call { return call }, accept)
+	if err != nil {
+		if errors.Is(err, ErrInvalidArgument) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("redlock: latch %q: %w", l.name, err)
+	}
+	out := &latchRound{}
+	for i, rep := range r.Replies {
+		if r.Answered[i] && accept(rep) == nil {
+			st, _, _ := parseLatch(rep)
 			out.states = append(out.states, st)
 		}
 	}
-	if len(out.states) >= q {
-		return out, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if mismatch > 0 {
-		err := fmt.Errorf("%w: latch %q exists with count %d, not %d", ErrInvalidArgument, l.name, stored, l.count)
-		if mismatch > n-q {
-			return nil, err
-		}
-		errs = append(errs, err)
-	}
-	return nil, fmt.Errorf("%w: latch %q: %d of %d nodes answered: %w",
-		ErrQuorumUnavailable, l.name, len(out.states), n, errors.Join(errs...))
+	return out, nil
 }
 
 // settle turns a quorum's states into the count: open if any node shows

@@ -6,15 +6,82 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/sourcegraph/conc/panics"
 )
 
 // Lease is a held primitive: auto-renewed, fenced, with a Lost channel that
-// closes by its Deadline. See coordinator.Hold for every method's contract.
-// It is safe for concurrent use.
-type Lease = coordinator.Hold
+// closes by its Deadline, before anyone else could acquire. Every primitive's
+// Acquire returns one. It is safe for concurrent use.
+type Lease struct {
+	h *engine.Hold
+}
+
+// wrap returns the Lease of a fresh hold (nil for nil, with err unchanged).
+func wrap(h *engine.Hold, err error) (*Lease, error) {
+	if h == nil {
+		return nil, err
+	}
+	return &Lease{h: h}, err
+}
+
+// Keys returns the resource names the lease covers.
+func (l *Lease) Keys() []string { return l.h.Keys() }
+
+// Token returns the lease's 128-bit random token (hex), unique per
+// acquisition. It is a capability: whoever knows it can release or extend
+// the lease; never log it whole.
+func (l *Lease) Token() string { return l.h.Token() }
+
+// Fence returns the fencing token: it strictly increases across successive
+// exclusive acquisitions of a resource, and fits in an int64. Pass it to the
+// store the lock protects and have the store reject smaller ones.
+func (l *Lease) Fence() uint64 { return l.h.Fence() }
+
+// Deadline returns the end of guaranteed validity on the monotonic clock;
+// it moves on each confirmed renewal and always falls before the keys expire
+// on the servers.
+func (l *Lease) Deadline() time.Time { return l.h.Deadline() }
+
+// Valid reports whether the lease is held and now is before Deadline. It is
+// local and cheap; check it (or use the fence) before acting on the resource.
+func (l *Lease) Valid() bool { return l.h.Valid() }
+
+// Lost returns a channel closed when the lease is lost: its Deadline passed
+// without a confirmed renewal, or a quorum reported another owner. It is
+// closed by the Deadline while the process runs, and never by Release.
+func (l *Lease) Lost() <-chan struct{} { return l.h.Lost() }
+
+// Done returns a channel closed when the lease ends for any reason: by
+// Release, by loss (just before Lost is closed), or by Coordinator.Close.
+func (l *Lease) Done() <-chan struct{} { return l.h.Done() }
+
+// Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the
+// cause; both wrap ErrClosed when Coordinator.Close ended the lease).
+func (l *Lease) Err() error { return l.h.Err() }
+
+// Context returns a context cancelled when Done closes, with Err as its
+// cause: run the work the lease protects under it.
+func (l *Lease) Context() context.Context { return l.h.Context() }
+
+// Extend renews the lease on the nodes now with ttl (ttl > 0, within the
+// TTL bounds): it succeeds iff a quorum confirms the token within the
+// current validity. The new Deadline is the start of Extend + ttl − drift;
+// a key's TTL is never shortened; ttl becomes the TTL of later renewals. A
+// minority failure returns an error without losing the lease; a quorum
+// reporting another owner loses it (ErrLeaseLost).
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error { return l.h.Extend(ctx, ttl) }
+
+// Release deletes the lease's keys on every node that answers. It runs with
+// context.WithoutCancel(ctx) and a bounded timeout, so a deferred Release
+// after the request's ctx ended still deletes the keys. It returns nil when
+// a quorum confirmed (and nil again on a second call), an error wrapping the
+// per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
+// lease had been lost, and ErrClosed if Coordinator.Close released it.
+func (l *Lease) Release(ctx context.Context) error { return l.h.Release(ctx) }
 
 // Locker is implemented by *Lock, *FairLock, *MultiLock and *Semaphore.
 type Locker interface {

@@ -3,7 +3,6 @@ package primitives
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -30,10 +30,6 @@ const (
 	// FenceIdleTTL is how long a resource's fence counter survives without
 	// an acquisition; after that the next fence comes from the hybrid clock.
 	FenceIdleTTL = 7 * 24 * time.Hour
-	// hlcShift scales server milliseconds for the hybrid-logical-clock fence
-	// fallback. Lua numbers are doubles, so fences must stay below 2^53:
-	// ms << 10 does until the year 2248 and leaves 1024 steps per ms.
-	hlcShift = 10
 	// queueEntryTTL is how long a waiter's queue entry outlives the
 	// waiter's longest sleep (its lock's TTL: it re-attempts at least that
 	// often, and every attempt refreshes the entry), so a crashed waiter
@@ -45,7 +41,7 @@ const (
 // Lock is an exclusive distributed lock held on a quorum of nodes. It is
 // safe for concurrent use; each Acquire yields its own Lease.
 type Lock struct {
-	c       *coordinator.Coordinator
+	c       *engine.Engine
 	name    string
 	o       options
 	keys    []string
@@ -61,7 +57,8 @@ var _ Locker = (*Lock)(nil)
 
 // NewLock returns the lock called name. It validates its arguments (errors
 // wrap ErrInvalidArgument) and does no network I/O.
-func NewLock(c *coordinator.Coordinator, name string, opts ...Option) (*Lock, error) {
+func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock, error) {
+	c := engine.Of(coord)
 	o, err := kindOptions(c, opts, kindLock)
 	if err != nil {
 		return nil, err
@@ -72,7 +69,7 @@ func NewLock(c *coordinator.Coordinator, name string, opts ...Option) (*Lock, er
 	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
 }
 
-func lockKeys(c *coordinator.Coordinator, name string) []string {
+func lockKeys(c *engine.Engine, name string) []string {
 	return []string{c.Key(name, "lock"), c.Key(name, "fence"), c.Key(name, "q"), c.Key(name, "qx"),
 		c.Key(name, "holds"), c.Key(name, "epoch"), c.Key(name, "w"), c.Key(name, "gone")}
 }
@@ -122,7 +119,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 		},
 		leave: func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Config().HandoffWindow), l.channel}}
+				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Settings().HandoffWindow), l.channel}}
 			})
 		}})
 }
@@ -170,15 +167,9 @@ func parseGrant(rep nodeactor.Reply) (grant, error) {
 	return g, nil
 }
 
-// isWrongType reports whether err is a WRONGTYPE reply from a node.
-func isWrongType(err error) bool {
-	var re *rueidis.RedisError
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
-}
-
 func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"rollback", token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel, wid}}
+		Args: []string{"rollback", token, l.o.owner, ms(l.c.Settings().HandoffWindow), l.channel, wid}}
 }
 
 func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
@@ -203,7 +194,7 @@ type lockWaiter struct {
 	score int64
 }
 
-func (w *lockWaiter) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+func (w *lockWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return w.newHoldWid(token, w.wid, fence, start)
 }
 
@@ -216,12 +207,12 @@ func (l *Lock) fenceCall(f int64) nodeactor.Call {
 		Args: []string{"fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL), l.o.owner}}
 }
 
-func (l *Lock) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.newHoldWid(token, "", fence, start)
 }
 
-func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*Lease, error) {
-	return l.c.NewHold(coordinator.HoldSpec{
+func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return l.c.NewHold(engine.HoldSpec{
 		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold,
 		Protocol: newLockProto(l, token, wid, fence),
@@ -284,10 +275,10 @@ func flag(b bool) string {
 func (p *lockProto) ReleaseCall(int) nodeactor.Call {
 	l := p.l
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"release", p.token, l.o.owner, ms(l.c.Config().HandoffWindow), l.channel, p.wid}}
+		Args: []string{"release", p.token, l.o.owner, ms(l.c.Settings().HandoffWindow), l.channel, p.wid}}
 }
 
-func (p *lockProto) Classify(rep nodeactor.Reply) coordinator.Outcome {
+func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 	return classifyRenew(rep)
 }
 
@@ -295,31 +286,31 @@ func (p *lockProto) Classify(rep nodeactor.Reply) coordinator.Outcome {
 // confirm; 3 means the key is missing and 2 that a missing key was re-taken
 // (neither counts toward the quorum: a key that vanished from a majority is
 // lost); 0, nil or WRONGTYPE mean another owner.
-func classifyRenew(rep nodeactor.Reply) coordinator.Outcome {
+func classifyRenew(rep nodeactor.Reply) engine.Outcome {
 	if rep.Err != nil {
 		if isWrongType(rep.Err) {
-			return coordinator.OutcomeNotOwner
+			return engine.OutcomeNotOwner
 		}
-		return coordinator.OutcomeError
+		return engine.OutcomeError
 	}
 	if rep.Msg.IsNil() {
-		return coordinator.OutcomeNotOwner
+		return engine.OutcomeNotOwner
 	}
 	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
-		return coordinator.OutcomeOK
+		return engine.OutcomeOK
 	}
 	if v, err := rep.Msg.AsInt64(); err == nil {
 		switch {
 		case v == 3:
-			return coordinator.OutcomeMissing
+			return engine.OutcomeMissing
 		case v == 2:
-			return coordinator.OutcomeRetaken
+			return engine.OutcomeRetaken
 		case v > 0:
-			return coordinator.OutcomeOK
+			return engine.OutcomeOK
 		}
-		return coordinator.OutcomeNotOwner
+		return engine.OutcomeNotOwner
 	}
-	return coordinator.OutcomeError
+	return engine.OutcomeError
 }
 
 // NodeState is one node's view of a lock, for operators (`redlock status`).
@@ -348,7 +339,7 @@ func (l *Lock) Status(ctx context.Context) []NodeState {
 // readStatus runs a primitive's read-only status call on every node. Each
 // reply is {value, pttl, fence, ...}; parse reads the rest (it is called
 // only for a reply of at least n elements).
-func readStatus(ctx context.Context, c *coordinator.Coordinator, call nodeactor.Call, n int,
+func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
 	return readEach(ctx, c, call, n, func(arr []rueidis.RedisMessage, st *NodeState) {
 		st.value, _ = arr[0].ToString()
@@ -361,7 +352,7 @@ func readStatus(ctx context.Context, c *coordinator.Coordinator, call nodeactor.
 
 // readEach runs a read-only call on every node and lets parse fill each
 // node's state from an array reply of at least n elements.
-func readEach(ctx context.Context, c *coordinator.Coordinator, call nodeactor.Call, n int,
+func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := c.Nodes()

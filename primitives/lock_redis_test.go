@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -72,7 +73,7 @@ func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and waiting
-	before := wc.Router().Stats().Delivered
+	before := engine.Of(wc).Router().Stats().Delivered
 	for _, s := range srv {
 		if _, err := s.Do("DEL", "redlock:{ks}:lock"); err != nil {
 			t.Fatal(err)
@@ -81,7 +82,7 @@ func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if wc.Router().Stats().Delivered <= before {
+	if engine.Of(wc).Router().Stats().Delivered <= before {
 		t.Fatal("no keyspace event reached the router")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -25,7 +26,7 @@ const MaxMultiNames = 256
 // Lock names: a MultiLock over {a, b} and a Lock on a exclude each other.
 // It is safe for concurrent use.
 type MultiLock struct {
-	c        *coordinator.Coordinator
+	c        *engine.Engine
 	names    []string
 	o        options
 	keys     []string
@@ -40,7 +41,8 @@ var _ Locker = (*MultiLock)(nil)
 // requested in different orders never deadlock). It validates its arguments
 // (errors wrap ErrInvalidArgument; WithOwner is not supported) and does no
 // network I/O.
-func NewMultiLock(c *coordinator.Coordinator, names []string, opts ...Option) (*MultiLock, error) {
+func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option) (*MultiLock, error) {
+	c := engine.Of(coord)
 	o, err := kindOptions(c, opts, kindMultiLock)
 	if err != nil {
 		return nil, err
@@ -125,7 +127,7 @@ func (m *MultiLock) acquireCall(token, _ string, watch bool) nodeactor.Call {
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
 	// wid: the waiter, whom the re-check message of its own rollback must
 	// not wake
-	return m.call("release", token, ms(m.c.Config().HandoffWindow), "0", wid)
+	return m.call("release", token, ms(m.c.Settings().HandoffWindow), "0", wid)
 }
 
 func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
@@ -134,8 +136,8 @@ func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
 
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
 
-func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
-	return m.c.NewHold(coordinator.HoldSpec{
+func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return m.c.NewHold(engine.HoldSpec{
 		Keys: slices.Clone(m.names), Token: token, Fence: fence, TTL: m.o.ttl, Start: start,
 		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold,
 		Protocol: &multiProto{m: m, token: token},
@@ -152,7 +154,7 @@ func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.
 }
 
 func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
-	return p.m.forNode(i, p.m.call("release", p.token, ms(p.m.c.Config().HandoffWindow), "1"))
+	return p.m.forNode(i, p.m.call("release", p.token, ms(p.m.c.Settings().HandoffWindow), "1"))
 }
 
-func (p *multiProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+func (p *multiProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -50,7 +50,7 @@ func (m *MultiLock) groupCall(g int, args []string) nodeactor.Call {
 func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 	fences := make([]int64, len(m.groups))
 	token := args[1]
-	rb := []string{"release", token, ms(m.c.Config().HandoffWindow), "0"}
+	rb := []string{"release", token, ms(m.c.Settings().HandoffWindow), "0"}
 	var step func(g int, floor int64) nodeactor.Call
 	step = func(g int, floor int64) nodeactor.Call {
 		a := slices.Clone(args)

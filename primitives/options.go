@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 )
 
 // Option configures a primitive. Options are validated by the constructor.
@@ -65,11 +66,11 @@ func WithOwner(id string) Option {
 	}
 }
 
-func buildOptions(c *coordinator.Coordinator, opts []Option) (options, error) {
+func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 	if c == nil {
 		return options{}, fmt.Errorf("%w: nil coordinator", ErrInvalidArgument)
 	}
-	o := options{ttl: c.Config().DefaultTTL, autoRenew: true}
+	o := options{ttl: c.Settings().DefaultTTL, autoRenew: true}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("%w: nil option", ErrInvalidArgument)
@@ -95,7 +96,7 @@ const (
 
 // kindOptions builds and validates the options of a primitive of kind k,
 // rejecting options meant for other kinds (errors wrap ErrInvalidArgument).
-func kindOptions(c *coordinator.Coordinator, opts []Option, k kind) (options, error) {
+func kindOptions(c *engine.Engine, opts []Option, k kind) (options, error) {
 	o, err := buildOptions(c, opts)
 	if err != nil {
 		return o, err

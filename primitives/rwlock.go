@@ -3,11 +3,13 @@ package primitives
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -28,7 +30,7 @@ const rwEntryTTL = 3 * time.Second
 // a crashed reader's share expires with its lease. Upgrade is not offered (a
 // reader that must write releases and takes the writer). Safe for concurrent use.
 type RWLock struct {
-	c       *coordinator.Coordinator
+	c       *engine.Engine
 	name    string
 	o       options
 	keys    []string
@@ -38,7 +40,8 @@ type RWLock struct {
 
 // NewRWLock returns the readers–writer lock called name; it validates its
 // arguments (WithOwner is not supported) and does no network I/O.
-func NewRWLock(c *coordinator.Coordinator, name string, opts ...Option) (*RWLock, error) {
+func NewRWLock(coord *coordinator.Coordinator, name string, opts ...Option) (*RWLock, error) {
+	c := engine.Of(coord)
 	o, err := kindOptions(c, opts, kindRWLock)
 	if err != nil {
 		return nil, err
@@ -57,7 +60,7 @@ func (rw *RWLock) Reader() Locker { return &rwSide{rw: rw, write: false} }
 // Writer returns the Locker of write leases (exclusive).
 func (rw *RWLock) Writer() Locker { return &rwSide{rw: rw, write: true} }
 
-func (rw *RWLock) window() string { return ms(rw.c.Config().HandoffWindow) }
+func (rw *RWLock) window() string { return ms(rw.c.Settings().HandoffWindow) }
 
 func (rw *RWLock) call(args ...string) nodeactor.Call {
 	return nodeactor.Call{Script: rwScript, Keys: rw.keys, Args: args}
@@ -68,10 +71,10 @@ func (rw *RWLock) call(args ...string) nodeactor.Call {
 // ErrReleased; the read lease keeps its fence. If a quorum does not confirm,
 // both are released and the error wraps ErrQuorumUnavailable.
 func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
-	if write == nil {
+	if write == nil || write.h == nil {
 		return nil, fmt.Errorf("%w: nil lease", ErrInvalidArgument)
 	}
-	p, ok := coordinator.HoldProtocol(write).(*rwProto)
+	p, ok := engine.HoldProtocol(write.h).(*rwProto)
 	if !ok || p.rw != rw || !p.write {
 		return nil, fmt.Errorf("%w: not a write lease of RWLock %q", ErrInvalidArgument, rw.name)
 	}
@@ -81,33 +84,40 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 		}
 		return nil, ErrLeaseLost
 	}
-	q := rw.c.Quorum()
 	call := rw.call("downgrade", p.token, ms(rw.o.ttl), rw.window(), rw.channel)
-	r := rw.c.Fanout(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
-		func(r *coordinator.Round) bool { return countOutcome(r, coordinator.OutcomeOK) >= q }, nil)
-	if countOutcome(r, coordinator.OutcomeOK) < q || !write.Valid() {
+	r, err := rw.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call }, confirmed)
+	if err == nil && !write.Valid() {
+		err = ErrLeaseLost
+	}
+	if err != nil {
 		rel := rw.call("rrelease", p.token, rw.channel)
 		rw.c.Broadcast(ctx, func(int) nodeactor.Call { return rel })
 		_ = write.Release(ctx)
-		return nil, fmt.Errorf("%w: downgrade confirmed by fewer than %d nodes; lease released", ErrQuorumUnavailable, q)
+		return nil, fmt.Errorf("redlock: downgrade not confirmed by a quorum; lease released: %w", err)
 	}
-	read, err := rw.c.NewHold(coordinator.HoldSpec{
+	read, err := rw.c.NewHold(engine.HoldSpec{
 		Keys: []string{rw.name}, Token: p.token, Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
 		Protocol: &rwProto{rw: rw, token: p.token, write: false},
 	})
-	coordinator.DetachHold(write)
-	return read, err
+	engine.DetachHold(write.h)
+	return wrap(read, err)
 }
 
-func countOutcome(r *coordinator.Round, want coordinator.Outcome) int {
-	n := 0
-	for i, rep := range r.Replies {
-		if r.Answered[i] && classifyRenew(rep) == want {
-			n++
-		}
+// confirmed accepts a reply that confirmed our token (OutcomeOK).
+func confirmed(rep nodeactor.Reply) error {
+	switch classifyRenew(rep) {
+	case engine.OutcomeOK:
+		return nil
+	case engine.OutcomeNotOwner:
+		return errors.New("redlock: not the owner on this node")
+	case engine.OutcomeMissing, engine.OutcomeRetaken:
+		return errors.New("redlock: the key is missing on this node")
 	}
-	return n
+	if rep.Err != nil {
+		return rep.Err
+	}
+	return fmt.Errorf("redlock: unexpected reply %v", rep.Msg)
 }
 
 // rwSide is the Reader or the Writer of an RWLock.
@@ -173,9 +183,9 @@ func (s *rwSide) fenceCall(f int64) nodeactor.Call {
 
 func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }
 
-func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	rw := s.rw
-	return rw.c.NewHold(coordinator.HoldSpec{
+	return rw.c.NewHold(engine.HoldSpec{
 		Keys: []string{rw.name}, Token: token, Fence: fence, TTL: rw.o.ttl, Start: start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
 		Protocol: &rwProto{rw: rw, token: token, write: s.write},
@@ -200,7 +210,7 @@ func (p *rwProto) ReleaseCall(int) nodeactor.Call {
 	return (&rwSide{rw: p.rw, write: p.write}).rollbackCall(p.token, "")
 }
 
-func (p *rwProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+func (p *rwProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
 
 // RWNodeState is one node's view of an RWLock, for operators (`redlock
 // status --kind rwlock`). Writer is a token prefix only.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -47,7 +48,7 @@ func WithResize() Option {
 // per-slot fence. It is safe for concurrent use. Blocked acquirers queue on
 // the nodes and a released permit is handed to the longest waiter.
 type Semaphore struct {
-	c       *coordinator.Coordinator
+	c       *engine.Engine
 	name    string
 	permits int
 	o       options
@@ -65,7 +66,8 @@ var _ Locker = (*Semaphore)(nil)
 // ErrInvalidArgument; WithOwner is not supported) and does no network I/O.
 // A semaphore stored with another permit count is refused at the first
 // attempt (ErrInvalidArgument) unless WithResize is given.
-func NewSemaphore(c *coordinator.Coordinator, name string, permits int, opts ...Option) (*Semaphore, error) {
+func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts ...Option) (*Semaphore, error) {
+	c := engine.Of(coord)
 	o, err := kindOptions(c, opts, kindSemaphore)
 	if err != nil {
 		return nil, err
@@ -115,7 +117,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return s.call("leave", wid, ms(s.c.Config().HandoffWindow), s.channel)
+				return s.call("leave", wid, ms(s.c.Settings().HandoffWindow), s.channel)
 			})
 		}})
 }
@@ -290,147 +292,82 @@ func parseSemReply(rep nodeactor.Reply) (semReply, error) {
 	return r, nil
 }
 
-// semMayHold is lockMayHold for a Semaphore slot reply: only a refusal
-// (not a grant, code 1), or a request dropped unsent, holds nothing.
-func semMayHold(rep nodeactor.Reply) bool {
-	if rep.Err != nil {
-		return !errors.Is(rep.Err, nodeactor.ErrNotSent)
-	}
+// semVote classifies a slot acquire reply: granted (code 1), refused
+// (code 0), or a permit-count mismatch (code -2, an abstention: see
+// mismatchErr).
+func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 	g, err := parseSemReply(rep)
-	return err != nil || g.code == 1
+	switch {
+	case err != nil:
+		return engine.Vote{}, err
+	case g.code == 1:
+		return engine.Vote{Granted: true, Fence: g.v, Now: g.now}, nil
+	case g.code == -2:
+		return engine.Vote{Now: g.now, Abstain: s.mismatchErr(int(g.v))}, nil
+	}
+	return engine.Vote{Now: g.now, Hint: time.Duration(g.v) * time.Millisecond}, nil
 }
 
-// propose makes one quorum attempt on slot: the exclusive attempt of the
-// Lock (fresh token, early decision, rollback of partial and late grants,
-// validity, S2 fence per slot), with the replies' free lists fed to pr.
-// retry reports that another proposal may succeed at once.
+// propose makes one quorum attempt on slot through the engine's one attempt
+// (the Lock's: fresh token, early decision, rollback of partial and late
+// grants, validity, S2 fence per slot), with the refusals' free lists fed
+// to pr. retry reports that another proposal may succeed at once.
 func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid string, enqueue bool) (attemptResult, bool) {
-	if err := ctx.Err(); err != nil {
-		return attemptResult{err: err}, false
-	}
-	n, q := s.c.N(), s.c.Quorum()
 	x := semSlot{s: s, slot: slot, score: pr.score}
 	token := newToken()
 	call := x.acquireCall(token, wid, enqueue)
-	rollback := perNode(x, x.rollbackCall(token, wid))
-	lg := &lateGrants{c: s.c, rollback: rollback, mayHold: semMayHold}
-	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Config().HandoffWindow), s.channel)}
-	late := lg.late
-	if enqueue {
-		late = func(rep nodeactor.Reply) { lg.late(rep); cl.late(rep) }
+	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Settings().HandoffWindow), s.channel)}
+	spec := engine.AttemptSpec{
+		Acquire:  func(int) nodeactor.Call { return call },
+		Rollback: perNode(x, x.rollbackCall(token, wid)),
+		Classify: s.semVote,
+		TTL:      s.o.ttl,
+		Fence:    func(f int64) func(int) nodeactor.Call { return perNode(x, x.fenceCall(f)) },
+		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
+			return x.newHold(token, fence, start)
+		},
 	}
-	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call },
-		func(r *coordinator.Round) bool {
-			g := 0
-			for i, rep := range r.Replies {
-				if r.Answered[i] {
-					if x, err := parseSemReply(rep); err == nil && x.code == 1 {
-						g++
-					}
-				}
-			}
-			return g >= q || r.NAnswered-g > n-q
-		}, late)
-	granted, refused, mismatch, stored := 0, 0, 0, 0
-	var serverNow int64
-	var (
-		grants []grant
-		hint   time.Duration
-		lists  []semReply
-		fails  failures
-	)
-	for i, rep := range r.Replies {
-		if !r.Answered[i] {
-			fails.errs = append(fails.errs, rep.Err)
-			continue
+	if enqueue {
+		spec.Late = cl.late
+	}
+	res := s.c.Attempt(ctx, spec)
+	if pr.score == 0 {
+		// every node orders this waiter by the same score
+		pr.score = res.Now
+	}
+	if res.Hold == nil {
+		cl.settle(false)
+		if !errors.Is(res.Err, ErrNotAcquired) {
+			return result(res), false
 		}
-		g, err := parseSemReply(rep)
-		switch {
-		case err != nil:
-			fails.add(err)
-		case g.code == 1:
-			granted++
-			grants = append(grants, grant{ok: true, fence: g.v, now: g.now})
-		case g.code == -2:
-			mismatch++
-			stored = int(g.v)
-		default:
-			refused++
-			if pr.score == 0 {
-				serverNow = max(serverNow, g.now)
-			}
-			hint = max(hint, time.Duration(g.v)*time.Millisecond)
-			if !g.drain {
+		var lists []semReply
+		for i, rep := range res.Round.Replies {
+			if g, err := parseSemReply(rep); res.Round.Answered[i] && err == nil && g.code == 0 && !g.drain {
 				lists = append(lists, g)
 			}
 		}
+		pr.learn(lists, slot, s.c.Quorum())
+		return result(res), true
 	}
-	fail := func(res attemptResult) attemptResult {
-		if pr.score == 0 {
-			// every node orders this waiter by the same score
-			pr.score = serverNow
-		}
-		lg.settle(nil)
-		cl.settle(false)
-		rollbackAttempt(ctx, s.c, r, rollback, semMayHold)
-		return res
-	}
-	if fails.wrong != nil {
-		return fail(attemptResult{err: fails.fatal()}), false
-	}
-	if granted < q {
-		if err := ctx.Err(); err != nil {
-			return fail(attemptResult{err: err}), false
-		}
-		if mismatch > n-q {
-			return fail(attemptResult{err: s.mismatchErr(stored)}), false
-		}
-		if err := fails.fatal(); err != nil {
-			return fail(attemptResult{err: err}), false
-		}
-		if refused > 0 && granted+refused >= q {
-			pr.learn(lists, slot, q)
-			return fail(attemptResult{hint: hint, split: granted > 0 && refused < q, err: &NotAcquiredError{TTL: hint}}), true
-		}
-		if mismatch > 0 {
-			fails.errs = append(fails.errs, s.mismatchErr(stored))
-		}
-		return fail(attemptResult{split: granted > 0, held: refused > 0, hint: hint, err: fmt.Errorf("%w: %d of %d nodes answered: %w",
-			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...))}), false
-	}
-	if ttl := s.o.ttl; ttl-time.Since(r.Start)-s.c.Drift(ttl) <= 0 {
-		return fail(attemptResult{split: true, err: fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start))}), false
-	}
-	fence, err := decideFence(ctx, s.c, x, grants)
-	if err != nil {
-		return fail(attemptResult{err: err}), false
-	}
-	h, err := x.newHold(token, fence, r.Start)
-	if err != nil {
-		lg.settle(nil)
-		cl.settle(false)
-		return attemptResult{err: err}, false
-	}
-	lg.settle(h)
 	if enqueue {
 		// Nodes that did not grant may still queue us (or have reserved a
 		// slot for us): claim there now, and again when a late refusal
 		// shows our request ran after this claim.
-		for i, rep := range r.Replies {
-			if g, err := parseSemReply(rep); !r.Answered[i] || err != nil || g.code != 1 {
+		for i, rep := range res.Round.Replies {
+			if g, err := parseSemReply(rep); !res.Round.Answered[i] || err != nil || g.code != 1 {
 				s.c.SendLate(i, cl.claim)
 			}
 		}
 		cl.settle(true)
 	}
-	return attemptResult{lease: h}, false
+	return result(res), false
 }
 
 // semClaims sends a won waiter's claim to the nodes whose refusal arrived
 // after the attempt was decided (their request ran after the first claim,
 // and queued the waiter again).
 type semClaims struct {
-	c       *coordinator.Coordinator
+	c       *engine.Engine
 	claim   nodeactor.Call
 	mu      sync.Mutex
 	settled bool
@@ -491,11 +428,11 @@ func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	entryTTL := max(2*s.o.ttl, 2*time.Second)
 	return s.call("acquire", token, strconv.Itoa(x.slot), strconv.Itoa(s.permits), resize,
 		ms(s.o.ttl), ms(FenceIdleTTL), strconv.Itoa(rand.IntN(s.permits)), strconv.Itoa(semMaxFree),
-		wid, enq, ms(entryTTL), strconv.FormatInt(x.score, 10), ms(s.c.Config().HandoffWindow), s.channel)
+		wid, enq, ms(entryTTL), strconv.FormatInt(x.score, 10), ms(s.c.Settings().HandoffWindow), s.channel)
 }
 
 func (x semSlot) rollbackCall(token, _ string) nodeactor.Call {
-	return x.s.call("rollback", token, strconv.Itoa(x.slot), ms(x.s.c.Config().HandoffWindow), x.s.channel)
+	return x.s.call("rollback", token, strconv.Itoa(x.slot), ms(x.s.c.Settings().HandoffWindow), x.s.channel)
 }
 
 func (x semSlot) fenceCall(f int64) nodeactor.Call {
@@ -504,9 +441,9 @@ func (x semSlot) fenceCall(f int64) nodeactor.Call {
 
 func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
 
-func (x semSlot) newHold(token string, fence uint64, start time.Time) (*Lease, error) {
+func (x semSlot) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	s := x.s
-	return s.c.NewHold(coordinator.HoldSpec{
+	return s.c.NewHold(engine.HoldSpec{
 		Keys: []string{s.name}, Token: token, Fence: fence, TTL: s.o.ttl, Start: start,
 		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold,
 		Protocol: &semProto{x: x, token: token},
@@ -526,7 +463,7 @@ func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Ca
 
 func (p *semProto) ReleaseCall(int) nodeactor.Call {
 	s := p.x.s
-	return s.call("release", p.token, strconv.Itoa(p.x.slot), ms(s.c.Config().HandoffWindow), s.channel)
+	return s.call("release", p.token, strconv.Itoa(p.x.slot), ms(s.c.Settings().HandoffWindow), s.channel)
 }
 
-func (p *semProto) Classify(rep nodeactor.Reply) coordinator.Outcome { return classifyRenew(rep) }
+func (p *semProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
 )
 
 // recheckCap bounds how long a waiter whose queue entry needs a heartbeat
@@ -44,9 +45,9 @@ type waitSpec struct {
 // a message is what wakes it, the timer is the safety net, so idle waiters
 // cost the nodes next to nothing. Split votes back off with jitter. On ctx
 // end leave removes the waiter's queue entry on every node.
-func waitLoop(ctx context.Context, c *coordinator.Coordinator, w waitSpec) (*Lease, error) {
+func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error) {
 	refused := time.Now()
-	if !w.queued || c.Config().WaitStrategy != coordinator.WaitNotify {
+	if !w.queued || c.Settings().Polling {
 		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
@@ -56,8 +57,8 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, w waitSpec) (*Lea
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
-	cfg := c.Config()
-	notify := cfg.WaitStrategy == coordinator.WaitNotify
+	cfg := c.Settings()
+	notify := !cfg.Polling
 	recheckMax := w.recheckMax
 	if recheckMax <= 0 {
 		recheckMax = recheckCap
@@ -130,7 +131,7 @@ func waitLoop(ctx context.Context, c *coordinator.Coordinator, w waitSpec) (*Lea
 }
 
 // upNodes counts the nodes that answered their last batch or ping.
-func upNodes(c *coordinator.Coordinator) int {
+func upNodes(c *engine.Engine) int {
 	n := 0
 	for _, st := range c.Nodes() {
 		if st.Up {

@@ -1,4 +1,4 @@
-package coordinator
+package engine
 
 import (
 	"container/heap"
@@ -15,7 +15,7 @@ import (
 // renewed together in one round whose requests the node actors batch per
 // node; no hold has a goroutine or timer of its own.
 type renewer struct {
-	c      *Coordinator
+	c      *Engine
 	in     chan renewMsg
 	done   chan struct{}
 	once   sync.Once
@@ -29,7 +29,7 @@ type renewMsg struct {
 	remove bool
 }
 
-func newRenewer(c *Coordinator) *renewer {
+func newRenewer(c *Engine) *renewer {
 	r := &renewer{c: c, in: make(chan renewMsg, 256), done: make(chan struct{})}
 	r.wg.Go(r.run)
 	return r
@@ -47,7 +47,7 @@ func (r *renewer) send(m renewMsg) {
 }
 
 // rnGo runs f on a goroutine owned by the renewer; Close waits for it.
-func (c *Coordinator) rnGo(f func()) {
+func (c *Engine) rnGo(f func()) {
 	c.rn.mu.Lock()
 	defer c.rn.mu.Unlock()
 	if c.rn.closed {
@@ -189,7 +189,7 @@ func (r *renewer) renewRound(due []*Hold) {
 		h.mu.Unlock()
 		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now()}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(wait, c.cfg.NodeTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), max(wait, c.set.NodeTimeout))
 	defer cancel()
 	live := make([]bool, len(ps))
 	for i := range ps {

@@ -1,4 +1,4 @@
-package coordinator
+package engine
 
 import (
 	"context"
@@ -63,7 +63,7 @@ type HoldSpec struct {
 // itself through the coordinator's one renewal scheduler, and Lost closes by
 // its Deadline when renewals fail. It is safe for concurrent use.
 type Hold struct {
-	c    *Coordinator
+	c    *Engine
 	spec HoldSpec
 
 	mu       sync.Mutex
@@ -88,7 +88,7 @@ type Hold struct {
 // NewHold registers a hold acquired at spec.Start. The caller must have
 // checked that the validity is positive. If the coordinator is closed the
 // hold is released at once and ErrClosed returned.
-func (c *Coordinator) NewHold(spec HoldSpec) (*Hold, error) {
+func (c *Engine) NewHold(spec HoldSpec) (*Hold, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &Hold{
 		c:        c,
@@ -199,7 +199,7 @@ func (h *Hold) lose(cause error) {
 	idle := h.idle
 	h.mu.Unlock()
 	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
-		h.c.cfg.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
+		h.c.set.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
 		h.c.rn.remove(h)
 		h.c.rnGo(func() {
 			h.waitRound(idle)
@@ -209,8 +209,8 @@ func (h *Hold) lose(cause error) {
 }
 
 // releaseTimeout bounds Release and rollbacks.
-func (c *Coordinator) releaseTimeout() time.Duration {
-	return 4*c.cfg.NodeTimeout + 100*time.Millisecond
+func (c *Engine) releaseTimeout() time.Duration {
+	return 4*c.set.NodeTimeout + 100*time.Millisecond
 }
 
 // Release deletes the hold on every node that answers. It runs with
@@ -308,7 +308,7 @@ func (h *Hold) closeRelease() {
 // deadline (at least releaseTimeout): a release queued behind a burst on a
 // busy node is waited for while it still matters (after the deadline the
 // keys expire anyway), and the caller's cancellation must not cut it short.
-func (c *Coordinator) release(ctx context.Context, p Protocol, deadline time.Time) error {
+func (c *Engine) release(ctx context.Context, p Protocol, deadline time.Time) error {
 	rctx := context.WithoutCancel(ctx)
 	bound := max(time.Until(deadline), c.releaseTimeout())
 	// Done once a quorum confirmed. The other nodes' requests stay queued
@@ -486,7 +486,7 @@ func DetachHold(h *Hold) bool {
 // retake re-creates the hold's keys on the nodes of a confirmed round that
 // reported them missing (a node restarted empty), so that the next fault
 // does not cost the hold. It runs inside the round (Release waits for it).
-func (c *Coordinator) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Round) {
+func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Round) {
 	var missing []int
 	for i, rep := range r.Replies {
 		if r.Answered[i] && h.spec.Protocol.Classify(rep) == OutcomeMissing {
@@ -496,7 +496,7 @@ func (c *Coordinator) retake(ctx context.Context, h *Hold, ttl time.Duration, r 
 	if len(missing) == 0 || !h.Valid() {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NodeTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.set.NodeTimeout)
 	defer cancel()
 	ch := make(chan nodeactor.Reply, len(missing))
 	sent := 0

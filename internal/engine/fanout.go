@@ -1,4 +1,4 @@
-package coordinator
+package engine
 
 import (
 	"context"
@@ -34,13 +34,13 @@ func (r *Round) Abort() {
 // them), and their requests are still sent until NodeTimeout unless the
 // caller calls Round.Abort. Replies already delivered when the round ends
 // are still recorded.
-func (c *Coordinator) Fanout(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+func (c *Engine) Fanout(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
-	return c.fanout(ctx, c.cfg.NodeTimeout, lane, call, decide, late)
+	return c.fanout(ctx, c.set.NodeTimeout, lane, call, decide, late)
 }
 
 // fanout is Fanout with the round bounded by bound instead of NodeTimeout.
-func (c *Coordinator) fanout(ctx context.Context, bound time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
 	n := len(c.nodes)
 	r := &Round{Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
@@ -109,10 +109,10 @@ func (r *Round) record(rep nodeactor.Reply) {
 // Broadcast sends call(i) to every node on the urgent lane without waiting
 // for replies; used for best-effort cleanup. It never blocks: a node whose
 // mailbox is full is skipped (its keys expire by TTL).
-func (c *Coordinator) Broadcast(ctx context.Context, call func(node int) nodeactor.Call) {
+func (c *Engine) Broadcast(ctx context.Context, call func(node int) nodeactor.Call) {
 	// Urgent requests are sent even after their ctx ended (see nodeactor), so
 	// the ctx can be released as soon as they are queued.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NodeTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.set.NodeTimeout)
 	defer cancel()
 	for i, nd := range c.nodes {
 		_ = nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: nodeactor.Urgent})
@@ -122,24 +122,24 @@ func (c *Coordinator) Broadcast(ctx context.Context, call func(node int) nodeact
 // SendLate queues call on node i's urgent lane without blocking (used from
 // Late handlers to roll back a grant that arrived after its caller left). If
 // the mailbox is full the key is left to expire by its TTL.
-func (c *Coordinator) SendLate(i int, call nodeactor.Call) {
+func (c *Engine) SendLate(i int, call nodeactor.Call) {
 	select {
 	case <-c.done:
 		return
 	default:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.NodeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.set.NodeTimeout)
 	defer cancel() // urgent requests are sent even after their ctx ended
 	_ = c.nodes[i].TrySend(nodeactor.Request{Ctx: ctx, Call: call, Lane: nodeactor.Urgent})
 }
 
 // NodeCaps returns node i's probed capabilities.
-func (c *Coordinator) NodeCaps(i int) nodeactor.Capabilities { return c.nodes[i].Caps() }
+func (c *Engine) NodeCaps(i int) nodeactor.Capabilities { return c.nodes[i].Caps() }
 
 // Later runs f after d on a goroutine owned by the coordinator; it is
 // skipped if the coordinator closes first. Used for a second, delayed
 // cleanup that must land after requests still in flight.
-func (c *Coordinator) Later(d time.Duration, f func()) {
+func (c *Engine) Later(d time.Duration, f func()) {
 	c.rnGo(func() {
 		t := time.NewTimer(d)
 		defer t.Stop()

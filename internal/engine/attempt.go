@@ -1,0 +1,420 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// HLCShift scales server milliseconds for the hybrid-logical-clock fence
+// fallback: a fresh fence counter starts at TIME(ms) << HLCShift. Lua
+// numbers are doubles, so fences must stay below 2^53: ms << 10 does until
+// the year 2248 and leaves 1024 steps per ms.
+const HLCShift = 10
+
+// Vote is one node's answer to an acquire, as the primitive's classifier
+// reads it. Exactly one of three: granted, refused (held or reserved by
+// someone else), or abstained (a definite answer that is neither, e.g. a
+// semaphore whose stored permit count differs).
+type Vote struct {
+	Granted   bool
+	Fence     int64         // granted: the node's fence counter (0: none yet)
+	Reentrant bool          // granted to a token that already held it
+	Now       int64         // the node's TIME in ms (0: unknown)
+	Hint      time.Duration // refused: the holder's remaining TTL
+	Abstain   error         // abstained: why
+}
+
+// AttemptSpec is what a primitive supplies for one quorum attempt: its
+// calls and a reply classifier. The engine runs the attempt.
+type AttemptSpec struct {
+	Acquire  func(node int) nodeactor.Call
+	Rollback func(node int) nodeactor.Call // undoes this attempt's grant; a no-op where there is none
+	// Classify reads an acquire reply; an error means the reply is an error
+	// or is malformed (the node may then hold something: it is rolled back).
+	Classify func(nodeactor.Reply) (Vote, error)
+	TTL      time.Duration                               // the hold's TTL (validity = TTL − elapsed − drift)
+	Fence    func(f int64) func(node int) nodeactor.Call // writes fence f back (S2)
+	Hold     func(fence uint64, start time.Time) (*Hold, error)
+	// Late, if set, also sees every reply that arrives after the attempt
+	// stopped waiting for it (on an actor goroutine: it must not block).
+	Late func(nodeactor.Reply)
+}
+
+// Result is the outcome of one attempt.
+type Result struct {
+	Hold  *Hold         // the won hold, or nil
+	Round *Round        // the acquire round (replies, for primitives that learn from refusals)
+	Hint  time.Duration // the holder's remaining TTL, when refused
+	Split bool          // some nodes granted, and fewer than a quorum refused
+	Held  bool          // some node refused: held or reserved (a message will come)
+	Now   int64         // latest server TIME (ms) among refusals, 0 if none
+	Err   error
+}
+
+// Attempt makes one quorum attempt: it fans the acquire out, decides as soon
+// as a quorum granted or can no longer grant, checks validity, decides the
+// fence (S2), and creates the hold. A failed attempt rolls back by the one
+// rule of rollbackAttempt, and grants that arrive after the decision are
+// rolled back unless the attempt produced a hold that is still valid.
+func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
+	if err := ctx.Err(); err != nil {
+		return Result{Err: err}
+	}
+	if e.isClosed() {
+		return Result{Err: ErrClosed}
+	}
+	n, q := len(e.nodes), e.quorum
+	mayHold := func(rep nodeactor.Reply) bool {
+		if rep.Err != nil {
+			return !errors.Is(rep.Err, nodeactor.ErrNotSent)
+		}
+		v, err := s.Classify(rep)
+		return err != nil || v.Granted
+	}
+	lg := &lateGrants{e: e, rollback: s.Rollback, mayHold: mayHold}
+	late := lg.late
+	if s.Late != nil {
+		late = func(rep nodeactor.Reply) { lg.late(rep); s.Late(rep) }
+	}
+	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
+		g := 0
+		for i, rep := range r.Replies {
+			if r.Answered[i] {
+				if v, err := s.Classify(rep); err == nil && v.Granted {
+					g++
+				}
+			}
+		}
+		return g >= q || r.NAnswered-g > n-q
+	}, late)
+	e.ins.Attempts.Add(ctx, 1)
+	var (
+		granted, refused, abstained int
+		grants                      []Vote
+		fails                       failures
+		abstain                     error
+	)
+	res := Result{Round: r}
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			fails.errs = append(fails.errs, rep.Err)
+			continue
+		}
+		v, err := s.Classify(rep)
+		switch {
+		case err != nil:
+			fails.add(err)
+		case v.Granted:
+			granted++
+			grants = append(grants, v)
+			e.ObserveServerTime(v.Now)
+		case v.Abstain != nil:
+			abstained++
+			abstain = v.Abstain
+		default:
+			refused++
+			res.Hint = max(res.Hint, v.Hint)
+			e.ObserveServerTime(v.Now)
+			res.Now = max(res.Now, v.Now)
+		}
+	}
+	fail := func(err error) Result {
+		lg.settle(nil)
+		e.rollbackAttempt(ctx, r, s.Rollback, mayHold)
+		res.Err = err
+		return res
+	}
+	if fails.wrong != nil {
+		return fail(fails.fatal())
+	}
+	if granted < q {
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		if abstained > n-q {
+			return fail(abstain)
+		}
+		if err := fails.fatal(); err != nil {
+			return fail(err)
+		}
+		if refused > 0 && granted+refused >= q {
+			// A split vote is one no contender can win without the others
+			// backing off; a quorum that refused is a holder: sleep on it.
+			res.Split = granted > 0 && refused < q
+			return fail(&NotAcquiredError{TTL: res.Hint})
+		}
+		// Too few answers to decide; a refusal among them still means the
+		// resource is held or reserved: a waiter sleeps on its messages.
+		if abstain != nil {
+			fails.errs = append(fails.errs, abstain)
+		}
+		res.Split, res.Held = granted > 0, refused > 0
+		return fail(fmt.Errorf("%w: %d of %d nodes answered: %w",
+			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...)))
+	}
+	if s.TTL-time.Since(r.Start)-e.Drift(s.TTL) <= 0 {
+		res.Split = true
+		return fail(fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start)))
+	}
+	fence, err := e.decideFence(ctx, s.Fence, grants)
+	if err != nil {
+		return fail(err)
+	}
+	h, err := s.Hold(fence, r.Start)
+	if err != nil {
+		// Only a closed engine refuses a hold, and it released the keys.
+		lg.settle(nil)
+		res.Err = err
+		return res
+	}
+	lg.settle(h)
+	res.Hold = h
+	return res
+}
+
+// rollbackAttempt is the one rollback rule of a failed quorum attempt
+// (every primitive's): it drops the requests still queued unsent and rolls
+// back every node that answered a reply that may hold something (mayHold:
+// a grant, an error — a script error can follow a write, a program on a
+// Redis Cluster node can fail after taking some slot groups — or a
+// malformed reply; only a clean refusal, or a request dropped unsent, holds
+// nothing). A node that had not answered is rolled back by the attempt's
+// late handler if its reply turns out to hold something (the same rule): a
+// refused attempt sends no rollback at all. When the caller gave up (ctx
+// ended: Acquire's ctx, Acquirer.Close) the rollback is sent to every node
+// and awaited, bounded by NodeTimeout, so that nothing of the attempt is
+// left when the call returns (a rollback where the attempt holds nothing is
+// a no-op; this path is rare).
+func (e *Engine) rollbackAttempt(ctx context.Context, r *Round,
+	rollback func(node int) nodeactor.Call, mayHold func(nodeactor.Reply) bool) {
+	r.Abort()
+	var undo []int
+	for i, rep := range r.Replies {
+		if r.Answered[i] && mayHold(rep) {
+			undo = append(undo, i)
+		}
+	}
+	if len(undo) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.set.NodeTimeout)
+		defer cancel()
+		e.Fanout(rctx, nodeactor.Urgent, rollback, nil, nil)
+		return
+	}
+	for _, i := range undo {
+		e.SendLate(i, rollback(i))
+	}
+}
+
+// lateGrants handles grants that arrive after an attempt stopped waiting for
+// them: they are kept while the attempt is undecided, then rolled back
+// unless the attempt produced a hold that is still valid (its Release covers
+// every node, and a late grant under a live hold is simply ours).
+type lateGrants struct {
+	e        *Engine
+	rollback func(node int) nodeactor.Call
+	mayHold  func(nodeactor.Reply) bool // see rollbackAttempt
+	mu       sync.Mutex
+	settled  bool
+	hold     *Hold
+	pending  []int
+}
+
+// late runs on an actor goroutine: it never blocks.
+func (g *lateGrants) late(rep nodeactor.Reply) {
+	// A rollback is per token and safe to repeat.
+	if !g.mayHold(rep) {
+		return
+	}
+	g.mu.Lock()
+	if !g.settled {
+		g.pending = append(g.pending, rep.Node)
+		g.mu.Unlock()
+		return
+	}
+	keep := g.hold != nil && g.hold.Valid()
+	g.mu.Unlock()
+	if !keep {
+		g.e.SendLate(rep.Node, g.rollback(rep.Node))
+	}
+}
+
+// settle records the attempt's outcome (nil: failed) and undoes the grants
+// that arrived late before it, if the attempt failed.
+func (g *lateGrants) settle(h *Hold) {
+	g.mu.Lock()
+	g.settled, g.hold = true, h
+	pending := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+	if h == nil {
+		for _, i := range pending {
+			g.e.SendLate(i, g.rollback(i))
+		}
+	}
+}
+
+// decideFence applies S2: the fence is max over the granting nodes'
+// counters; it is written back when fewer than a quorum of them held that
+// max, and when fewer than a quorum had a counter at all the hybrid logical
+// clock (server TIME in ms << HLCShift) takes over.
+func (e *Engine) decideFence(ctx context.Context, write func(f int64) func(int) nodeactor.Call, grants []Vote) (uint64, error) {
+	q := e.quorum
+	var m, maxNow int64
+	present, reentrant := 0, false
+	for _, g := range grants {
+		if g.Fence > 0 {
+			present++
+		}
+		m = max(m, g.Fence)
+		maxNow = max(maxNow, g.Now)
+		reentrant = reentrant || g.Reentrant
+	}
+	atMax := 0
+	for _, g := range grants {
+		if g.Fence == m {
+			atMax++
+		}
+	}
+	f := m
+	switch {
+	case reentrant:
+		return uint64(max(f, 1)), nil
+	case present < q:
+		f = max(m+1, maxNow<<HLCShift)
+	case atMax >= q:
+		return uint64(f), nil
+	}
+	_, err := e.Gather(ctx, nodeactor.Urgent, write(f), func(rep nodeactor.Reply) error { return rep.Err })
+	if err != nil {
+		return 0, fmt.Errorf("fence %d not written to a quorum: %w", f, err)
+	}
+	return uint64(f), nil
+}
+
+// Gather is the quorum round of every primitive that reads or writes
+// without taking a hold (FairLock tickets, latch rounds, fence write-backs,
+// RWLock downgrades): it sends call(i) to every node on lane and returns
+// once a quorum answered replies that accept takes (accept returns nil), or
+// a quorum can no longer do so. Then it returns the round (read the replies
+// where Answered and accept is nil) and nil; or an error: a WRONGTYPE or an
+// ACL refusal from any node (retrying cannot help); the answer of the nodes
+// that rejected with an error wrapping ErrInvalidArgument, when too many
+// did for a quorum to agree; ctx's error; or ErrQuorumUnavailable wrapping
+// the per-node errors.
+func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error) (*Round, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	n, q := len(e.nodes), e.quorum
+	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
+		ok := 0
+		for i, rep := range r.Replies {
+			if r.Answered[i] && accept(rep) == nil {
+				ok++
+			}
+		}
+		return ok >= q || r.NAnswered-ok > n-q
+	}, nil)
+	ok, invalid := 0, 0
+	var (
+		fails failures
+		inv   error
+	)
+	for i, rep := range r.Replies {
+		if !r.Answered[i] {
+			fails.errs = append(fails.errs, rep.Err)
+			continue
+		}
+		switch err := accept(rep); {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrInvalidArgument):
+			invalid++
+			inv = err
+		default:
+			fails.add(err)
+		}
+	}
+	if fails.wrong != nil {
+		return r, fails.fatal()
+	}
+	if ok >= q {
+		return r, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	if invalid > n-q {
+		return r, inv
+	}
+	if err := fails.fatal(); err != nil {
+		return r, err
+	}
+	if inv != nil {
+		fails.errs = append(fails.errs, inv)
+	}
+	return r, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, ok, n, errors.Join(fails.errs...))
+}
+
+// failures sorts the failed replies of one round: a wrong type at our keys
+// and an ACL refusal end it for good (retrying cannot help); the others may
+// be transient.
+type failures struct {
+	errs  []error // every failure, for the error message
+	wrong error   // a WRONGTYPE reply
+	perm  error   // an ACL refusal
+}
+
+func (f *failures) add(err error) {
+	switch {
+	case IsWrongType(err):
+		f.wrong = err
+		return
+	case IsNoPerm(err):
+		f.perm = err
+	}
+	f.errs = append(f.errs, err)
+}
+
+// fatal returns the error that ends the round for good, or nil.
+func (f *failures) fatal() error {
+	switch {
+	case f.wrong != nil:
+		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
+	case f.perm != nil:
+		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
+	}
+	return nil
+}
+
+// IsWrongType reports whether err is a WRONGTYPE reply from a node.
+func IsWrongType(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
+}
+
+// IsNoPerm reports whether err is an ACL refusal from a node: NOPERM for a
+// command, or the error a script gets when it calls a command the user may
+// not run.
+func IsNoPerm(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
+}

@@ -1,0 +1,368 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/notify"
+)
+
+// Engine owns the node actors, the notify router and the renewal
+// scheduler: the implementation behind a coordinator.Coordinator. It is safe
+// for concurrent use; create it with New and end it with Close.
+type Engine struct {
+	set    Settings
+	nodes  []Node
+	specs  []NodeSpec
+	router *notify.Router
+	quorum int
+	rn     *renewer
+	ins    *Instruments
+
+	clock serverClock
+
+	mu     sync.Mutex
+	holds  map[*Hold]struct{}
+	closed bool
+
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NodeSpec is one independent master, as parsed from the configuration.
+type NodeSpec struct {
+	Addr    string // for display, never with a password
+	Client  rueidis.ClientOption
+	DB      int
+	Cluster bool // a Redis Cluster given by its seeds
+}
+
+// Settings are the resolved (defaults filled in) values the engine and the
+// primitives' algorithms read; package coordinator builds them from its
+// Config.
+type Settings struct {
+	KeyPrefix     string
+	DefaultTTL    time.Duration
+	NodeTimeout   time.Duration
+	DriftFactor   float64
+	RetryDelay    time.Duration
+	MaxRetryDelay time.Duration
+	HandoffWindow time.Duration
+	StartTimeout  time.Duration
+	Polling       bool // WaitPolling: waiters never sleep on push messages
+	Keyspace      nodeactor.KeyspacePolicy
+	ForceLua      bool
+	Logger        *slog.Logger
+	MeterProvider metric.MeterProvider
+}
+
+// New starts one actor per node and the router, and waits until a quorum of
+// nodes answered. It fails only if fewer than a quorum of nodes answer
+// within set.StartTimeout (or before ctx ends).
+func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
+	c := newEngine(set, specs)
+	for i, s := range specs {
+		c.nodes = append(c.nodes, nodeactor.New(nodeactor.Options{
+			Index:        i,
+			Addr:         s.Addr,
+			Client:       s.Client,
+			DB:           s.DB,
+			Cluster:      s.Cluster,
+			Keyspace:     set.Keyspace,
+			ForceLua:     set.ForceLua,
+			DialTimeout:  max(set.NodeTimeout*4, time.Second),
+			OnPush:       c.onPush,
+			OnPushReset:  func(int) { c.router.Reset() },
+			OnSubscribed: c.onSubscribed,
+			Logger:       set.Logger,
+		}))
+	}
+	c.start()
+
+	wctx, cancel := context.WithTimeout(ctx, set.StartTimeout)
+	defer cancel()
+	ready, fatal := c.countReady()
+	for ready < c.quorum && wctx.Err() == nil {
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-wctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		ready, fatal = c.countReady()
+	}
+	// A quorum answered. Give the others a short grace (they are usually a
+	// moment behind), so that the first operation does not find a healthy
+	// node still connecting.
+	grace, gcancel := context.WithTimeout(wctx, max(100*time.Millisecond, set.NodeTimeout))
+	for ready >= c.quorum && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-grace.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		ready, fatal = c.countReady()
+	}
+	gcancel()
+	if ready < c.quorum {
+		errs := fatal
+		for _, n := range c.nodes {
+			if st := n.Status(); !st.Up && st.Fatal == nil {
+				err := st.LastErr
+				if err == nil {
+					err = fmt.Errorf("no answer within %s", set.StartTimeout)
+				}
+				errs = append(errs, &NodeError{Addr: n.Addr(), Err: err})
+			}
+		}
+		c.Close()
+		return nil, fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
+			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// Node is what the engine needs of one node: a *nodeactor.Actor, or a
+// fake one in the engine's unit tests.
+type Node interface {
+	Addr() string
+	TrySend(req nodeactor.Request) error
+	Status() nodeactor.Status
+	Caps() nodeactor.Capabilities
+	Ready() <-chan struct{}
+	Subscribe(channels ...string)
+	Unsubscribe(channels ...string)
+	Close() error
+}
+
+// newEngine returns an engine without nodes; the caller appends them (their
+// options refer to the engine's push handlers) and then calls start.
+func newEngine(set Settings, specs []NodeSpec) *Engine {
+	c := &Engine{
+		set:    set,
+		specs:  specs,
+		quorum: len(specs)/2 + 1,
+		holds:  map[*Hold]struct{}{},
+		done:   make(chan struct{}),
+	}
+	c.router = notify.New(notify.Options{
+		Subscribe:   c.subscribe,
+		Unsubscribe: c.unsubscribe,
+		ReadyAfter:  c.quorum,
+	})
+	return c
+}
+
+// start starts the renewal scheduler and the metric instruments, once the
+// nodes are in place.
+func (c *Engine) start() {
+	c.rn = newRenewer(c)
+	c.ins = newInstruments(c, c.set.MeterProvider)
+}
+
+// countReady counts the nodes that answered and passed their probes, and
+// collects the errors of those whose probes failed fatally.
+func (c *Engine) countReady() (int, []error) {
+	ready := 0
+	var fatal []error
+	for _, n := range c.nodes {
+		select {
+		case <-n.Ready():
+			if st := n.Status(); st.Fatal != nil {
+				fatal = append(fatal, &NodeError{Addr: n.Addr(), Err: st.Fatal})
+			} else {
+				ready++
+			}
+		default:
+		}
+	}
+	return ready, fatal
+}
+
+// Quorum returns N/2+1.
+func (c *Engine) Quorum() int { return c.quorum }
+
+// N returns the number of nodes.
+func (c *Engine) N() int { return len(c.nodes) }
+
+// Settings returns the resolved settings.
+func (c *Engine) Settings() Settings { return c.set }
+
+// Nodes reports each node's address, health and capabilities.
+func (c *Engine) Nodes() []nodeactor.Status {
+	out := make([]nodeactor.Status, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.Status()
+	}
+	return out
+}
+
+// NodeIsCluster reports whether node i was configured as a Redis Cluster
+// (by its ?addr= seeds).
+func (c *Engine) NodeIsCluster(i int) bool { return c.specs[i].Cluster }
+
+// Router returns the notify router.
+func (c *Engine) Router() *notify.Router { return c.router }
+
+// Done returns a channel that Close closes when it starts (before leases
+// are released); it is never closed otherwise.
+func (c *Engine) Done() <-chan struct{} { return c.done }
+
+// Close releases every held lease (each within a bounded time), then stops
+// the renewal scheduler, the router and the node actors. Every goroutine has
+// returned when it does. It is idempotent.
+func (c *Engine) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		holds := make([]*Hold, 0, len(c.holds))
+		for h := range c.holds {
+			holds = append(holds, h)
+		}
+		c.mu.Unlock()
+		close(c.done)
+		var wg sync.WaitGroup
+		for _, h := range holds {
+			wg.Go(func() { h.closeRelease() })
+		}
+		wg.Wait()
+		if c.rn != nil {
+			c.rn.close()
+		}
+		if c.ins != nil && c.ins.reg != nil {
+			_ = c.ins.reg.Unregister()
+		}
+		c.router.Close()
+		for _, n := range c.nodes {
+			n.Close()
+		}
+	})
+	return nil
+}
+
+func (c *Engine) isClosed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Topic returns the notify topic and key base of a resource: "<prefix>{<name>}".
+func (c *Engine) Topic(name string) string { return c.set.KeyPrefix + "{" + name + "}" }
+
+// Key returns "<prefix>{<name>}:<suffix>".
+func (c *Engine) Key(name, suffix string) string { return c.Topic(name) + ":" + suffix }
+
+// keyspaceWatch is the key suffix whose del/expired events wake a topic's waiters.
+const keyspaceWatch = ":lock"
+
+func (c *Engine) subscribe(topic string) {
+	for i, n := range c.nodes {
+		chs := []string{topic + ":ch"}
+		if n.Caps().Keyspace {
+			chs = append(chs, "__keyspace@"+strconv.Itoa(c.specs[i].DB)+"__:"+topic+keyspaceWatch)
+		}
+		n.Subscribe(chs...)
+	}
+}
+
+func (c *Engine) unsubscribe(topic string) {
+	for i, n := range c.nodes {
+		// Both channels, whatever Keyspace says now: it can change while the
+		// topic is subscribed (a cluster master that could not be
+		// configured), and dropping a reference that was never taken is a
+		// no-op.
+		n.Unsubscribe(topic+":ch", "__keyspace@"+strconv.Itoa(c.specs[i].DB)+"__:"+topic+keyspaceWatch)
+	}
+}
+
+// onPush runs on a push connection's reader goroutine: it only parses and
+// hands the message to the router, which never blocks.
+func (c *Engine) onPush(_ int, channel, message string) {
+	if t, ok := strings.CutSuffix(channel, ":ch"); ok {
+		c.router.Deliver(t, message)
+		return
+	}
+	if strings.HasPrefix(channel, "__keyspace@") {
+		if i := strings.Index(channel, "__:"); i > 0 {
+			key := channel[i+3:]
+			if t, ok := strings.CutSuffix(key, keyspaceWatch); ok && (message == "del" || message == "expired") {
+				c.router.Deliver(t, "ks:"+message)
+			}
+		}
+	}
+}
+
+func (c *Engine) onSubscribed(_ int, channels []string) {
+	for _, ch := range channels {
+		if t, ok := strings.CutSuffix(ch, ":ch"); ok {
+			c.router.Confirmed(t)
+		}
+	}
+}
+
+// Drift returns the clock-drift allowance for ttl: ttl*DriftFactor + 2ms.
+func (c *Engine) Drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.set.DriftFactor) + 2*time.Millisecond
+}
+
+// serverClock keeps the latest server TIME seen (ms) and when it was seen,
+// so that a fresh fence counter can start from a hybrid-clock value without
+// an extra round trip.
+type serverClock struct {
+	mu sync.Mutex
+	ms int64
+	at time.Time
+}
+
+// ObserveServerTime records a server TIME (ms) from a reply.
+func (c *Engine) ObserveServerTime(ms int64) {
+	c.clock.mu.Lock()
+	defer c.clock.mu.Unlock()
+	now := time.Now()
+	if c.clock.at.IsZero() || ms > c.clock.ms+now.Sub(c.clock.at).Milliseconds() {
+		c.clock.ms, c.clock.at = ms, now
+	}
+}
+
+// EstimateServerMs returns the latest server TIME seen plus the monotonic
+// time elapsed since, or 0 before any was seen.
+func (c *Engine) EstimateServerMs() int64 {
+	c.clock.mu.Lock()
+	defer c.clock.mu.Unlock()
+	if c.clock.at.IsZero() {
+		return 0
+	}
+	return c.clock.ms + time.Since(c.clock.at).Milliseconds()
+}
+
+// front maps a *coordinator.Coordinator to its engine; package coordinator
+// sets it in its init (it imports this package, not the other way round).
+var front func(any) *Engine
+
+// SetFront installs the function that Of uses. Only package coordinator
+// calls it.
+func SetFront(f func(any) *Engine) { front = f }
+
+// Of returns the engine behind c, a *coordinator.Coordinator, or nil (c is
+// nil or not a Coordinator). It is how package primitives reaches the
+// engine without the engine being part of coordinator's API.
+func Of(c any) *Engine {
+	if front == nil {
+		return nil
+	}
+	return front(c)
+}

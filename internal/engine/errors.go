@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// The errors the engine raises; package coordinator re-exports each (the
+// same values), and primitives re-exports them again.
+var (
+	ErrInvalidArgument   = errors.New("redlock: invalid argument")
+	ErrNotAcquired       = errors.New("redlock: not acquired")
+	ErrQuorumUnavailable = errors.New("redlock: quorum unavailable")
+	ErrLeaseLost         = errors.New("redlock: lease lost")
+	ErrReleased          = errors.New("redlock: released")
+	ErrClosed            = nodeactor.ErrClosed
+	ErrWrongType         = errors.New("redlock: wrong type at key")
+)
+
+// NodeError records the failure of one node.
+type NodeError = nodeactor.NodeError
+
+// NotAcquiredError is returned when the resource is held by another owner.
+// It Is ErrNotAcquired and carries the holder's remaining TTL as reported by
+// the nodes that refused (the largest of them), 0 if unknown.
+type NotAcquiredError struct {
+	TTL time.Duration
+}
+
+func (e *NotAcquiredError) Error() string {
+	if e.TTL > 0 {
+		return fmt.Sprintf("%s: held by another owner for up to %s", ErrNotAcquired, e.TTL.Round(time.Millisecond))
+	}
+	return ErrNotAcquired.Error() + ": held by another owner"
+}
+
+// Is makes errors.Is(err, ErrNotAcquired) true.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Invalid returns an error wrapping ErrInvalidArgument.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+// TTL bounds and resource-name limits (re-exported by coordinator).
+const (
+	MinTTL     = 100 * time.Millisecond
+	MaxTTL     = 24 * time.Hour
+	MaxNameLen = 512
+)
+
+// ValidateTTL checks that ttl is within [MinTTL, MaxTTL].
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return Invalid("TTL %s out of range [%s, %s]", ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// ValidateName checks a resource name: non-empty, at most MaxNameLen
+// bytes, without '{' or '}'.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return Invalid("empty resource name")
+	case len(name) > MaxNameLen:
+		return Invalid("resource name of %d bytes exceeds %d", len(name), MaxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		return Invalid("resource name %q must not contain '{' or '}'", name)
+	}
+	return nil
+}
