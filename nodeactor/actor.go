@@ -83,7 +83,10 @@ type Request struct {
 	counted bool // holds room in the actor's queue accounting (see dequeued)
 }
 
-func (r *Request) deliver(rep Reply) {
+// Deliver hands rep to the requester exactly once: on Reply, or to the
+// Ticket's Late handler when the requester abandoned it first. A node
+// calls it once per request (the actor does; so do the engine's fake nodes).
+func (r *Request) Deliver(rep Reply) {
 	if r.Ticket != nil && !r.Ticket.state.CompareAndSwap(0, 1) {
 		if r.Ticket.Late != nil {
 			r.Ticket.Late(rep)
@@ -470,7 +473,7 @@ func (a *Actor) drain() {
 
 func (a *Actor) fail(batch []Request, err error) {
 	for i := range batch {
-		batch[i].deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
+		batch[i].Deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
 	}
 }
 
@@ -489,7 +492,7 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	for i := range batch {
 		r := batch[i]
 		if err := r.Ctx.Err(); err != nil && r.Lane == Normal {
-			r.deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, context.Cause(r.Ctx))})
+			r.Deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, context.Cause(r.Ctx))})
 			continue
 		}
 		d, ok := r.Ctx.Deadline()
@@ -626,13 +629,13 @@ func until(deadline time.Time) (context.Context, context.CancelFunc) {
 // like one script would, before anything of its resource queued after it.
 func (a *Actor) step(r Request, rep Reply) (Request, bool) {
 	if r.Call.Next == nil {
-		r.deliver(rep)
+		r.Deliver(rep)
 		return Request{}, false
 	}
 	next, final, done := r.Call.Next(rep)
 	if done {
 		final.Node, final.RTT = a.opt.Index, rep.RTT
-		r.deliver(final)
+		r.Deliver(final)
 		return Request{}, false
 	}
 	r.Call = next

@@ -1,0 +1,591 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/mock"
+	"github.com/redlock-go/redlock/nodeactor"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The engine's unit tests run a real Engine (fan-out, attempt, holds,
+// renewer, router) against fake nodes inside a synctest bubble: time is
+// virtual, so delays, timeouts and deadlines are exact and the tests take
+// no wall time.
+
+const nodeTimeout = 50 * time.Millisecond
+
+// fakeNode is one node: a tiny in-memory lock server behind a FIFO served
+// by one goroutine, like a node actor's lane. A request whose ctx ended
+// before it was taken from the queue is dropped unsent (Normal lane) as the
+// actor does; once taken it is "in flight" for delay and then runs.
+type fakeNode struct {
+	idx   int
+	queue chan nodeactor.Request
+	quit  chan struct{}
+
+	mu     sync.Mutex
+	owner  string // token holding the lock here ("" free)
+	fence  int64
+	delay  time.Duration
+	full   bool          // TrySend refuses (a saturated node)
+	gate   chan struct{} // non-nil: the node is paused until it is closed
+	dup    bool          // deliver every reply twice
+	ops    []string      // "op token" in the order run
+	closed bool
+}
+
+func newFakeNode(idx int) *fakeNode {
+	f := &fakeNode{idx: idx, queue: make(chan nodeactor.Request, 4096), quit: make(chan struct{})}
+	go f.loop()
+	return f
+}
+
+func (f *fakeNode) Addr() string { return "fake" + strconv.Itoa(f.idx) }
+func (f *fakeNode) Status() nodeactor.Status {
+	return nodeactor.Status{Addr: f.Addr(), Up: true}
+}
+func (f *fakeNode) Caps() nodeactor.Capabilities { return nodeactor.Capabilities{} }
+func (f *fakeNode) Ready() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+func (f *fakeNode) Subscribe(...string)   {}
+func (f *fakeNode) Unsubscribe(...string) {}
+
+func (f *fakeNode) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		f.closed = true
+		close(f.quit)
+	}
+	return nil
+}
+
+func (f *fakeNode) TrySend(req nodeactor.Request) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.full || f.closed {
+		return nodeactor.ErrBusy
+	}
+	f.queue <- req
+	return nil
+}
+
+func (f *fakeNode) pause() {
+	f.mu.Lock()
+	f.gate = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) resume() {
+	f.mu.Lock()
+	close(f.gate)
+	f.gate = nil
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) set(fn func(f *fakeNode)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeNode) state() (owner string, fence int64, ops []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.owner, f.fence, append([]string(nil), f.ops...)
+}
+
+// loop takes requests in order ("writes them to the socket"): a paused
+// node takes none; a Normal request whose ctx already ended is dropped
+// unsent. Each taken request arrives delay later and runs in order (wire):
+// requests are pipelined, as on a real connection.
+func (f *fakeNode) loop() {
+	type flight struct {
+		req nodeactor.Request
+		at  time.Time
+	}
+	inflight := make(chan flight, cap(f.queue))
+	go func() { // the wire and the server
+		for {
+			var fl flight
+			select {
+			case <-f.quit:
+				return
+			case fl = <-inflight:
+			}
+			if d := time.Until(fl.at); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-f.quit:
+					return
+				}
+			}
+			rep := f.run(fl.req.Call)
+			fl.req.Deliver(rep)
+			f.mu.Lock()
+			dup := f.dup
+			f.mu.Unlock()
+			if dup {
+				fl.req.Deliver(rep)
+			}
+		}
+	}()
+	for {
+		var req nodeactor.Request
+		select {
+		case <-f.quit:
+			return
+		case req = <-f.queue:
+		}
+		f.mu.Lock()
+		gate := f.gate
+		f.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-f.quit:
+				return
+			}
+		}
+		if req.Lane == nodeactor.Normal && req.Ctx.Err() != nil {
+			req.Deliver(nodeactor.Reply{Node: f.idx, Err: nodeactor.ErrNotSent})
+			continue
+		}
+		f.mu.Lock()
+		at := time.Now().Add(f.delay)
+		f.mu.Unlock()
+		inflight <- flight{req: req, at: at}
+	}
+}
+
+// run executes one call: acquire, rollback, release, renew, fence, or
+// wrongtype (answers a WRONGTYPE error).
+func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	op, arg := call.Args[0], call.Args[1]
+	f.ops = append(f.ops, op+" "+arg)
+	now := time.Now().UnixMilli()
+	rep := nodeactor.Reply{Node: f.idx}
+	switch op {
+	case "acquire":
+		if f.owner == "" || f.owner == arg {
+			f.owner = arg
+			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
+		} else {
+			rep.Msg = mock.RedisArray(mock.RedisInt64(0), mock.RedisInt64(1000), mock.RedisInt64(now), mock.RedisInt64(0))
+		}
+	case "rollback", "release":
+		v := int64(0)
+		if f.owner == arg {
+			f.owner, v = "", 1
+		}
+		rep.Msg = mock.RedisInt64(v)
+	case "renew":
+		v := int64(0)
+		if f.owner == arg {
+			v = 1
+		}
+		rep.Msg = mock.RedisInt64(v)
+	case "fence":
+		n, _ := strconv.ParseInt(arg, 10, 64)
+		f.fence = max(f.fence, n)
+		rep.Msg = mock.RedisInt64(1)
+	case "wrongtype":
+		m := mock.RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
+		rep.Err = m.Error()
+	default:
+		rep.Err = errors.New("fake: unknown op " + op)
+	}
+	return rep
+}
+
+// world is an engine over n fake nodes.
+type world struct {
+	e     *Engine
+	nodes []*fakeNode
+}
+
+func newWorld(t *testing.T, n int) *world {
+	t.Helper()
+	set := Settings{
+		KeyPrefix: "t:", DefaultTTL: time.Second, NodeTimeout: nodeTimeout, DriftFactor: 0.01,
+		RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 100 * time.Millisecond,
+		HandoffWindow: 100 * time.Millisecond, StartTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	specs := make([]NodeSpec, n)
+	w := &world{}
+	e := newEngine(set, specs)
+	for i := range n {
+		f := newFakeNode(i)
+		w.nodes = append(w.nodes, f)
+		e.nodes = append(e.nodes, f)
+	}
+	e.start()
+	w.e = e
+	t.Cleanup(func() { e.Close() })
+	return w
+}
+
+// fakeProto renews and releases a hold on the fake nodes.
+type fakeProto struct{ token string }
+
+func (p fakeProto) RenewCall(int, time.Duration, bool) nodeactor.Call {
+	return nodeactor.Call{Args: []string{"renew", p.token}}
+}
+func (p fakeProto) ReleaseCall(int) nodeactor.Call {
+	return nodeactor.Call{Args: []string{"release", p.token}}
+}
+func (p fakeProto) Classify(rep nodeactor.Reply) Outcome {
+	if rep.Err != nil {
+		return OutcomeError
+	}
+	if v, err := rep.Msg.AsInt64(); err == nil && v == 1 {
+		return OutcomeOK
+	}
+	return OutcomeNotOwner
+}
+
+func vote(rep nodeactor.Reply) (Vote, error) {
+	if rep.Err != nil {
+		return Vote{}, rep.Err
+	}
+	v, err := rep.Msg.AsIntSlice()
+	if err != nil || len(v) < 4 {
+		return Vote{}, errors.New("fake: bad reply")
+	}
+	if v[0] == 1 {
+		return Vote{Granted: true, Fence: v[1], Now: v[2]}, nil
+	}
+	return Vote{Now: v[2], Hint: time.Duration(v[1]) * time.Millisecond}, nil
+}
+
+func (w *world) spec(token string, ttl time.Duration) AttemptSpec {
+	call := func(op, arg string) func(int) nodeactor.Call {
+		return func(int) nodeactor.Call { return nodeactor.Call{Args: []string{op, arg}} }
+	}
+	return AttemptSpec{
+		Acquire:  call("acquire", token),
+		Rollback: call("rollback", token),
+		Classify: vote,
+		TTL:      ttl,
+		Fence:    func(f int64) func(int) nodeactor.Call { return call("fence", strconv.FormatInt(f, 10)) },
+		Hold: func(fence uint64, start time.Time) (*Hold, error) {
+			return w.e.NewHold(HoldSpec{Keys: []string{"r"}, Token: token, Fence: fence, TTL: ttl, Start: start,
+				AutoRenew: true, Protocol: fakeProto{token}})
+		},
+	}
+}
+
+func (w *world) owners() []string {
+	out := make([]string, len(w.nodes))
+	for i, f := range w.nodes {
+		out[i], _, _ = f.state()
+	}
+	return out
+}
+
+func count(ops []string, op string) int {
+	n := 0
+	for _, o := range ops {
+		if o == op {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAttemptDecidesAtQuorumAndKeepsALateGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 20 * time.Millisecond })
+		start := time.Now()
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil || res.Hold == nil {
+			t.Fatalf("attempt: %v", res.Err)
+		}
+		if d := time.Since(start); d >= 20*time.Millisecond {
+			t.Fatalf("decided after %s: it waited for the slow node", d)
+		}
+		time.Sleep(60 * time.Millisecond) // the late grant, and a rollback if one were sent
+		synctest.Wait()
+		if o := w.owners(); o[2] != "A" {
+			t.Fatalf("owners %v: the late grant under a live hold was not kept", o)
+		}
+		if _, _, ops := w.nodes[2].state(); count(ops, "rollback A") != 0 {
+			t.Fatalf("node 2 ops %v: a live hold's late grant was rolled back", ops)
+		}
+		if err := res.Hold.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		synctest.Wait()
+		for i, o := range w.owners() {
+			if o != "" {
+				t.Fatalf("node %d still held by %q after Release", i, o)
+			}
+		}
+	})
+}
+
+func TestRefusedAttemptRollsBackOnlyWhatItHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 20 * time.Millisecond })
+		// node 1 grants at once, node 0 refuses at once, node 2 grants
+		// 20 ms later: the attempt waits for node 2 (a 1-1 tie cannot
+		// decide), and wins.
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatalf("attempt: %v", res.Err)
+		}
+		res.Hold.Release(context.Background())
+
+		// Now two refusals decide at once; node 2's grant arrives after
+		// the decision and must be rolled back by the late handler; node 0
+		// and node 1 (refused) must get no rollback at all.
+		w.nodes[1].set(func(f *fakeNode) { f.owner = "other" })
+		res = w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if !errors.Is(res.Err, ErrNotAcquired) || res.Split {
+			t.Fatalf("attempt: err %v split %v, want a clean refusal", res.Err, res.Split)
+		}
+		time.Sleep(40 * time.Millisecond)
+		synctest.Wait()
+		if o := w.owners(); o[2] != "" {
+			t.Fatalf("owners %v: the late grant of a refused attempt was left", o)
+		}
+		for i := range 2 {
+			if _, _, ops := w.nodes[i].state(); count(ops, "rollback B") != 0 {
+				t.Fatalf("node %d ops %v: a refusing node got a rollback", i, ops)
+			}
+		}
+	})
+}
+
+func TestSplitVoteRollsBackTheGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[2].pause() // silent: the round ends at NodeTimeout with 1 grant, 1 refusal
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if !errors.Is(res.Err, ErrNotAcquired) || !res.Split {
+			t.Fatalf("attempt: err %v split %v, want a split refusal", res.Err, res.Split)
+		}
+		synctest.Wait()
+		if o := w.owners(); o[1] != "" {
+			t.Fatalf("owners %v: the split grant was not rolled back", o)
+		}
+		// The paused node's acquire was aborted unsent: on resume it must
+		// not take the lock.
+		w.nodes[2].resume()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if o := w.owners(); o[2] != "" {
+			t.Fatalf("owners %v: an aborted acquire ran on resume", o)
+		}
+	})
+}
+
+func TestCancelledAttemptLeavesNothingWhenItReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[1].set(func(f *fakeNode) { f.delay = 30 * time.Millisecond })
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 30 * time.Millisecond })
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		res := w.e.Attempt(ctx, w.spec("A", time.Second))
+		if !errors.Is(res.Err, context.DeadlineExceeded) {
+			t.Fatalf("attempt: %v, want the ctx's error", res.Err)
+		}
+		// The grants of nodes 1 and 2 were in flight when ctx ended; the
+		// rollback runs after them on each node (order per node) and is
+		// awaited, so nothing is left the moment Attempt returns.
+		for i, o := range w.owners() {
+			if o != "" {
+				t.Fatalf("node %d held by %q after a cancelled attempt returned", i, o)
+			}
+		}
+	})
+}
+
+func TestDuplicateRepliesCountOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		// node 0 grants and answers twice, node 2 refuses 5 ms later, node
+		// 1 is silent: one grant and one refusal, a split refusal at
+		// NodeTimeout; a duplicate counted as a second grant would win.
+		w.nodes[0].set(func(f *fakeNode) { f.dup = true })
+		w.nodes[1].pause()
+		w.nodes[2].set(func(f *fakeNode) { f.owner, f.delay = "other", 5*time.Millisecond })
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Hold != nil || !errors.Is(res.Err, ErrNotAcquired) {
+			t.Fatalf("attempt: hold %v err %v: one node's grant counted twice", res.Hold != nil, res.Err)
+		}
+		synctest.Wait()
+		if o := w.owners(); o[0] != "" {
+			t.Fatalf("owners %v: the grant was not rolled back", o)
+		}
+		w.nodes[1].resume()
+	})
+}
+
+func TestFullNodeFailsOnlyItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].set(func(f *fakeNode) { f.full = true })
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatalf("attempt with one saturated node: %v", res.Err)
+		}
+		res.Hold.Release(context.Background())
+		w.nodes[1].set(func(f *fakeNode) { f.full = true })
+		res = w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if !errors.Is(res.Err, ErrQuorumUnavailable) || !errors.Is(res.Err, nodeactor.ErrBusy) {
+			t.Fatalf("attempt with two saturated nodes: %v, want quorum unavailable wrapping ErrBusy", res.Err)
+		}
+		synctest.Wait()
+		if o := w.owners(); o[0] != "" {
+			t.Fatalf("owners %v: the minority grant was left", o)
+		}
+	})
+}
+
+func TestFenceIsWrittenBackWhenFewerThanAQuorumHoldTheMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The last fence (9) is on a quorum (nodes 0 and 1); node 0 is
+		// silent, so the attempt decides on nodes 1 and 2 (9 and 5): 9 is
+		// the fence, and it must be written back so that a quorum holds it.
+		w := newWorld(t, 3)
+		for i, f := range []int64{9, 9, 5} {
+			w.nodes[i].set(func(n *fakeNode) { n.fence = f })
+		}
+		w.nodes[0].pause()
+		defer w.nodes[0].resume()
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		if res.Hold.Fence() != 9 {
+			t.Fatalf("fence %d, want the max 9", res.Hold.Fence())
+		}
+		synctest.Wait()
+		for i, f := range w.nodes[1:] {
+			if _, fence, _ := f.state(); fence != 9 {
+				t.Fatalf("node %d fence %d: the max was not written back to a quorum", i+1, fence)
+			}
+		}
+		res.Hold.Release(context.Background())
+	})
+}
+
+func TestLostClosesByTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h := res.Hold
+		time.Sleep(200 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.pause()
+		}
+		deadline := h.Deadline()
+		<-h.Lost()
+		if now := time.Now(); now.After(deadline) {
+			t.Fatalf("Lost closed %s after the Deadline", now.Sub(deadline))
+		}
+		if !errors.Is(h.Err(), ErrLeaseLost) {
+			t.Fatalf("Err %v, want ErrLeaseLost", h.Err())
+		}
+		for _, f := range w.nodes {
+			f.resume()
+		}
+	})
+}
+
+func TestRenewalsKeepAHoldPastItsTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].pause() // a minority down does not cost the hold
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		first := res.Hold.Deadline()
+		time.Sleep(5 * time.Second)
+		if !res.Hold.Valid() || !res.Hold.Deadline().After(first.Add(4*time.Second)) {
+			t.Fatalf("after 5 s: valid %v, deadline moved by %s", res.Hold.Valid(), res.Hold.Deadline().Sub(first))
+		}
+		if err := res.Hold.Release(context.Background()); err != nil {
+			t.Fatalf("release with one node paused: %v", err)
+		}
+		w.nodes[2].resume()
+	})
+}
+
+func TestReleaseReturnsAtQuorumAndStillReachesTheSlowNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		synctest.Wait()
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 300 * time.Millisecond })
+		start := time.Now()
+		if err := res.Hold.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d >= 300*time.Millisecond {
+			t.Fatalf("Release waited %s for the slow node", d)
+		}
+		time.Sleep(400 * time.Millisecond)
+		synctest.Wait()
+		if o := w.owners(); o[2] != "" {
+			t.Fatalf("owners %v: the slow node never got the release", o)
+		}
+	})
+}
+
+func TestGatherEndsAtAWrongType(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.delay = 10 * time.Millisecond })
+		call := func(i int) nodeactor.Call {
+			if i == 0 {
+				return nodeactor.Call{Args: []string{"wrongtype", "x"}}
+			}
+			return nodeactor.Call{Args: []string{"fence", "1"}}
+		}
+		ok := func(rep nodeactor.Reply) error { return rep.Err }
+		_, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
+		if err != nil {
+			t.Fatalf("a quorum answered before the wrong type was seen? %v", err)
+		}
+		// When the wrong type is among the replies read, it ends the round.
+		w.nodes[1].set(func(f *fakeNode) { f.full = true })
+		_, err = w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
+		var re *rueidis.RedisError
+		if !errors.Is(err, ErrWrongType) || !errors.As(err, &re) {
+			t.Fatalf("Gather: %v, want ErrWrongType wrapping the server's error", err)
+		}
+	})
+}
