@@ -36,6 +36,13 @@ local function pexpire_max(k, ttl)
   if redis.call('PTTL', k) < tonumber(ttl) then redis.call('PEXPIRE', k, ttl) end
 end
 
+-- zadd_max scores member m at least s: a repeated request never lowers
+-- the expiry a later renewal or Extend gave it.
+local function zadd_max(k, s, m)
+  local cur = redis.call('ZSCORE', k, m)
+  if not cur or tonumber(cur) < s then redis.call('ZADD', k, s, m) end
+end
+
 local function dequeue(wid)
   redis.call('ZREM', KEYS[3], wid)
   redis.call('HDEL', KEYS[4], wid)
@@ -121,7 +128,14 @@ if op == 'acquire' then
   local first = (h == nil or h == wid)
   if owner == '' then
     -- (v == ours: this very attempt, repeated after a broken connection)
-    if (v == false and first) or v == 'rl1:F:' .. tok then
+    if v == 'rl1:F:' .. tok then
+      -- the same attempt again (a resend, or a late copy after the lease
+      -- was extended): never shorten the key
+      pexpire_max(KEYS[1], ttl)
+      keep_entry()
+      return {1, fence_next(), now, 0}
+    end
+    if v == false and first then
       redis.call('SET', KEYS[1], 'rl1:F:' .. tok, 'PX', ttl)
       keep_entry()
       return {1, fence_next(), now, 0}
@@ -131,7 +145,8 @@ if op == 'acquire' then
     if v == mine and holds_left() > 0 then
       -- reentrant: the owner holds already; it bypassed the queue, so it
       -- leaves no entry behind
-      redis.call('ZADD', KEYS[6], now + ttl, tok)
+      -- (a repeat of this very reentrant attempt keeps the later expiry)
+      zadd_max(KEYS[6], now + ttl, tok)
       pexpire_max(KEYS[1], ttl); pexpire_max(KEYS[6], ttl); pexpire_max(KEYS[7], ttl)
       dequeue(wid)
       return {1, tonumber(ev or '0'), now, 1}

@@ -83,7 +83,9 @@ if op == 'racquire' then
     elseif not ww_head() then ok = true end
   end
   if ok then
-    redis.call('ZADD', KEYS[2], now + ttl, tok)
+    -- (a repeat of this very attempt after an Extend keeps the later expiry)
+    local cur = redis.call('ZSCORE', KEYS[2], tok)
+    if not cur or tonumber(cur) < now + ttl then redis.call('ZADD', KEYS[2], now + ttl, tok) end
     pexpire_max(KEYS[2], ttl)
     redis.call('ZREM', KEYS[5], wid)
     redis.call('ZREM', KEYS[6], wid)

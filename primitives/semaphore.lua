@@ -171,7 +171,13 @@ if op == 'acquire' then
     redis.call('HSET', cfg, 'p', p, 'hi', hi)
   end
   if granted then
-    redis.call('SET', prefix .. s, mine, 'PX', ARGV[7])
+    if v == mine then
+      -- the same attempt again (a resend, or a late copy after the lease
+      -- was extended): never shorten the slot
+      pexpire_max(prefix .. s, ARGV[7])
+    else
+      redis.call('SET', prefix .. s, mine, 'PX', ARGV[7])
+    end
     unqueue(ARGV[11], ARGV[15], ARGV[16])
     if redis.call('HEXISTS', cfg, 'f' .. s) == 1 then
       out[2] = redis.call('HINCRBY', cfg, 'f' .. s, 1)

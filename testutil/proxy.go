@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -80,6 +82,9 @@ type Proxy struct {
 	changed chan struct{} // closed and replaced on every SetFault/SetLatency
 	conns   map[*proxyConn]struct{}
 	closed  bool
+
+	capturing bool
+	captured  [][]byte // client→server chunks read while capturing
 }
 
 // NewProxy starts a proxy that listens on 127.0.0.1:0 and forwards to
@@ -103,6 +108,54 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	p.wg.Go(p.acceptLoop)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// Capture turns recording of the client→server byte stream on or off:
+// while on, every chunk read from a client is kept (in order) for
+// Captured. Turning it on drops what was kept before.
+func (p *Proxy) Capture(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on && !p.capturing {
+		p.captured = nil
+	}
+	p.capturing = on
+}
+
+// Captured returns copies of the chunks recorded while capturing that
+// contain every one of the given substrings (all of them with none).
+func (p *Proxy) Captured(contains ...string) [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out [][]byte
+	for _, c := range p.captured {
+		ok := true
+		for _, sub := range contains {
+			ok = ok && bytes.Contains(c, []byte(sub))
+		}
+		if ok {
+			out = append(out, bytes.Clone(c))
+		}
+	}
+	return out
+}
+
+// Replay sends data — typically a chunk from Captured — to the target on a
+// fresh connection, as a late copy of a request would arrive (a TCP
+// retransmission, a client's resend after a reconnect), and returns the
+// first reply line. The commands must not need the original connection's
+// state (RESP2 is fine: EVALSHA of a loaded script is).
+func (p *Proxy) Replay(data []byte) (string, error) {
+	conn, err := net.DialTimeout("tcp", p.target, proxyDialTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(proxyDialTimeout))
+	if _, err := conn.Write(data); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
 }
 
 // Addr returns the address clients should dial, "127.0.0.1:port".
@@ -272,6 +325,9 @@ func (c *proxyConn) read(src net.Conn, q chan<- chunk) {
 		if n > 0 {
 			c.p.mu.Lock()
 			due := time.Now().Add(c.p.latency)
+			if c.p.capturing && src == c.client {
+				c.p.captured = append(c.p.captured, append([]byte(nil), buf[:n]...))
+			}
 			c.p.mu.Unlock()
 			select {
 			case q <- chunk{data: append([]byte(nil), buf[:n]...), due: due}:

@@ -1,0 +1,126 @@
+package primitives_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// TestRepeatedAcquireNeverShortensAKey replays each primitive's acquire
+// (a late copy of the request, as a resend after a reconnect or a TCP
+// retransmission delivers it) after the lease was extended: no key that
+// holds the lease's token may end up with a TTL below the extension.
+func TestRepeatedAcquireNeverShortensAKey(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	px := testutil.NewProxy(t, srv.Addr())
+	c := newCoord(t, []string{px.Addr()})
+	noRenew := primitives.WithAutoRenew(false)
+	lockers := map[string]func(name string) (primitives.Locker, error){
+		"Lock": func(n string) (primitives.Locker, error) { return primitives.NewLock(c, n, noRenew) },
+		"FairLock": func(n string) (primitives.Locker, error) {
+			return primitives.NewFairLock(c, n, noRenew)
+		},
+		"Semaphore": func(n string) (primitives.Locker, error) { return primitives.NewSemaphore(c, n, 2, noRenew) },
+		"MultiLock": func(n string) (primitives.Locker, error) {
+			return primitives.NewMultiLock(c, []string{n + "-a", n + "-b"}, noRenew)
+		},
+		"RWLock.Writer": func(n string) (primitives.Locker, error) {
+			rw, err := primitives.NewRWLock(c, n, noRenew)
+			if err != nil {
+				return nil, err
+			}
+			return rw.Writer(), nil
+		},
+		"RWLock.Reader": func(n string) (primitives.Locker, error) {
+			rw, err := primitives.NewRWLock(c, n, noRenew)
+			if err != nil {
+				return nil, err
+			}
+			return rw.Reader(), nil
+		},
+	}
+	for kind, mk := range lockers {
+		t.Run(kind, func(t *testing.T) {
+			name := "replay-" + strings.ReplaceAll(strings.ToLower(kind), ".", "-")
+			l, err := mk(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			px.Capture(true)
+			lease, err := l.Acquire(ctx)
+			px.Capture(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lease.Release(ctx)
+			if err := lease.Extend(ctx, 60*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			chunks := px.Captured(lease.Token())
+			if len(chunks) == 0 {
+				t.Fatal("the acquire carrying the token was not seen by the proxy")
+			}
+			for _, ch := range chunks {
+				if _, err := px.Replay(ch); err != nil {
+					t.Fatalf("replay: %v", err)
+				}
+			}
+			checked := 0
+			for _, key := range keysOf(t, srv, name) {
+				if v, err := srv.Do("GET", key); err == nil && strings.Contains(v, lease.Token()) {
+					checked++
+					pttl, err := srv.Do("PTTL", key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ms, _ := strconv.Atoi(pttl); ms < 50_000 {
+						t.Errorf("%s: key %s has PTTL %s ms after the replayed acquire: it was shortened below the 60 s extension", kind, key, pttl)
+					}
+				}
+				// a sorted set of holders scored by expiry (RWLock readers,
+				// FairLock's reentrant holds)
+				if sc, err := srv.Do("ZSCORE", key, lease.Token()); err == nil && sc != testutil.NilReply {
+					checked++
+					exp, _ := strconv.ParseFloat(sc, 64)
+					if left := time.Duration(exp-float64(serverMs(t, srv))) * time.Millisecond; left < 50*time.Second {
+						t.Errorf("%s: %s scores our token to expire in %s after the replayed acquire: shortened below the 60 s extension", kind, key, left)
+					}
+				}
+			}
+			if checked == 0 {
+				t.Fatalf("no key holds the token %s…", lease.Token()[:8])
+			}
+		})
+	}
+}
+
+// keysOf lists the keys of the resources whose names start with name.
+func keysOf(t *testing.T, srv *testutil.Server, name string) []string {
+	t.Helper()
+	out, err := srv.Do("KEYS", coordinator.DefaultKeyPrefix+"{"+name+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.Trim(out, "[]"))
+}
+
+// serverMs returns the server's TIME in milliseconds.
+func serverMs(t *testing.T, srv *testutil.Server) int64 {
+	t.Helper()
+	out, err := srv.Do("TIME")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(strings.Trim(out, "[]"))
+	sec, _ := strconv.ParseInt(f[0], 10, 64)
+	usec, _ := strconv.ParseInt(f[1], 10, 64)
+	return sec*1000 + usec/1000
+}
