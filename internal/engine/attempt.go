@@ -159,13 +159,20 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		return fail(fmt.Errorf("%w: %d of %d nodes answered: %w",
 			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...)))
 	}
-	if s.TTL-time.Since(r.Start)-e.Drift(s.TTL) <= 0 {
+	valid := func() bool { return s.TTL-time.Since(r.Start)-e.Drift(s.TTL) > 0 }
+	if !valid() {
 		res.Split = true
 		return fail(fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start)))
 	}
 	fence, err := e.decideFence(ctx, s.Fence, grants)
 	if err != nil {
 		return fail(err)
+	}
+	if !valid() {
+		// The fence write-back took the rest of the validity: a hold
+		// returned now would already be past its Deadline.
+		res.Split = true
+		return fail(fmt.Errorf("%w: validity exhausted after the fence round, %s", ErrQuorumUnavailable, time.Since(r.Start)))
 	}
 	h, err := s.Hold(fence, r.Start)
 	if err != nil {

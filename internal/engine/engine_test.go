@@ -35,15 +35,16 @@ type fakeNode struct {
 	queue chan nodeactor.Request
 	quit  chan struct{}
 
-	mu     sync.Mutex
-	owner  string // token holding the lock here ("" free)
-	fence  int64
-	delay  time.Duration
-	full   bool          // TrySend refuses (a saturated node)
-	gate   chan struct{} // non-nil: the node is paused until it is closed
-	dup    bool          // deliver every reply twice
-	ops    []string      // "op token" in the order run
-	closed bool
+	mu         sync.Mutex
+	owner      string // token holding the lock here ("" free)
+	fence      int64
+	delay      time.Duration
+	fenceDelay time.Duration // instead of delay for fence write-backs
+	full       bool          // TrySend refuses (a saturated node)
+	gate       chan struct{} // non-nil: the node is paused until it is closed
+	dup        bool          // deliver every reply twice
+	ops        []string      // "op token" in the order run
+	closed     bool
 }
 
 func newFakeNode(idx int) *fakeNode {
@@ -167,7 +168,11 @@ func (f *fakeNode) loop() {
 			continue
 		}
 		f.mu.Lock()
-		at := time.Now().Add(f.delay)
+		d := f.delay
+		if req.Call.Args[0] == "fence" && f.fenceDelay > 0 {
+			d = f.fenceDelay
+		}
+		at := time.Now().Add(d)
 		f.mu.Unlock()
 		inflight <- flight{req: req, at: at}
 	}
@@ -586,6 +591,35 @@ func TestGatherEndsAtAWrongType(t *testing.T) {
 		var re *rueidis.RedisError
 		if !errors.Is(err, ErrWrongType) || !errors.As(err, &re) {
 			t.Fatalf("Gather: %v, want ErrWrongType wrapping the server's error", err)
+		}
+	})
+}
+
+func TestValidityIsCheckedAfterTheFenceRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		// No fence counter anywhere: the fence is written back, and that
+		// round takes longer than the TTL.
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.fenceDelay = 45 * time.Millisecond })
+		}
+		res := w.e.Attempt(t.Context(), w.spec("A", 40*time.Millisecond))
+		if res.Hold != nil {
+			if now := time.Now(); !res.Hold.Deadline().After(now) {
+				t.Fatalf("a hold %s past its Deadline was returned", now.Sub(res.Hold.Deadline()))
+			}
+			res.Hold.Release(context.Background())
+			return
+		}
+		if !errors.Is(res.Err, ErrQuorumUnavailable) {
+			t.Fatalf("attempt: %v, want validity exhausted", res.Err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		for i, o := range w.owners() {
+			if o != "" {
+				t.Fatalf("node %d still held by %q after the attempt failed", i, o)
+			}
 		}
 	})
 }
