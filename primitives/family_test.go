@@ -2,6 +2,7 @@ package primitives_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,4 +124,45 @@ func serverMs(t *testing.T, srv *testutil.Server) int64 {
 	sec, _ := strconv.ParseInt(f[0], 10, 64)
 	usec, _ := strconv.ParseInt(f[1], 10, 64)
 	return sec*1000 + usec/1000
+}
+
+// TestSemaphoreCancelLeavesNoPermit: a waiter whose ctx ends while its
+// proposal holds a grant on one node (the others silent) rolls it back
+// before Acquire returns — the Lock family's rule, through the one attempt
+// engine (#13 item 7).
+func TestSemaphoreCancelLeavesNoPermit(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	px := make([]*testutil.Proxy, 3)
+	addrs := make([]string, 3)
+	for i, s := range srv {
+		px[i] = testutil.NewProxy(t, s.Addr())
+		addrs[i] = px[i].Addr()
+	}
+	c := newCoord(t, addrs)
+	s, err := primitives.NewSemaphore(c, "cancel-parity", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px[1].SetFault(testutil.Blackhole)
+	px[2].SetFault(testutil.Blackhole)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	lease, err := s.Acquire(ctx)
+	if err == nil {
+		lease.Release(context.Background())
+		t.Fatal("acquired with two of three nodes silent")
+	}
+	if ks := keysOf(t, srv[0], "cancel-parity"); slices.ContainsFunc(ks, func(k string) bool { return strings.Contains(k, ":s:") }) {
+		t.Fatalf("node A still holds a permit slot after Acquire returned: %v", ks)
+	}
+	px[1].SetFault(testutil.Pass)
+	px[2].SetFault(testutil.Pass)
+	for i := range srv {
+		if !eventually(5*time.Second, func() bool {
+			return !slices.ContainsFunc(keysOf(t, srv[i], "cancel-parity"), func(k string) bool { return strings.Contains(k, ":s:") })
+		}) {
+			t.Fatalf("a permit slot left on node %d after the held requests ran: %v", i, keysOf(t, srv[i], "cancel-parity"))
+		}
+	}
 }

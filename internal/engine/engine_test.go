@@ -35,16 +35,17 @@ type fakeNode struct {
 	queue chan nodeactor.Request
 	quit  chan struct{}
 
-	mu         sync.Mutex
-	owner      string // token holding the lock here ("" free)
-	fence      int64
-	delay      time.Duration
-	fenceDelay time.Duration // instead of delay for fence write-backs
-	full       bool          // TrySend refuses (a saturated node)
-	gate       chan struct{} // non-nil: the node is paused until it is closed
-	dup        bool          // deliver every reply twice
-	ops        []string      // "op token" in the order run
-	closed     bool
+	mu            sync.Mutex
+	owner         string // token holding the lock here ("" free)
+	fence         int64
+	delay         time.Duration
+	fenceDelay    time.Duration // instead of delay for fence write-backs
+	full          bool          // TrySend refuses (a saturated node)
+	gate          chan struct{} // non-nil: the node is paused until it is closed
+	dup           bool          // deliver every reply twice
+	errAfterWrite bool          // an acquire takes the lock, then answers an error
+	ops           []string      // "op token" in the order run
+	closed        bool
 }
 
 func newFakeNode(idx int) *fakeNode {
@@ -189,6 +190,11 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 	rep := nodeactor.Reply{Node: f.idx}
 	switch op {
 	case "acquire":
+		if f.errAfterWrite && f.owner == "" {
+			f.owner = arg
+			rep.Err = errors.New("ERR a script error after its write")
+			break
+		}
 		if f.owner == "" || f.owner == arg {
 			f.owner = arg
 			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
@@ -620,6 +626,23 @@ func TestValidityIsCheckedAfterTheFenceRound(t *testing.T) {
 			if o != "" {
 				t.Fatalf("node %d still held by %q after the attempt failed", i, o)
 			}
+		}
+	})
+}
+
+func TestAnErrorAfterAWriteIsRolledBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.errAfterWrite = true })
+		w.nodes[1].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[2].set(func(f *fakeNode) { f.owner = "other" })
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Hold != nil {
+			t.Fatal("acquired against two refusals")
+		}
+		synctest.Wait()
+		if o := w.owners(); o[0] != "" {
+			t.Fatalf("owners %v: the node that answered an error after its write kept it", o)
 		}
 	})
 }
