@@ -98,6 +98,8 @@ func Own(s Settings) []Impl {
 			Note: "one Coordinator per client, DefaultTTL 30s (default), WaitPolling (10ms..500ms jittered backoff)"},
 		{Name: "floor (plain rueidis)", ID: "floor", Uncontended: true, New: newFloor(lua),
 			Note: "the Lock script's 'acquire' then 'release' by EVALSHA to every node, waiting for every reply; no library machinery"},
+		{Name: "plain floor (SET NX PX)", ID: "plain", Uncontended: true, New: newPlain,
+			Note: "SET key token NX PX 10s to every node, decided at a quorum; release = compare-and-delete (EVAL) decided at a quorum; no fence, queue, renewal or validity: the least any quorum lock can do"},
 	}
 }
 
