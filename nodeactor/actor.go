@@ -664,11 +664,17 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 }
 
 func (a *Actor) markUp(rtt time.Duration) {
-	old := a.ewmaNs.Load()
-	if old == 0 {
-		a.ewmaNs.Store(int64(rtt))
-	} else {
-		a.ewmaNs.Store(old + (int64(rtt)-old)/8)
+	// Several lanes (a cluster node has four) measure at once: a CAS loop
+	// keeps every sample (a load-then-store lost some).
+	for {
+		old := a.ewmaNs.Load()
+		next := int64(rtt)
+		if old != 0 {
+			next = old + (int64(rtt)-old)/8
+		}
+		if a.ewmaNs.CompareAndSwap(old, next) {
+			break
+		}
 	}
 	if !a.up.Swap(true) {
 		a.opt.Logger.Info("redlock: node up", "node", a.opt.Addr)

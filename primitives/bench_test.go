@@ -3,8 +3,10 @@ package primitives_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
@@ -97,5 +99,75 @@ func BenchmarkMultiLockCluster(b *testing.B) {
 	})
 	b.Run("cluster", func(b *testing.B) {
 		run(b, []string{testutil.StartCluster(b, testutil.ClusterOptions{}).URL()})
+	})
+}
+
+// BenchmarkServerCostPerOp measures the server CPU of each Lock script op
+// on one real node, from INFO commandstats (usec of evalsha/eval per call):
+// b.N leases are acquired, then extended (the renew op), then released,
+// each phase read separately. Reported as server-µs/acquire, /renew,
+// /release beside the wall time.
+// go test -run '^$' -bench ServerCostPerOp -benchtime 20000x ./primitives/
+func BenchmarkServerCostPerOp(b *testing.B) {
+	testutil.RequireRedis(b)
+	srv := testutil.StartServer(b, testutil.ServerOptions{})
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet, ForceLua: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	usec := func() (calls, us float64) {
+		out, err := srv.Do("INFO", "commandstats")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			// cmdstat_evalsha:calls=3,usec=57,usec_per_call=19.00,...
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+				continue
+			}
+			for _, kv := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				f, _ := strconv.ParseFloat(v, 64)
+				switch k {
+				case "calls":
+					calls += f
+				case "usec":
+					us += f
+				}
+			}
+		}
+		return calls, us
+	}
+	phase := func(name string, f func(i int)) {
+		c0, u0 := usec()
+		for i := range b.N {
+			f(i)
+		}
+		c1, u1 := usec()
+		if c1 > c0 {
+			b.ReportMetric((u1-u0)/(c1-c0), "server-µs/"+name)
+		}
+	}
+	leases := make([]*primitives.Lease, b.N)
+	b.ResetTimer()
+	phase("acquire", func(i int) {
+		l, _ := primitives.NewLock(c, "cost-"+strconv.Itoa(i), primitives.WithAutoRenew(false), primitives.WithTTL(time.Minute))
+		lease, err := l.TryAcquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		leases[i] = lease
+	})
+	phase("renew", func(i int) {
+		if err := leases[i].Extend(ctx, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	})
+	phase("release", func(i int) {
+		if err := leases[i].Release(ctx); err != nil {
+			b.Fatal(err)
+		}
 	})
 }
