@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,4 +166,113 @@ func TestSemaphoreCancelLeavesNoPermit(t *testing.T) {
 			t.Fatalf("a permit slot left on node %d after the held requests ran: %v", i, keysOf(t, srv[i], "cancel-parity"))
 		}
 	}
+}
+
+// TestRWLockWritersQueueInOneOrder: three writers enqueue at the same
+// moment while a reader holds; each writer is 5 ms closer to "its" node
+// than to the others (the fault proxy), so each node sees its own writer
+// first. Every node must still order the waiting writers alike (one score
+// chosen by each writer, not each node's arrival time), the grants must
+// follow that order, and no writer may lose its place to a split vote
+// (#13 item 3).
+func TestRWLockWritersQueueInOneOrder(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	ctx := context.Background()
+	rc := newCoord(t, testutil.Addrs(srv))
+	reader, err := primitives.NewRWLock(rc, "wfifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := make([]primitives.Locker, 3)
+	for i := range writers {
+		addrs := make([]string, 3)
+		for j, s := range srv {
+			px := testutil.NewProxy(t, s.Addr())
+			if j != i {
+				px.SetLatency(5 * time.Millisecond)
+			}
+			addrs[j] = px.Addr()
+		}
+		c := newCoord(t, addrs)
+		waitAllUp(t, c)
+		// a service that has run a while has seen its nodes' clocks
+		warm, _ := primitives.NewLock(c, "warm-"+strconv.Itoa(i))
+		l, err := warm.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+		rw, err := primitives.NewRWLock(c, "wfifo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		writers[i] = rw.Writer()
+	}
+	rl, err := reader.Reader().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		i     int
+		fence uint64
+	}
+	grants := make(chan grant, 3)
+	var wg sync.WaitGroup
+	for i, w := range writers {
+		wg.Go(func() {
+			l, err := w.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			grants <- grant{i, l.Fence()}
+			time.Sleep(20 * time.Millisecond)
+			l.Release(ctx)
+		})
+	}
+	wwKey := coordinator.DefaultKeyPrefix + "{wfifo}:rw:ww"
+	var orders []string
+	if !eventually(5*time.Second, func() bool {
+		orders = orders[:0]
+		for _, s := range srv {
+			o, _ := s.Do("ZRANGE", wwKey, "0", "-1")
+			if len(strings.Fields(strings.Trim(o, "[]"))) != 3 {
+				return false
+			}
+			orders = append(orders, o)
+		}
+		return true
+	}) {
+		t.Fatalf("the three writers never queued on every node: %v", orders)
+	}
+	for _, o := range orders[1:] {
+		if o != orders[0] {
+			t.Errorf("the nodes order the waiting writers differently: %v", orders)
+			break
+		}
+	}
+	before := scriptCallsAll(t, srv)
+	rl.Release(ctx)
+	wg.Wait()
+	close(grants)
+	var got []int
+	var last uint64
+	for g := range grants {
+		got = append(got, g.i)
+		if g.fence <= last {
+			t.Errorf("fence %d after %d", g.fence, last)
+		}
+		last = g.fence
+	}
+	after := scriptCallsAll(t, srv)
+	// Per node: the reader's release, and per writer one attempt and one
+	// release, plus slack for an attempt that crossed a release (a split
+	// vote that cycles costs several attempts per writer per node).
+	for j := range srv {
+		if n := after[j] - before[j]; n > 1+3*2+3 {
+			t.Errorf("node %d ran %d scripts for 3 write handoffs (writers cycling through split votes?)", j, n)
+		}
+	}
+	t.Logf("queue order %s, grant order %v", orders[0], got)
 }

@@ -84,7 +84,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 		}
 		return nil, ErrLeaseLost
 	}
-	call := rw.call("downgrade", p.token, ms(rw.o.ttl), rw.window(), rw.channel)
+	call := rw.call("downgrade", p.token, ms(rw.o.ttl), rw.window(), rw.channel, p.wid)
 	r, err := rw.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call }, confirmed)
 	if err == nil && !write.Valid() {
 		err = ErrLeaseLost
@@ -150,8 +150,21 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
 	wid := newToken()
 	rw := s.rw
+	// A writer's queue score is chosen once, by the writer, and is the same
+	// on every node (the estimated server time, else the TIME of its first
+	// refusal): every node orders the waiting writers alike.
+	w := &rwWaiter{rwSide: s, wid: wid}
+	if s.write {
+		w.score = rw.c.EstimateServerMs()
+	}
 	return waitLoop(ctx, rw.c, waitSpec{topics: []string{rw.topic}, token: wid,
-		try: func(bool) attemptResult { return attemptExclusive(ctx, rw.c, s, wid, true) },
+		try: func(bool) attemptResult {
+			r := attemptExclusive(ctx, rw.c, w, wid, true)
+			if s.write && w.score == 0 && r.now > 0 {
+				w.score = r.now
+			}
+			return r
+		},
 		leave: func() {
 			leave := rw.call("leave", wid, rw.channel)
 			rw.c.Broadcast(ctx, func(int) nodeactor.Call { return leave })
@@ -159,6 +172,10 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 }
 
 func (s *rwSide) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return s.acquireCallScore(token, wid, enqueue, 0)
+}
+
+func (s *rwSide) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
 	enq := "0"
 	if enqueue {
 		enq = "1"
@@ -167,14 +184,39 @@ func (s *rwSide) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	if s.write {
 		op = "wacquire"
 	}
-	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(FenceIdleTTL))
+	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(FenceIdleTTL), strconv.FormatInt(score, 10))
 }
 
+// rollbackCall undoes one attempt's grant; a queued writer keeps its entry
+// (and so its place).
 func (s *rwSide) rollbackCall(token, _ string) nodeactor.Call {
+	return s.releaseCall(token, "")
+}
+
+// releaseCall ends a hold; wid (a writer's, "" for none) drops the
+// writer's queue entry with it.
+func (s *rwSide) releaseCall(token, wid string) nodeactor.Call {
 	if s.write {
-		return s.rw.call("wrelease", token, s.rw.window(), s.rw.channel)
+		return s.rw.call("wrelease", token, s.rw.window(), s.rw.channel, wid)
 	}
 	return s.rw.call("rrelease", token, s.rw.channel)
+}
+
+// rwWaiter is one blocked Acquire of a reader or writer: the side plus the
+// waiter's id and (writers) its queue score. Only its Acquire goroutine
+// touches it.
+type rwWaiter struct {
+	*rwSide
+	wid   string
+	score int64
+}
+
+func (w *rwWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return w.acquireCallScore(token, wid, enqueue, w.score)
+}
+
+func (w *rwWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return w.newHoldWid(token, w.wid, fence, start)
 }
 
 func (s *rwSide) fenceCall(f int64) nodeactor.Call {
@@ -184,11 +226,15 @@ func (s *rwSide) fenceCall(f int64) nodeactor.Call {
 func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }
 
 func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return s.newHoldWid(token, "", fence, start)
+}
+
+func (s *rwSide) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	rw := s.rw
 	return rw.c.NewHold(engine.HoldSpec{
 		Keys: []string{rw.name}, Token: token, Fence: fence, TTL: rw.o.ttl, Start: start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
-		Protocol: &rwProto{rw: rw, token: token, write: s.write},
+		Protocol: &rwProto{rw: rw, token: token, wid: wid, write: s.write},
 	})
 }
 
@@ -196,6 +242,7 @@ func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.H
 type rwProto struct {
 	rw    *RWLock
 	token string
+	wid   string // the writer's queue entry, dropped on release ("" for none)
 	write bool
 }
 
@@ -207,7 +254,7 @@ func (p *rwProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Cal
 }
 
 func (p *rwProto) ReleaseCall(int) nodeactor.Call {
-	return (&rwSide{rw: p.rw, write: p.write}).rollbackCall(p.token, "")
+	return (&rwSide{rw: p.rw, write: p.write}).releaseCall(p.token, p.wid)
 }
 
 func (p *rwProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -103,8 +103,12 @@ if op == 'racquire' then
   return {0, pttl, now, 0}
 
 elseif op == 'wacquire' then
-  -- ARGV: 2 token, 3 ttl ms, 4 enqueue, 5 entry ttl ms, 6 waiter id, 7 fence idle ms
+  -- ARGV: 2 token, 3 ttl ms, 4 enqueue, 5 entry ttl ms, 6 waiter id, 7 fence
+  -- idle ms, 8 queue score (chosen once by the waiter, the same on every
+  -- node, so every node orders the waiting writers alike; "0": not known
+  -- yet, this node's now until the waiter's next attempt carries one)
   local tok, ttl, wid = ARGV[2], tonumber(ARGV[3]), ARGV[6]
+  local score = tonumber(ARGV[8] or '0')
   if w == 'rl1:W:' .. tok then -- a repeated request (resent after a reconnect)
     pexpire_max(KEYS[1], ttl)
     return {1, fence_read(), now, 0}
@@ -112,9 +116,9 @@ elseif op == 'wacquire' then
   local head = ww_head()
   local free = (not w) and redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0
   if free and (head == nil or head == wid) then
+    -- a queued writer keeps its entry until its release (or downgrade): a
+    -- grant rolled back after a split vote keeps its place at the head
     redis.call('SET', KEYS[1], 'rl1:W:' .. tok, 'PX', ttl)
-    redis.call('ZREM', KEYS[3], wid)
-    redis.call('HDEL', KEYS[4], wid)
     marker(math.max(ttl, redis.call('PTTL', KEYS[8])))
     local f = 0
     if fv then
@@ -125,7 +129,11 @@ elseif op == 'wacquire' then
   end
   if ARGV[4] == '1' then
     local e = tonumber(ARGV[5])
-    redis.call('ZADD', KEYS[3], 'NX', now, wid)
+    if score > 0 then
+      redis.call('ZADD', KEYS[3], score, wid)
+    else
+      redis.call('ZADD', KEYS[3], 'NX', now, wid)
+    end
     redis.call('HSET', KEYS[4], wid, now + e)
     pexpire_max(KEYS[3], e); pexpire_max(KEYS[4], e)
     touch_marker()
@@ -148,7 +156,12 @@ elseif op == 'rrelease' then
   return n
 
 elseif op == 'wrelease' then
-  -- ARGV: 2 token, 3 admission window ms, 4 channel
+  -- ARGV: 2 token, 3 admission window ms, 4 channel, 5 waiter id of a
+  -- release ("" for a rollback: the waiter keeps its place)
+  if ARGV[5] and ARGV[5] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[5])
+    redis.call('HDEL', KEYS[4], ARGV[5])
+  end
   if w == 'rl1:W:' .. ARGV[2] then
     redis.call('DEL', KEYS[1])
     end_write(tonumber(ARGV[3]), ARGV[4])
@@ -158,7 +171,12 @@ elseif op == 'wrelease' then
   return 0
 
 elseif op == 'downgrade' then
-  -- ARGV: 2 token, 3 ttl ms, 4 admission window ms, 5 channel
+  -- ARGV: 2 token, 3 ttl ms, 4 admission window ms, 5 channel, 6 the
+  -- writer's waiter id ("" if it never queued): its entry goes
+  if ARGV[6] and ARGV[6] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[6])
+    redis.call('HDEL', KEYS[4], ARGV[6])
+  end
   if w ~= 'rl1:W:' .. ARGV[2] then
     -- a repeated request (resent after a reconnect) finds itself a reader
     if not w and redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 1 end
