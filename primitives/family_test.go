@@ -276,3 +276,78 @@ func TestRWLockWritersQueueInOneOrder(t *testing.T) {
 	}
 	t.Logf("queue order %s, grant order %v", orders[0], got)
 }
+
+// TestFairLockWinnerLeavesNoStaleEntry: the winner's attempt buffered on a
+// paused node runs there after the winner held and released; it must not
+// leave an entry that makes that node refuse everyone for the waiter
+// timeout (#13 item 4). With the first node then killed, the next waiter
+// needs the resumed node: it must acquire within NodeTimeout plus a round
+// trip, far below the waiter timeout.
+func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	ctx := context.Background()
+	var cs []*coordinator.Coordinator
+	var fls []*primitives.FairLock
+	for range 3 {
+		c := newCoord(t, testutil.Addrs(srv))
+		waitAllUp(t, c)
+		f, err := primitives.NewFairLock(c, "stale-entry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, fls = append(cs, c), append(fls, f)
+	}
+	holder, waiter, next := fls[0], fls[1], fls[2]
+	hl, err := holder.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan *primitives.Lease, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		won <- l
+	}()
+	qKey := coordinator.DefaultKeyPrefix + "{stale-entry}:fq"
+	if !eventually(5*time.Second, func() bool {
+		for _, s := range srv {
+			if n, _ := s.Do("ZCARD", qKey); n != "1" {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the waiter never queued on every node")
+	}
+	srv[2].Pause()
+	hl.Release(ctx)
+	wl := <-won
+	if wl == nil {
+		srv[2].Resume()
+		t.FailNow()
+	}
+	time.Sleep(100 * time.Millisecond)
+	wl.Release(ctx)
+	time.Sleep(200 * time.Millisecond) // still below the health check: the buffered requests run on resume
+	srv[2].Resume()
+	time.Sleep(100 * time.Millisecond)
+	srv[0].Kill()
+	start := time.Now()
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nl, err := next.Acquire(nctx)
+	if err != nil {
+		t.Fatalf("next waiter: %v", err)
+	}
+	took := time.Since(start)
+	nl.Release(ctx)
+	if wt := next.WaiterTimeout(); took > wt/2 {
+		q, _ := srv[2].Do("ZRANGE", qKey, "0", "-1")
+		t.Fatalf("the next waiter waited %s (waiter timeout %s): the resumed node kept a stale entry (its queue: %s)", took, wt, q)
+	}
+	t.Logf("next waiter acquired in %s", took)
+	_ = cs
+}
