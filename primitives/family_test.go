@@ -351,3 +351,53 @@ func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
 	t.Logf("next waiter acquired in %s", took)
 	_ = cs
 }
+
+// TestDowngradeFailureLeavesNoKey: a Downgrade whose confirmations are lost
+// on two of three nodes (the proxy drops their replies; the downgrade runs
+// there) fails and releases; once the nodes caught up, no reader entry and
+// no writer key of the lease may exist anywhere (#13 item 6).
+func TestDowngradeFailureLeavesNoKey(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	px := make([]*testutil.Proxy, 3)
+	addrs := make([]string, 3)
+	for i, s := range srv {
+		px[i] = testutil.NewProxy(t, s.Addr())
+		addrs[i] = px[i].Addr()
+	}
+	c := newCoord(t, addrs)
+	waitAllUp(t, c)
+	ctx := context.Background()
+	rw, err := primitives.NewRWLock(c, "dg-fail", primitives.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := rw.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px[1].SetFault(testutil.DropReplies)
+	px[2].SetFault(testutil.DropReplies)
+	rl, err := rw.Downgrade(ctx, wl)
+	if err == nil {
+		rl.Release(ctx)
+		t.Fatal("Downgrade confirmed with two nodes' replies dropped")
+	}
+	if wl.Valid() {
+		t.Fatal("the write lease is still valid after a failed Downgrade")
+	}
+	px[1].SetFault(testutil.Pass)
+	px[2].SetFault(testutil.Pass)
+	base := coordinator.DefaultKeyPrefix + "{dg-fail}:rw:"
+	for i, s := range srv {
+		if !eventually(3*time.Second, func() bool {
+			r, _ := s.Do("ZCARD", base+"r")
+			w, _ := s.Do("EXISTS", base+"w")
+			return r == "0" && w == "0"
+		}) {
+			r, _ := s.Do("ZRANGE", base+"r", "0", "-1")
+			w, _ := s.Do("GET", base+"w")
+			t.Fatalf("node %d after a failed Downgrade: readers %s, writer %q", i, r, w)
+		}
+	}
+}
