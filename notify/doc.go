@@ -12,5 +12,9 @@
 //	a          wake every waiter (a latch opened, readers admitted)
 //	ks:<event> a keyspace del/expired event on the topic's main key: wake the first waiter
 //
+// A waiter reached by an unnamed wake-up (n:, ks:, a reconnect) that cannot
+// progress calls Waiter.Pass: the router hands the wake-up on to the next
+// waiter of the topic, once per message, so that one that can is reached.
+//
 // The package knows nothing of quorums or nodes beyond their push messages.
 package notify

@@ -52,6 +52,13 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 // the window in which a release message could be missed.
 func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 
+// Pass reports that the waiter, woken by a message, could not progress: if
+// that wake-up was an unnamed one ("re-check", which reaches one waiter per
+// process), the router passes it on to the next waiter of the topic, in
+// FIFO order, so that a waiter that can progress is reached — once per
+// message, never back to the front. It never blocks.
+func (w *Waiter) Pass() { w.r.sendAsync(ctl{pass: w}) }
+
 // Close removes the waiter from its topic. It is idempotent and never blocks
 // for long (the router drains its control channel promptly).
 func (w *Waiter) Close() {
@@ -61,6 +68,7 @@ func (w *Waiter) Close() {
 type ctl struct {
 	join      *Waiter
 	leave     *Waiter
+	pass      *Waiter
 	confirmed string
 	reset     bool
 }
@@ -68,7 +76,11 @@ type ctl struct {
 type msg struct{ topic, payload string }
 
 type topic struct {
-	waiters   []*Waiter
+	waiters []*Waiter
+	// baton is the waiter that an unnamed wake-up ("n:", a keyspace event,
+	// a reset) reached last: if it cannot progress it passes the wake-up on
+	// to the next waiter (Waiter.Pass), so the one that can is reached.
+	baton     *Waiter
 	confirms  int
 	idleSince time.Time // zero while it has waiters
 }
@@ -236,9 +248,29 @@ func (r *Router) run() {
 							break
 						}
 					}
+					if t.baton == c.leave {
+						t.baton = nil
+					}
 					if len(t.waiters) == 0 {
 						t.idleSince = time.Now()
 						arm()
+					}
+				}
+			case c.pass != nil:
+				for _, name := range c.pass.topics {
+					t := topics[name]
+					if t == nil || t.baton != c.pass {
+						continue
+					}
+					t.baton = nil
+					for i, w := range t.waiters {
+						if w == c.pass {
+							if i+1 < len(t.waiters) {
+								t.baton = t.waiters[i+1]
+								r.signal(t.baton)
+							}
+							break
+						}
 					}
 				}
 			case c.confirmed != "":
@@ -257,7 +289,7 @@ func (r *Router) run() {
 			case c.reset:
 				r.stats.resets.Add(1)
 				for _, t := range topics {
-					r.wake(t, 1)
+					t.baton = r.wake(t, 1)
 				}
 			}
 		case m := <-r.msgs:
@@ -307,29 +339,32 @@ func (r *Router) route(t *topic, payload string) {
 		if err != nil || k < 1 {
 			k = 1
 		}
-		r.wakeExcept(t, k, skip)
+		t.baton = r.wakeExcept(t, k, skip)
 	case payload == "a":
 		r.wake(t, len(t.waiters))
 	default: // keyspace events and anything unknown: the head re-checks
-		r.wake(t, 1)
+		t.baton = r.wake(t, 1)
 	}
 }
 
-func (r *Router) wake(t *topic, k int) { r.wakeExcept(t, k, "") }
+func (r *Router) wake(t *topic, k int) *Waiter { return r.wakeExcept(t, k, "") }
 
 // wakeExcept wakes the first k waiters of t, skipping the one whose token
-// is skip (none when skip is "").
-func (r *Router) wakeExcept(t *topic, k int, skip string) {
+// is skip (none when skip is ""), and returns the last one woken.
+func (r *Router) wakeExcept(t *topic, k int, skip string) *Waiter {
+	var last *Waiter
 	for _, w := range t.waiters {
 		if k == 0 {
-			return
+			break
 		}
 		if skip != "" && w.token == skip {
 			continue
 		}
 		r.signal(w)
+		last = w
 		k--
 	}
+	return last
 }
 
 func (r *Router) signal(w *Waiter) {

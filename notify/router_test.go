@@ -180,3 +180,64 @@ func TestResetWakesHeads(t *testing.T) {
 		}
 	})
 }
+
+// A re-check that reached a waiter that cannot progress goes on, in FIFO
+// order and once, to the waiters behind it; a named handoff and a wake of
+// everyone carry nothing to pass on.
+func TestPassCarriesARecheckOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := notify.New(notify.Options{})
+		defer r.Close()
+		a := r.Register("k", "ta")
+		b := r.Register("k", "tb")
+		c := r.Register("k", "tc")
+		synctest.Wait()
+		state := func() [3]bool { synctest.Wait(); return [3]bool{woken(a), woken(b), woken(c)} }
+
+		r.Deliver("k", "n:1")
+		if got := state(); got != [3]bool{true, false, false} {
+			t.Fatalf("n:1 woke %v", got)
+		}
+		b.Pass() // b does not hold the re-check: nothing
+		if got := state(); got != [3]bool{} {
+			t.Fatalf("a Pass by a waiter that was not reached woke %v", got)
+		}
+		a.Pass()
+		if got := state(); got != [3]bool{false, true, false} {
+			t.Fatalf("a's Pass woke %v, want b", got)
+		}
+		b.Pass()
+		if got := state(); got != [3]bool{false, false, true} {
+			t.Fatalf("b's Pass woke %v, want c", got)
+		}
+		c.Pass() // the end of the queue: it does not come back to the front
+		if got := state(); got != [3]bool{} {
+			t.Fatalf("c's Pass woke %v, want nobody", got)
+		}
+		a.Pass()
+		if got := state(); got != [3]bool{} {
+			t.Fatalf("a second Pass woke %v", got)
+		}
+
+		r.Deliver("k", "h:ta") // a named handoff
+		state()
+		a.Pass()
+		if got := state(); got != [3]bool{} {
+			t.Fatalf("a Pass after a named handoff woke %v", got)
+		}
+		r.Deliver("k", "ks:del") // a keyspace event reaches the head, and passes on
+		state()
+		a.Pass()
+		if got := state(); got != [3]bool{false, true, false} {
+			t.Fatalf("a Pass after a keyspace event woke %v, want b", got)
+		}
+		r.Deliver("k", "n:1:ta") // skips a: b holds it
+		state()
+		b.Close() // the holder leaves: nobody is woken by its leaving
+		if got := state(); got != [3]bool{} {
+			t.Fatalf("the holder's Close woke %v", got)
+		}
+		a.Close()
+		c.Close()
+	})
+}

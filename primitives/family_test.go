@@ -401,3 +401,63 @@ func TestDowngradeFailureLeavesNoKey(t *testing.T) {
 		}
 	}
 }
+
+// TestWakeReachesTheWaiterThatCanProgress: in one process, a MultiLock
+// waiter on {x, y} registered first and a MultiLock waiter on {x} second;
+// y stays held. When x is released the node tells one local waiter to
+// re-check ("n:1"); it reaches the first, which cannot progress. The wake
+// must go on to the second, which can (#13 item 5): it acquires at once,
+// not at its re-check a lock TTL (30 s) later.
+func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	ttl := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
+	a, b := newCoord(t, testutil.Addrs(srv), ttl), newCoord(t, testutil.Addrs(srv), ttl)
+	waitAllUp(t, a)
+	waitAllUp(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lx, _ := primitives.NewLock(a, "wx")
+	ly, _ := primitives.NewLock(a, "wy")
+	hx, err := lx.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hy, err := ly.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hy.Release(context.Background())
+	both, _ := primitives.NewMultiLock(b, []string{"wx", "wy"})
+	onlyX, _ := primitives.NewMultiLock(b, []string{"wx"})
+	go func() {
+		if l, err := both.Acquire(ctx); err == nil {
+			l.Release(context.Background())
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // registered first
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := onlyX.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		l.Release(context.Background())
+	}()
+	time.Sleep(300 * time.Millisecond)
+	released := time.Now()
+	hx.Release(ctx)
+	at := <-got
+	if at.IsZero() {
+		return
+	}
+	if d := at.Sub(released); d > 2*time.Second {
+		t.Fatalf("the waiter that could progress acquired %s after the release (woken by its re-check, not by the release)", d)
+	} else {
+		t.Logf("acquired %s after the release", d)
+	}
+	cancel()
+}

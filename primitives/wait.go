@@ -63,9 +63,14 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	if recheckMax <= 0 {
 		recheckMax = recheckCap
 	}
-	var wake <-chan struct{}
+	var (
+		wake  <-chan struct{}
+		pass  = func() {}
+		woken bool // the last sleep ended by a message
+	)
 	if notify {
 		rw := c.Router().RegisterAll(w.token, w.topics...)
+		pass = rw.Pass
 		defer rw.Close()
 		wake = rw.C()
 		t := time.NewTimer(2 * cfg.NodeTimeout)
@@ -101,6 +106,13 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 			leave()
 			return nil, res.err
 		}
+		if woken {
+			// A message woke us and we cannot progress: if it was a
+			// re-check meant for one waiter of this process, the next
+			// waiter may be the one that can.
+			pass()
+			woken = false
+		}
 		var d time.Duration
 		wc := wake // nil in polling mode: never fires
 		if !notify || res.split || !(res.held || errors.Is(res.err, coordinator.ErrNotAcquired)) {
@@ -123,6 +135,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		t := time.NewTimer(d)
 		select {
 		case <-wc:
+			woken = true
 		case <-t.C:
 		case <-ctx.Done():
 		}
