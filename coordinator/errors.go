@@ -22,6 +22,9 @@ var (
 	// ErrWrongType means a key at one of our names belongs to another type or
 	// primitive (for example a user's key); it was left untouched.
 	ErrWrongType = engine.ErrWrongType
+	// ErrNoHeartbeat is the cause (inside ErrLeaseLost) of a lease whose
+	// holder stopped calling Heartbeat under primitives.WithHeartbeat.
+	ErrNoHeartbeat = engine.ErrNoHeartbeat
 	// ErrNotCluster means a node given with cluster seeds (?addr=) is not a
 	// Redis Cluster; it is never used as a single node.
 	ErrNotCluster = nodeactor.ErrNotCluster

@@ -11,6 +11,9 @@ var (
 	ErrClosed            = coordinator.ErrClosed
 	ErrInvalidArgument   = coordinator.ErrInvalidArgument
 	ErrWrongType         = coordinator.ErrWrongType
+	// ErrNoHeartbeat is the cause (inside ErrLeaseLost) of a lease whose
+	// holder stopped calling Heartbeat under WithHeartbeat.
+	ErrNoHeartbeat = coordinator.ErrNoHeartbeat
 )
 
 // NotAcquiredError carries the holder's remaining TTL; it Is ErrNotAcquired.

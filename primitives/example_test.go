@@ -96,3 +96,32 @@ func ExampleLock_TryAcquire() {
 	// second attempt refused: true
 	// fences increase: true
 }
+
+// A worker whose lock is renewed only while it makes progress: if a step
+// hangs, the heartbeats stop and the lease runs out at its Deadline (ctx is
+// cancelled with ErrNoHeartbeat as the cause) instead of being renewed for
+// ever.
+func ExampleWithHeartbeat() {
+	addrs, stop := exampleNodes()
+	defer stop()
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	lock, err := primitives.NewLock(c, "import-job", primitives.WithHeartbeat(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = primitives.Do(context.Background(), lock, func(ctx context.Context) error {
+		for batch := range 3 {
+			_ = batch // import one batch...
+			primitives.Heartbeat(ctx)
+		}
+		return nil
+	})
+	fmt.Println("imported:", err == nil)
+	// Output: imported: true
+}

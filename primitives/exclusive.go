@@ -90,7 +90,7 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 func result(res engine.Result) attemptResult {
 	out := attemptResult{hint: res.Hint, split: res.Split, held: res.Held, now: res.Now, err: res.Err}
 	if res.Hold != nil {
-		out.lease = &Lease{h: res.Hold}
+		out.lease = newLease(res.Hold)
 	}
 	return out
 }

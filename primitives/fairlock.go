@@ -220,7 +220,7 @@ func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engi
 	f := w.f
 	return f.c.NewHold(engine.HoldSpec{
 		Keys: []string{f.name}, Token: token, Fence: fence, TTL: f.o.ttl, Start: start,
-		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold,
+		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat,
 		Protocol: newFairProto(f, token, fence, w.wid),
 	})
 }

@@ -2,6 +2,8 @@ package primitives_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -460,4 +462,63 @@ func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
 		t.Logf("acquired %s after the release", d)
 	}
 	cancel()
+}
+
+// TestHeartbeatLosesAWedgedHolder (#16 item 2): a holder that heartbeats
+// keeps its lease past the TTL; once it stops (a wedged worker) the lease
+// runs out at its Deadline, Do's ctx is cancelled with ErrNoHeartbeat as the
+// cause, and another client acquires.
+func TestHeartbeatLosesAWedgedHolder(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	a, b := newCoord(t, testutil.Addrs(srv)), newCoord(t, testutil.Addrs(srv))
+	ctx := context.Background()
+	for _, bad := range []primitives.Option{primitives.WithHeartbeat(0), primitives.WithHeartbeat(-time.Second)} {
+		if _, err := primitives.NewLock(a, "hb", bad); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Fatalf("bad heartbeat: %v", err)
+		}
+	}
+	if _, err := primitives.NewLock(a, "hb", primitives.WithHeartbeat(time.Second), primitives.WithAutoRenew(false)); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("heartbeat without auto-renewal: %v", err)
+	}
+	l, err := primitives.NewLock(a, "hb", primitives.WithTTL(time.Second), primitives.WithHeartbeat(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cause error
+	var lostAfter time.Duration
+	err = primitives.Do(ctx, l, func(ctx context.Context) error {
+		for range 15 { // 1.5 s: past the 1 s TTL while heartbeating
+			time.Sleep(100 * time.Millisecond)
+			if !primitives.Heartbeat(ctx) {
+				return errors.New("Do's ctx carries no lease")
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("lost while heartbeating: %w", context.Cause(ctx))
+		}
+		wedged := time.Now()
+		select { // wedged: no more heartbeats
+		case <-ctx.Done():
+			lostAfter = time.Since(wedged)
+			cause = context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, primitives.ErrLeaseLost) {
+		t.Fatal(err)
+	}
+	if !errors.Is(cause, primitives.ErrLeaseLost) || !errors.Is(cause, primitives.ErrNoHeartbeat) {
+		t.Fatalf("the wedged holder's ctx cause %v (after %s), want ErrLeaseLost wrapping ErrNoHeartbeat", cause, lostAfter)
+	}
+	t.Logf("lost %s after the last heartbeat", lostAfter)
+	other, _ := primitives.NewLock(b, "hb")
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ol, err := other.Acquire(octx)
+	if err != nil {
+		t.Fatalf("another client after the wedged holder's loss: %v", err)
+	}
+	ol.Release(ctx)
 }

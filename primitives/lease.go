@@ -17,7 +17,8 @@ import (
 // closes by its Deadline, before anyone else could acquire. Every primitive's
 // Acquire returns one. It is safe for concurrent use.
 type Lease struct {
-	h *engine.Hold
+	h   *engine.Hold
+	ctx context.Context // h's Context, carrying the lease for Heartbeat(ctx)
 }
 
 // wrap returns the Lease of a fresh hold (nil for nil, with err unchanged).
@@ -25,7 +26,33 @@ func wrap(h *engine.Hold, err error) (*Lease, error) {
 	if h == nil {
 		return nil, err
 	}
-	return &Lease{h: h}, err
+	return newLease(h), err
+}
+
+func newLease(h *engine.Hold) *Lease {
+	l := &Lease{h: h}
+	l.ctx = context.WithValue(h.Context(), leaseKey{}, l)
+	return l
+}
+
+// leaseKey is the context key under which a lease's Context (and Do's
+// ctx) carry the lease.
+type leaseKey struct{}
+
+// Heartbeat records that the holder is making progress; with
+// WithHeartbeat(d) renewals continue only while it is called at least every
+// d. It is cheap: call it from the work loop.
+func (l *Lease) Heartbeat() { l.h.Heartbeat() }
+
+// Heartbeat calls Heartbeat on the lease that ctx carries: the lease's
+// Context, Do's ctx, or a context derived from either. It reports whether
+// ctx carried one.
+func Heartbeat(ctx context.Context) bool {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	if ok {
+		l.Heartbeat()
+	}
+	return ok
 }
 
 // Keys returns the resource names the lease covers.
@@ -65,7 +92,7 @@ func (l *Lease) Err() error { return l.h.Err() }
 
 // Context returns a context cancelled when Done closes, with Err as its
 // cause: run the work the lease protects under it.
-func (l *Lease) Context() context.Context { return l.h.Context() }
+func (l *Lease) Context() context.Context { return l.ctx }
 
 // Extend renews the lease on the nodes now with ttl (ttl > 0, within the
 // TTL bounds): it succeeds iff a quorum confirms the token within the
@@ -109,7 +136,7 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err 
 			err = rerr
 		}
 	}()
-	wctx, cancel := context.WithCancelCause(ctx)
+	wctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
 	defer cancel(nil)
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	defer stop()

@@ -214,7 +214,7 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
 		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
-		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold,
+		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
 		Protocol: newLockProto(l, token, wid, fence),
 	})
 }

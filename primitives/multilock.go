@@ -139,7 +139,7 @@ func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
 func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return m.c.NewHold(engine.HoldSpec{
 		Keys: slices.Clone(m.names), Token: token, Fence: fence, TTL: m.o.ttl, Start: start,
-		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold,
+		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold, Heartbeat: m.o.heartbeat,
 		Protocol: &multiProto{m: m, token: token},
 	})
 }

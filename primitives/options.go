@@ -15,6 +15,7 @@ type options struct {
 	ttl       time.Duration
 	autoRenew bool
 	maxHold   time.Duration
+	heartbeat time.Duration
 	owner     string
 	ownerSet  bool
 
@@ -51,6 +52,27 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
+// WithHeartbeat ties auto-renewal to the holder's progress: the lease is
+// renewed only while the holder calls Lease.Heartbeat (or Heartbeat with the
+// lease's Context, or Extend) at least every d. A holder that is alive but
+// wedged — a deadlocked goroutine, stuck I/O — stops heartbeating, and its
+// lease runs out at its Deadline like any other loss: Lost closes and Err
+// wraps ErrLeaseLost and ErrNoHeartbeat. A heartbeat that comes after a
+// renewal was skipped but before the Deadline resumes the renewals. d must
+// be positive; pick it above the longest pause between two steps of the
+// work (a lease can outlive the last heartbeat by up to d plus one TTL).
+// It composes with WithMaxHold (renewal stops at whichever comes first)
+// and needs auto-renewal on.
+func WithHeartbeat(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 || d > coordinator.MaxTTL {
+			return fmt.Errorf("%w: heartbeat %s must be in (0, %s]", ErrInvalidArgument, d, coordinator.MaxTTL)
+		}
+		o.heartbeat = d
+		return nil
+	}
+}
+
 // WithOwner makes a Lock or FairLock reentrant for one logical owner: an
 // Acquire by the same owner id succeeds at once while the owner holds it.
 // Each hold has its own expiry and shares the epoch's fence; the lock frees
@@ -78,6 +100,9 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 		if err := opt(&o); err != nil {
 			return o, err
 		}
+	}
+	if o.heartbeat > 0 && !o.autoRenew {
+		return o, fmt.Errorf("%w: WithHeartbeat needs auto-renewal (WithAutoRenew(false) was given)", ErrInvalidArgument)
 	}
 	return o, nil
 }

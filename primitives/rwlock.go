@@ -97,7 +97,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 	}
 	read, err := rw.c.NewHold(engine.HoldSpec{
 		Keys: []string{rw.name}, Token: p.token, Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
-		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
+		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: p.token, write: false},
 	})
 	engine.DetachHold(write.h)
@@ -233,7 +233,7 @@ func (s *rwSide) newHoldWid(token, wid string, fence uint64, start time.Time) (*
 	rw := s.rw
 	return rw.c.NewHold(engine.HoldSpec{
 		Keys: []string{rw.name}, Token: token, Fence: fence, TTL: rw.o.ttl, Start: start,
-		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold,
+		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: token, wid: wid, write: s.write},
 	})
 }

@@ -445,7 +445,7 @@ func (x semSlot) newHold(token string, fence uint64, start time.Time) (*engine.H
 	s := x.s
 	return s.c.NewHold(engine.HoldSpec{
 		Keys: []string{s.name}, Token: token, Fence: fence, TTL: s.o.ttl, Start: start,
-		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold,
+		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold, Heartbeat: s.o.heartbeat,
 		Protocol: &semProto{x: x, token: token},
 	})
 }

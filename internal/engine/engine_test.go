@@ -287,7 +287,10 @@ func vote(rep nodeactor.Reply) (Vote, error) {
 	return Vote{Now: v[2], Hint: time.Duration(v[1]) * time.Millisecond}, nil
 }
 
-func (w *world) spec(token string, ttl time.Duration) AttemptSpec {
+func (w *world) spec(token string, ttl time.Duration) AttemptSpec { return w.specHB(token, ttl, 0) }
+
+// specHB is spec with a heartbeat requirement on the hold.
+func (w *world) specHB(token string, ttl, heartbeat time.Duration) AttemptSpec {
 	call := func(op, arg string) func(int) nodeactor.Call {
 		return func(int) nodeactor.Call { return nodeactor.Call{Args: []string{op, arg}} }
 	}
@@ -299,7 +302,7 @@ func (w *world) spec(token string, ttl time.Duration) AttemptSpec {
 		Fence:    func(f int64) func(int) nodeactor.Call { return call("fence", strconv.FormatInt(f, 10)) },
 		Hold: func(fence uint64, start time.Time) (*Hold, error) {
 			return w.e.NewHold(HoldSpec{Keys: []string{"r"}, Token: token, Fence: fence, TTL: ttl, Start: start,
-				AutoRenew: true, Protocol: fakeProto{token}})
+				AutoRenew: true, Heartbeat: heartbeat, Protocol: fakeProto{token}})
 		},
 	}
 }
@@ -644,5 +647,58 @@ func TestAnErrorAfterAWriteIsRolledBack(t *testing.T) {
 		if o := w.owners(); o[0] != "" {
 			t.Fatalf("owners %v: the node that answered an error after its write kept it", o)
 		}
+	})
+}
+
+func TestHeartbeatGatesRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.specHB("A", time.Second, 300*time.Millisecond))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h := res.Hold
+		// Heartbeats every 100 ms keep it renewed well past its TTL.
+		for range 30 {
+			time.Sleep(100 * time.Millisecond)
+			h.Heartbeat()
+		}
+		if !h.Valid() {
+			t.Fatalf("lost while heartbeating: %v", h.Err())
+		}
+		// A heartbeat that stops: no renewal once it is 300 ms old, so the
+		// hold is lost by its Deadline, with the reason.
+		stopped := time.Now()
+		deadline := h.Deadline()
+		<-h.Lost()
+		if now := time.Now(); now.After(h.Deadline()) || now.Sub(stopped) > 300*time.Millisecond+time.Second {
+			t.Fatalf("lost %s after the last heartbeat (deadline %s after it)", now.Sub(stopped), deadline.Sub(stopped))
+		}
+		if !errors.Is(h.Err(), ErrLeaseLost) || !errors.Is(h.Err(), ErrNoHeartbeat) {
+			t.Fatalf("Err %v, want ErrLeaseLost wrapping ErrNoHeartbeat", h.Err())
+		}
+	})
+}
+
+func TestLateHeartbeatResumesRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.specHB("A", time.Second, 200*time.Millisecond))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h := res.Hold
+		// Silent past the first renewal (at TTL/3) but back before the
+		// Deadline: renewals resume and the hold lives on.
+		time.Sleep(600 * time.Millisecond)
+		h.Heartbeat()
+		for range 20 {
+			time.Sleep(100 * time.Millisecond)
+			h.Heartbeat()
+		}
+		if !h.Valid() {
+			t.Fatalf("lost after a late heartbeat: %v", h.Err())
+		}
+		h.Release(context.Background())
 	})
 }

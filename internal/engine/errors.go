@@ -19,6 +19,10 @@ var (
 	ErrReleased          = errors.New("redlock: released")
 	ErrClosed            = nodeactor.ErrClosed
 	ErrWrongType         = errors.New("redlock: wrong type at key")
+	// ErrNoHeartbeat is the cause of a lease lost because its holder
+	// stopped calling Heartbeat (HoldSpec.Heartbeat); Err wraps it inside
+	// ErrLeaseLost.
+	ErrNoHeartbeat = errors.New("redlock: no heartbeat")
 )
 
 // NodeError records the failure of one node.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/nodeactor"
@@ -56,6 +57,11 @@ type HoldSpec struct {
 	Start     time.Time     // when the oldest kept grant was sent (validity base)
 	AutoRenew bool
 	MaxHold   time.Duration // 0 means no limit on auto-renewal
+	// Heartbeat, when > 0, gates auto-renewal on progress: a renewal is
+	// sent only if the holder called Hold.Heartbeat (or Extend) within the
+	// last Heartbeat; otherwise the hold runs out at its Deadline and is
+	// lost with ErrNoHeartbeat.
+	Heartbeat time.Duration
 	Protocol  Protocol
 }
 
@@ -83,6 +89,28 @@ type Hold struct {
 	cancel context.CancelCauseFunc
 
 	idx int // renewer heap index; renewer-owned
+
+	beat    atomic.Int64 // the last heartbeat, as time since spec.Start (ns)
+	starved atomic.Bool  // the renewer skipped a renewal for want of a heartbeat
+}
+
+// Heartbeat records that the holder is making progress. With
+// HoldSpec.Heartbeat set, renewals continue only while it is called at
+// least that often; a heartbeat that comes after a skipped renewal but
+// before the Deadline resumes them. It is cheap (an atomic store) unless a
+// renewal was skipped.
+func (h *Hold) Heartbeat() {
+	h.beat.Store(int64(time.Since(h.spec.Start)))
+	if h.starved.CompareAndSwap(true, false) {
+		h.c.rn.update(h)
+	}
+}
+
+// beating reports whether a renewal due at now may be sent: no heartbeat
+// is required, or the last one is recent enough.
+func (h *Hold) beating(now time.Time) bool {
+	hb := h.spec.Heartbeat
+	return hb <= 0 || now.Sub(h.spec.Start)-time.Duration(h.beat.Load()) <= hb
 }
 
 // NewHold registers a hold acquired at spec.Start. The caller must have
@@ -354,6 +382,7 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	h.Heartbeat() // an explicit Extend is progress
 	h.mu.Lock()
 	if h.state != stateHeld {
 		err := h.err

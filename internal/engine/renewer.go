@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -95,7 +96,7 @@ func (r *renewer) run() {
 		h.mu.Lock()
 		held := h.state == stateHeld
 		next := h.deadline
-		if h.spec.AutoRenew && !h.inflight && h.renewAt.Before(next) && (h.maxAt.IsZero() || h.renewAt.Before(h.maxAt)) {
+		if h.spec.AutoRenew && !h.inflight && !h.starved.Load() && h.renewAt.Before(next) && (h.maxAt.IsZero() || h.renewAt.Before(h.maxAt)) {
 			next = h.renewAt
 		}
 		h.mu.Unlock()
@@ -137,11 +138,22 @@ func (r *renewer) run() {
 				h.mu.Lock()
 				expired := !now.Before(h.deadline)
 				renew := !expired && h.state == stateHeld && h.spec.AutoRenew && !h.inflight
+				beating := h.beating(now)
+				if renew && !beating {
+					// No progress reported: let the hold run out at its
+					// Deadline (a late Heartbeat reschedules it).
+					renew = false
+					h.starved.Store(true)
+				}
 				if renew {
 					h.inflight = true
 				}
 				h.mu.Unlock()
 				switch {
+				case expired && !beating:
+					r.wg.Go(func() {
+						h.lose(fmt.Errorf("%w within %s: renewals stopped", ErrNoHeartbeat, h.spec.Heartbeat))
+					})
 				case expired:
 					r.wg.Go(func() { h.lose(errors.New("deadline reached without a confirmed renewal")) })
 				case renew:
