@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -521,4 +523,96 @@ func TestHeartbeatLosesAWedgedHolder(t *testing.T) {
 		t.Fatalf("another client after the wedged holder's loss: %v", err)
 	}
 	ol.Release(ctx)
+}
+
+// TestForceReleaseFencesTheStuckHolder (#16 item 3): an operator forces a
+// stuck holder's lock: the longest waiter gets it at once with a fence
+// above the forced holder's (and above the stepped counter), the forced
+// holder's Lost() closes at its next renewal, and one audit line is logged.
+func TestForceReleaseFencesTheStuckHolder(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	var audit strings.Builder
+	var mu sync.Mutex
+	logTo := func(c *coordinator.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &audit}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	holderC := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL = 3 * time.Second })
+	waiterC := newCoord(t, testutil.Addrs(srv))
+	opC := newCoord(t, testutil.Addrs(srv), logTo)
+	ctx := context.Background()
+	hl, _ := primitives.NewLock(holderC, "forced")
+	held, err := hl.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, _ := primitives.NewLock(waiterC, "forced")
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		l, err := wl.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(200 * time.Millisecond) // queued
+	op, _ := primitives.NewLock(opC, "forced")
+	if _, err := op.ForceRelease(ctx, strings.Repeat("x", primitives.MaxReasonLen+1)); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Fatalf("an oversized reason: %v", err)
+	}
+	rep, err := op.ForceRelease(ctx, "worker-7 wedged (ticket 4711)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Held || rep.Nodes < 2 || !strings.HasPrefix(held.Token(), strings.TrimSuffix(rep.Holder, "…")) || rep.Fence <= held.Fence() {
+		t.Fatalf("report %+v for holder %s… fence %d", rep, held.Token()[:8], held.Fence())
+	}
+	var next *primitives.Lease
+	select {
+	case next = <-got:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter did not get the forced lock")
+	}
+	if next == nil {
+		t.FailNow()
+	}
+	defer next.Release(ctx)
+	if next.Fence() <= rep.Fence {
+		t.Fatalf("the next holder's fence %d is not above the stepped counter %d", next.Fence(), rep.Fence)
+	}
+	select {
+	case <-held.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the forced holder was never told (Lost still open after its renewal)")
+	}
+	if !errors.Is(held.Err(), primitives.ErrLeaseLost) {
+		t.Fatalf("forced holder's Err %v", held.Err())
+	}
+	mu.Lock()
+	line := audit.String()
+	mu.Unlock()
+	for _, want := range []string{"force-released", "name=forced", "ticket 4711", "holder=" + held.Token()[:8], "pid="} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("audit line %q lacks %q", line, want)
+		}
+	}
+	if strings.Contains(line, held.Token()) {
+		t.Fatalf("the audit line prints the whole token: %q", line)
+	}
+	// Nothing held: a second force reports so.
+	next.Release(ctx)
+	if rep, err := op.ForceRelease(ctx, ""); err != nil || rep.Held {
+		t.Fatalf("forcing a free lock: %+v, %v", rep, err)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

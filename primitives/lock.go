@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -402,4 +403,77 @@ func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
 	p.high.note(l.o.ttl)
 	return p
+}
+
+// ForcedRelease reports what Lock.ForceRelease did.
+type ForcedRelease struct {
+	Held   bool   // a hold was deleted on a quorum of nodes
+	Holder string // the forced holder: its token's first 8 hex digits, or "owner <id>"; "" if none
+	Fence  uint64 // the fence counter after the step: every later holder's fence is above it
+	Nodes  int    // nodes where a hold was deleted
+}
+
+// MaxReasonLen bounds the reason given to ForceRelease.
+const MaxReasonLen = 256
+
+// ForceRelease deletes the lock's hold on every node whoever holds it — a
+// way out of a stuck holder for an operator (`redlock release --force`) —
+// steps the fence counter past the forced holder's fence, and hands the
+// lock to the longest waiter, as a release does. It logs one audit line
+// (at Warn: the name, the forced holder, the fence, the reason, this host
+// and pid).
+//
+// The forced holder is not told directly: its next renewal finds the key
+// missing or another owner's on a quorum and its Lost() closes then (at the
+// latest by its Deadline). Until then it may still believe it holds the
+// lock: that is what the fence step is for — a store that checks fences
+// rejects its late writes, because every later holder's fence is higher.
+// It succeeds once a quorum of nodes ran it; reason may be empty (at most
+// MaxReasonLen bytes).
+func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
+	if len(reason) > MaxReasonLen {
+		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
+	}
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"force", ms(l.c.Settings().HandoffWindow), l.channel}}
+	parse := func(rep nodeactor.Reply) ([]rueidis.RedisMessage, error) {
+		if rep.Err != nil {
+			return nil, rep.Err
+		}
+		arr, err := rep.Msg.ToArray()
+		if err != nil || len(arr) < 3 {
+			return nil, fmt.Errorf("redlock: unexpected force reply %v", rep.Msg)
+		}
+		return arr, nil
+	}
+	r, err := l.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
+		func(rep nodeactor.Reply) error { _, err := parse(rep); return err })
+	if err != nil {
+		return ForcedRelease{}, fmt.Errorf("redlock: force release of %q: %w", l.name, err)
+	}
+	var out ForcedRelease
+	for i, rep := range r.Replies {
+		arr, err := parse(rep)
+		if !r.Answered[i] || err != nil {
+			continue
+		}
+		if held, _ := arr[0].AsInt64(); held == 1 {
+			out.Nodes++
+			if v, _ := arr[1].ToString(); out.Holder == "" {
+				switch {
+				case strings.HasPrefix(v, "rl1:L:"):
+					out.Holder = prefix8(strings.TrimPrefix(v, "rl1:L:"))
+				case strings.HasPrefix(v, "rl1:O:"):
+					out.Holder = "owner " + strings.TrimPrefix(v, "rl1:O:")
+				}
+			}
+		}
+		if f, _ := arr[2].AsInt64(); f > 0 {
+			out.Fence = max(out.Fence, uint64(f))
+		}
+	}
+	out.Held = out.Nodes >= l.c.Quorum()
+	host, _ := os.Hostname()
+	l.c.Settings().Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,
+		"holder", out.Holder, "fence", out.Fence, "nodes", out.Nodes, "reason", reason, "host", host, "pid", os.Getpid())
+	return out, nil
 }

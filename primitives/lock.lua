@@ -269,6 +269,23 @@ elseif op == 'fence' then
   end
   return 1
 
+elseif op == 'force' then
+  -- an operator's forced release (`redlock release --force`). ARGV: 2
+  -- handoff window ms, 3 channel. Deletes the hold whoever holds it (owner
+  -- mode: every hold of the owner), steps the fence counter (if any) so
+  -- that every later grant's fence is above the forced holder's, and hands
+  -- the lock to the longest live waiter as a release does. The forced
+  -- holder's renewals then find the key missing or another owner's.
+  -- Reply: {1 deleted / 0 nothing held, the holder's value, fence counter}.
+  if not v or (string.sub(v, 1, 6) ~= 'rl1:L:' and string.sub(v, 1, 6) ~= 'rl1:O:') then
+    return {0, v or '', tonumber(fv or '0')}
+  end
+  local f = 0
+  if fv then f = redis.call('INCR', KEYS[2]) end
+  redis.call('DEL', KEYS[5], KEYS[6])
+  free(ARGV[2], ARGV[3], '')
+  return {1, v, f}
+
 elseif op == 'status' then
   -- read-only view for `redlock status`: {value, pttl, fence, waiters}
   return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3])}

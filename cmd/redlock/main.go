@@ -34,6 +34,7 @@ commands:
   demo     workers contend for a lock on three embedded nodes (no setup)
   run      run a command while holding a lock
   status   show a lock's state on every node
+  release  --force: release a stuck holder's lock (fence step, audit line)
   torture  bounded soak: worker processes on real redis-servers under faults, checked for safety
   bench    benchmark workloads for every primitive against a plain-rueidis floor (peers: cd bench && go run ./cmd/redlock-bench)
 
@@ -59,6 +60,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	case "status":
 		err = status(ctx, args[1:], stdout)
+	case "release":
+		err = release(ctx, args[1:], stdout, stderr)
 	case "torture":
 		err = torture(ctx, args[1:], stdout, stderr)
 	case "bench":

@@ -279,3 +279,34 @@ func TestCLIStatusSemaphoreAndLatch(t *testing.T) {
 		t.Fatalf("open latch: exit %d out %q", code, out)
 	}
 }
+
+func TestCLIReleaseForce(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	nodes := strings.Join(testutil.MiniAddrs(ms), ",")
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: testutil.MiniAddrs(ms), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, _ := primitives.NewLock(c, "stuck")
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, nil, "release", "--nodes", nodes, "stuck")
+	if code != 2 {
+		t.Fatalf("without --force: exit %d", code)
+	}
+	oneLine(t, stderr)
+	code, out, stderr := cli(t, nil, "release", "--force", "--reason", "wedged", "--nodes", nodes, "stuck")
+	if code != 0 || !strings.Contains(out, "force-released stuck: held by "+lease.Token()[:8]) {
+		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "force-released") || !strings.Contains(stderr, "reason=wedged") || strings.Contains(stderr, lease.Token()) {
+		t.Fatalf("audit line %q", stderr)
+	}
+	code, out, _ = cli(t, nil, "release", "--force", "--nodes", nodes, "stuck")
+	if code != 0 || !strings.Contains(out, "was not held") {
+		t.Fatalf("second force: exit %d out %q", code, out)
+	}
+}

@@ -208,9 +208,12 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "renew":
-		v := int64(0)
-		if f.owner == arg {
+		v := int64(0) // another owner
+		switch f.owner {
+		case arg:
 			v = 1
+		case "":
+			v = 3 // missing: a node restarted empty, or a forced release
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "fence":
@@ -267,8 +270,11 @@ func (p fakeProto) Classify(rep nodeactor.Reply) Outcome {
 	if rep.Err != nil {
 		return OutcomeError
 	}
-	if v, err := rep.Msg.AsInt64(); err == nil && v == 1 {
+	switch v, _ := rep.Msg.AsInt64(); v {
+	case 1:
 		return OutcomeOK
+	case 3:
+		return OutcomeMissing
 	}
 	return OutcomeNotOwner
 }
@@ -700,5 +706,38 @@ func TestLateHeartbeatResumesRenewal(t *testing.T) {
 			t.Fatalf("lost after a late heartbeat: %v", h.Err())
 		}
 		h.Release(context.Background())
+	})
+}
+
+func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.spec("A", 3*time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h := res.Hold
+		// Two of three nodes lose the key (restarted empty, or a forced
+		// release): nobody can confirm this hold again and others may
+		// acquire, so the next renewal (at TTL/3) loses it, long before
+		// its Deadline.
+		w.nodes[0].set(func(f *fakeNode) { f.owner = "" })
+		w.nodes[1].set(func(f *fakeNode) { f.owner = "" })
+		start := time.Now()
+		<-h.Lost()
+		if d, left := time.Since(start), h.Deadline().Sub(time.Now()); d > 1100*time.Millisecond || left < time.Second {
+			t.Fatalf("lost %s after the keys went, %s before its Deadline: it waited for the Deadline", d, left)
+		}
+		// One node missing is a restarted node: it is re-taken, not lost.
+		res = w.e.Attempt(t.Context(), w.spec("B", 3*time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		w.nodes[2].set(func(f *fakeNode) { f.owner = "" })
+		time.Sleep(5 * time.Second)
+		if !res.Hold.Valid() {
+			t.Fatalf("one missing node cost the hold: %v", res.Hold.Err())
+		}
+		res.Hold.Release(context.Background())
 	})
 }

@@ -396,48 +396,45 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if !h.startRound() {
 		return h.Err()
 	}
-	ok, notOwner, r := h.renewRound(ctx, ttl)
+	ok, gone, r := h.renewRound(ctx, ttl)
 	if ok >= h.c.quorum {
 		h.c.retake(ctx, h, ttl, r)
 	}
 	h.endRound()
-	return h.applyRenewal(r.Start, ttl, ok, notOwner, r, true)
+	return h.applyRenewal(r.Start, ttl, ok, gone, r, true)
 }
 
-func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, notOwner int, r *Round) {
+// renewRound renews on every node and counts the confirmations (ok) and
+// the nodes where the hold is gone (gone: another owner, or the key
+// missing — a node restarted empty, or a forced release). A missing key is
+// re-taken only after a quorum confirmed; with more than N−Q nodes gone
+// nobody can confirm, and others may already acquire.
+func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, gone int, r *Round) {
 	q, n := h.c.quorum, len(h.c.nodes)
-	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl, false) },
-		func(r *Round) bool {
-			ok, notOwner := 0, 0
-			for i, rep := range r.Replies {
-				if r.Answered[i] {
-					switch h.spec.Protocol.Classify(rep) {
-					case OutcomeOK:
-						ok++
-					case OutcomeNotOwner:
-						notOwner++
-					}
+	count := func(r *Round) (ok, gone int) {
+		for i, rep := range r.Replies {
+			if r.Answered[i] {
+				switch h.spec.Protocol.Classify(rep) {
+				case OutcomeOK:
+					ok++
+				case OutcomeNotOwner, OutcomeMissing:
+					gone++
 				}
 			}
-			return ok >= q || notOwner > n-q
-		}, nil)
-	ok, notOwner = 0, 0
-	for i, rep := range r.Replies {
-		if !r.Answered[i] {
-			continue
 		}
-		switch h.spec.Protocol.Classify(rep) {
-		case OutcomeOK:
-			ok++
-		case OutcomeNotOwner:
-			notOwner++
-		}
+		return ok, gone
 	}
-	return ok, notOwner, r
+	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl, false) },
+		func(r *Round) bool {
+			ok, gone := count(r)
+			return ok >= q || gone > n-q
+		}, nil)
+	ok, gone = count(r)
+	return ok, gone, r
 }
 
 // applyRenewal applies a renewal round's result. explicit is true for Extend.
-func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, notOwner int, r *Round, explicit bool) error {
+func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, gone int, r *Round, explicit bool) error {
 	q, n := h.c.quorum, len(h.c.nodes)
 	now := time.Now()
 	h.mu.Lock()
@@ -478,8 +475,10 @@ func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, notOwner int
 		}
 	}
 	switch {
-	case notOwner > n-q:
-		cause := fmt.Errorf("another owner on %d of %d nodes", notOwner, n)
+	case gone > n-q:
+		// More than N−Q nodes hold another owner or nothing: no quorum can
+		// confirm this hold again, and another client may acquire now.
+		cause := fmt.Errorf("the hold is gone (another owner, or the key missing) on %d of %d nodes", gone, n)
 		h.lose(cause)
 		return fmt.Errorf("%w: %w", ErrLeaseLost, cause)
 	case expired:

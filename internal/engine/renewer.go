@@ -227,17 +227,17 @@ func (r *renewer) renewRound(due []*Hold) {
 		}
 		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
 		rounds[i] = round
-		ok, notOwner := 0, 0
+		ok, gone := 0, 0 // see Hold.renewRound
 	collect:
-		for round.NAnswered < n && ok < c.quorum && notOwner <= n-c.quorum {
+		for round.NAnswered < n && ok < c.quorum && gone <= n-c.quorum {
 			select {
 			case rep := <-p.ch:
 				round.record(rep)
 				switch p.h.spec.Protocol.Classify(rep) {
 				case OutcomeOK:
 					ok++
-				case OutcomeNotOwner:
-					notOwner++
+				case OutcomeNotOwner, OutcomeMissing:
+					gone++
 				}
 			case <-ctx.Done():
 				break collect
@@ -245,7 +245,7 @@ func (r *renewer) renewRound(due []*Hold) {
 		}
 		confirmed[i] = ok >= c.quorum
 		p.h.endRound()
-		_ = p.h.applyRenewal(p.start, p.ttl, ok, notOwner, round, false)
+		_ = p.h.applyRenewal(p.start, p.ttl, ok, gone, round, false)
 	}
 	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
 	// node that answers "missing" (restarted empty) gets its key re-taken,
