@@ -25,10 +25,22 @@ const (
 	// LatchOpenTTL is how long an opened latch stays (open) after it opened;
 	// after that its name starts a new latch.
 	LatchOpenTTL = 24 * time.Hour
+	// LatchMaxLate is how late a latch call may reach a node: one that
+	// arrives more than this after it was sent (by the client's estimate of
+	// the servers' TIME against the node's own) changes nothing there, as if
+	// it had been lost, since it may belong to an earlier latch of the name
+	// that has expired since. Every expiry a call sets is absolute (sent +
+	// TTL), so a call that runs late never makes a node keep the latch
+	// longer than the nodes that ran it on time. See docs/latch.md.
+	LatchMaxLate = 2 * time.Second
 	// latchRetries bounds the rounds of one CountDown that fail to reach a
 	// quorum before it returns an error.
 	latchRetries = 4
 )
+
+// errLatchLate is a node's answer to a call that reached it more than
+// LatchMaxLate after it was sent.
+var errLatchLate = errors.New("redlock: latch call reached the node too late")
 
 // CountDownLatch opens once `count` distinct count-downs were made. Each
 // count-down is an id: CountDown draws a random one (reused by its internal
@@ -196,7 +208,28 @@ func (l *CountDownLatch) call(op string, args ...string) nodeactor.Call {
 
 func (l *CountDownLatch) callTTL(op string, ttl time.Duration, args ...string) nodeactor.Call {
 	return nodeactor.Call{Script: latchScript, Keys: l.keys,
-		Args: append([]string{op, strconv.Itoa(l.count), ms(ttl)}, args...)}
+		Args: append([]string{op, strconv.Itoa(l.count), ms(ttl), l.sent(), ms(LatchMaxLate)}, args...)}
+}
+
+// sent is the call's send time as the nodes' clocks read it: the engine's
+// estimate of the servers' TIME (every latch reply carries the node's TIME),
+// or before any was seen this process's wall clock. Every node gets the same
+// value, so each expiry the call sets is one absolute instant (sent + TTL)
+// on every node, whenever the node runs it.
+func (l *CountDownLatch) sent() string {
+	est := l.c.EstimateServerMs()
+	if est <= 0 {
+		est = time.Now().UnixMilli()
+	}
+	return strconv.FormatInt(est, 10)
+}
+
+// restamp returns call with a fresh send time.
+func (l *CountDownLatch) restamp(call nodeactor.Call) nodeactor.Call {
+	args := append([]string(nil), call.Args...)
+	args[3] = l.sent()
+	call.Args = args
+	return call
 }
 
 // latchState is one node's view.
@@ -209,34 +242,41 @@ type latchState struct {
 	ids     []string // members op only
 }
 
-func parseLatch(rep nodeactor.Reply) (st latchState, mismatch int64, err error) {
+// parseLatch reads a state reply {code, size, opened, digest, existed,
+// time, ids...}. now is the node's TIME (ms), also on a -2 or -3 reply; a
+// -3 (the call arrived too late) is errLatchLate.
+func parseLatch(rep nodeactor.Reply) (st latchState, mismatch, now int64, err error) {
 	if rep.Err != nil {
-		return st, 0, rep.Err
+		return st, 0, 0, rep.Err
 	}
 	arr, err := rep.Msg.ToArray()
-	if err != nil || len(arr) < 5 {
-		return st, 0, fmt.Errorf("redlock: unexpected latch reply %v", rep.Msg)
+	if err != nil || len(arr) < 6 {
+		return st, 0, 0, fmt.Errorf("redlock: unexpected latch reply %v", rep.Msg)
 	}
 	code, err1 := arr[0].AsInt64()
 	size, err2 := arr[1].AsInt64()
 	op, err3 := arr[2].AsInt64()
 	dg, err4 := arr[3].ToString()
 	ex, err5 := arr[4].AsInt64()
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
-		return st, 0, fmt.Errorf("redlock: unexpected latch reply %v: %w", rep.Msg, err)
+	now, err6 := arr[5].AsInt64()
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return st, 0, 0, fmt.Errorf("redlock: unexpected latch reply %v: %w", rep.Msg, err)
 	}
-	if code == -2 {
-		return st, size, nil
+	switch code {
+	case -2:
+		return st, size, now, nil
+	case -3:
+		return st, 0, now, errLatchLate
 	}
 	st = latchState{size: size, opened: op > 0, openTTL: time.Duration(op) * time.Millisecond, digest: dg, existed: ex == 1}
-	for _, m := range arr[5:] {
+	for _, m := range arr[6:] {
 		s, err := m.ToString()
 		if err != nil {
-			return st, 0, fmt.Errorf("redlock: unexpected latch id %v", m)
+			return st, 0, 0, fmt.Errorf("redlock: unexpected latch id %v", m)
 		}
 		st.ids = append(st.ids, s)
 	}
-	return st, 0, nil
+	return st, 0, now, nil
 }
 
 // latchRound is the states of the nodes that answered one round.
@@ -256,13 +296,40 @@ func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latch
 		lane = nodeactor.Normal
 	}
 	accept := func(rep nodeactor.Reply) error {
-		_, m, err := parseLatch(rep)
+		_, m, _, err := parseLatch(rep)
 		if err == nil && m != 0 {
 			err = fmt.Errorf("%w: latch %q exists with count %d, not %d", ErrInvalidArgument, l.name, m, l.count)
 		}
 		return err
 	}
-	r, err := l.c.Gather(ctx, lane, func(int) nodeactor.Call { return call }, accept)
+	var (
+		r   *engine.Round
+		err error
+	)
+	for try := 0; ; try++ {
+		c := call
+		r, err = l.c.Gather(ctx, lane, func(int) nodeactor.Call { return c }, accept)
+		late := false
+		if r != nil {
+			for i, rep := range r.Replies {
+				if !r.Answered[i] {
+					continue
+				}
+				_, _, now, perr := parseLatch(rep)
+				if now > 0 {
+					l.c.ObserveServerTime(now)
+				}
+				late = late || errors.Is(perr, errLatchLate)
+			}
+		}
+		// Nodes that found the call too late have sent their TIME: a send
+		// time taken from a wall clock behind theirs is calibrated now, and
+		// one retry with a fresh stamp gets through.
+		if err == nil || !late || try > 0 || ctx.Err() != nil {
+			break
+		}
+		call = l.restamp(call)
+	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidArgument) {
 			return nil, err
@@ -272,7 +339,7 @@ func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latch
 	out := &latchRound{}
 	for i, rep := range r.Replies {
 		if r.Answered[i] && accept(rep) == nil {
-			st, _, _ := parseLatch(rep)
+			st, _, _, _ := parseLatch(rep)
 			out.states = append(out.states, st)
 		}
 	}
