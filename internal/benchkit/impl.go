@@ -182,17 +182,29 @@ type floorClient struct {
 
 func newFloor(lua string) func(context.Context, []string) (Client, error) {
 	return func(ctx context.Context, addrs []string) (Client, error) {
-		f := &floorClient{script: rueidis.NewLuaScript(lua)}
-		for _, a := range addrs {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, DisableCache: true})
-			if err != nil {
-				f.Close()
-				return nil, err
-			}
-			f.nodes = append(f.nodes, c)
+		nodes, err := dialNodes(addrs)
+		if err != nil {
+			return nil, err
 		}
-		return f, nil
+		return &floorClient{nodes: nodes, script: rueidis.NewLuaScript(lua)}, nil
 	}
+}
+
+// dialNodes opens one plain rueidis client per node (the floors'), closing
+// the ones opened if one fails.
+func dialNodes(addrs []string) ([]rueidis.Client, error) {
+	var nodes []rueidis.Client
+	for _, a := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, DisableCache: true})
+		if err != nil {
+			for _, n := range nodes {
+				n.Close()
+			}
+			return nil, err
+		}
+		nodes = append(nodes, c)
+	}
+	return nodes, nil
 }
 
 // floorKeys is the key layout of primitives.Lock with the default prefix.

@@ -25,17 +25,12 @@ type plainClient struct {
 	nodes []rueidis.Client
 }
 
-func newPlain(ctx context.Context, addrs []string) (Client, error) {
-	p := &plainClient{}
-	for _, a := range addrs {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, DisableCache: true})
-		if err != nil {
-			p.Close()
-			return nil, err
-		}
-		p.nodes = append(p.nodes, c)
+func newPlain(_ context.Context, addrs []string) (Client, error) {
+	nodes, err := dialNodes(addrs)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	return &plainClient{nodes: nodes}, nil
 }
 
 // quorum runs op on every node at once and returns as soon as q of them

@@ -383,16 +383,9 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	h.Heartbeat() // an explicit Extend is progress
-	h.mu.Lock()
-	if h.state != stateHeld {
-		err := h.err
-		h.mu.Unlock()
-		if err == nil {
-			err = ErrReleased
-		}
+	if err := h.endedErr(); err != nil {
 		return err
 	}
-	h.mu.Unlock()
 	if !h.startRound() {
 		return h.Err()
 	}
@@ -433,18 +426,28 @@ func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, gone int,
 	return ok, gone, r
 }
 
+// endedErr returns nil while the hold is held, else why it ended
+// (ErrReleased while a release is under way).
+func (h *Hold) endedErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state == stateHeld {
+		return nil
+	}
+	if h.err == nil {
+		return ErrReleased
+	}
+	return h.err
+}
+
 // applyRenewal applies a renewal round's result. explicit is true for Extend.
 func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, gone int, r *Round, explicit bool) error {
 	q, n := h.c.quorum, len(h.c.nodes)
 	now := time.Now()
 	h.mu.Lock()
 	if h.state != stateHeld {
-		err := h.err
 		h.mu.Unlock()
-		if err == nil {
-			err = ErrReleased
-		}
-		return err
+		return h.endedErr()
 	}
 	outcome := "ok"
 	if ok < q || !now.Before(h.deadline) {
