@@ -38,12 +38,16 @@ type ClusterOptions struct {
 // cluster bus port, cluster-node-timeout 2 s), joins them with `redis-cli
 // --cluster create` and waits until every server reports cluster_state:ok
 // and the same slot map. It skips (or fails under REDLOCK_REQUIRE_REDIS)
-// when redis-server or redis-cli is missing.
+// when redis-server or redis-cli is missing ([ServerEnv] and [CLIEnv]
+// choose others).
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	RequireRedis(t)
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
+	cli, ok := RedisCLIPath()
+	if !ok {
+		if p := os.Getenv(CLIEnv); p != "" {
+			t.Fatalf("%s=%s is not an executable", CLIEnv, p)
+		}
 		requireOrSkip(t, "redis-cli not found in PATH (Debian: apt-get install redis-tools)")
 	}
 	if opts.Masters == 0 {
