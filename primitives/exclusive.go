@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -324,12 +322,13 @@ func answeredOK(r *coordinator.Round) int {
 }
 
 // failures sorts the failed replies of one attempt: a wrong type at our
-// keys and an ACL refusal end the attempt for good (retrying cannot help);
-// the others may be transient.
+// keys, an ACL refusal and any other error not known to be transient
+// (nodeactor.Transient) end the attempt for good (retrying cannot help).
 type failures struct {
 	errs  []error // every failure, for the error message
 	wrong error   // a WRONGTYPE reply
 	perm  error   // an ACL refusal
+	other error   // another error that is not transient
 }
 
 func (f *failures) add(err error) {
@@ -339,6 +338,8 @@ func (f *failures) add(err error) {
 		return
 	case isNoPerm(err):
 		f.perm = err
+	case !nodeactor.Transient(err):
+		f.other = err
 	}
 	f.errs = append(f.errs, err)
 }
@@ -350,18 +351,12 @@ func (f *failures) fatal() error {
 		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
 	case f.perm != nil:
 		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
+	case f.other != nil:
+		return fmt.Errorf("redlock: a node failed with an error that retrying cannot fix: %w", f.other)
 	}
 	return nil
 }
 
-// isNoPerm reports whether err is an ACL refusal from a node: NOPERM for a
-// command, or the error a script gets when it calls a command the user may
-// not run.
-func isNoPerm(err error) bool {
-	var re *rueidis.RedisError
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
-}
+// isNoPerm reports whether err is an ACL refusal from a node (see
+// nodeactor.IsNoPerm).
+func isNoPerm(err error) bool { return nodeactor.IsNoPerm(err) }
