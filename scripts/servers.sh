@@ -129,7 +129,7 @@ EOF
 	wrapper valkey9-cli valkey-cli valkey-cli
 	: >"$DIR/versions"
 	for p in "${PKGS[@]}"; do
-		dpkg-deb -f "$APT"/debs/"${p}"_*.deb Package Version | paste -sd' ' >>"$DIR/versions"
+		echo "$p=$(dpkg-deb -f "$APT"/debs/"${p}"_*.deb Version)" >>"$DIR/versions"
 	done
 fi
 
