@@ -45,6 +45,10 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The acquisition's last scripts (a fence written back to every
+		// node) may still be in flight when Acquire returns at a quorum:
+		// let them land before counting.
+		time.Sleep(2 * c.Config().NodeTimeout)
 		for _, s := range srv {
 			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
