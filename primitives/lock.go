@@ -237,13 +237,19 @@ type lockProto struct {
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
+	script := nodeactor.Call{Script: lockScript, Keys: l.keys,
+		Args: []string{"renew", p.token, ms(ttl), l.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
 	if l.o.owner == "" && !retake && l.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:L:" + p.token
-		return nodeactor.Call{Keys: []string{l.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)}}
+		// A nil reply means "missing" or "not ours": the script (without
+		// re-take) then tells which, as a scripted renewal answers (3 or 0).
+		return nodeactor.Call{Keys: []string{l.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)},
+			Next: func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
+				return script, r, r.Err != nil || !r.Msg.IsNil()
+			}}
 	}
 	p.high.note(ttl)
-	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"renew", p.token, ms(ttl), l.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
+	return script
 }
 
 // ttlHigh is the largest TTL a hold has sent. The native SET ... IFEQ ...

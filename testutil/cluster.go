@@ -38,12 +38,16 @@ type ClusterOptions struct {
 // cluster bus port, cluster-node-timeout 2 s), joins them with `redis-cli
 // --cluster create` and waits until every server reports cluster_state:ok
 // and the same slot map. It skips (or fails under REDLOCK_REQUIRE_REDIS)
-// when redis-server or redis-cli is missing.
+// when redis-server or redis-cli is missing ([ServerEnv] and [CLIEnv]
+// choose others).
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	RequireRedis(t)
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
+	cli, ok := RedisCLIPath()
+	if !ok {
+		if p := os.Getenv(CLIEnv); p != "" {
+			t.Fatalf("%s=%s is not an executable", CLIEnv, p)
+		}
 		requireOrSkip(t, "redis-cli not found in PATH (Debian: apt-get install redis-tools)")
 	}
 	if opts.Masters == 0 {
@@ -58,19 +62,30 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			bus, err := freePort()
-			if err != nil {
-				errs[i] = err
-				return
+			// newServer picks another client port on a clash, but the bus
+			// port is in the arguments: a clash there needs a new one.
+			for attempt := range startAttempts {
+				bus, err := freePort()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				o := opts.Server
+				o.Args = append([]string{
+					"--cluster-enabled", "yes",
+					"--cluster-config-file", "nodes.conf",
+					"--cluster-node-timeout", "2000",
+					"--cluster-port", strconv.Itoa(bus),
+				}, opts.Server.Args...)
+				s, err := newServer(t, o)
+				if err == nil || !errors.Is(err, errPortInUse) || attempt == startAttempts-1 {
+					c.all[i], errs[i] = s, err
+					return
+				}
+				if s != nil {
+					s.cleanup()
+				}
 			}
-			o := opts.Server
-			o.Args = append([]string{
-				"--cluster-enabled", "yes",
-				"--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "2000",
-				"--cluster-port", strconv.Itoa(bus),
-			}, opts.Server.Args...)
-			c.all[i], errs[i] = newServer(t, o)
 		})
 	}
 	wg.Wait()

@@ -22,6 +22,18 @@ import (
 // redis-server from a skip into a failure (set it in CI).
 const requireRedisEnv = "REDLOCK_REQUIRE_REDIS"
 
+// ServerEnv names the environment variable that selects the server binary
+// every test starts instead of redis-server from PATH: the path of any
+// redis-server-compatible executable or wrapper script (valkey-server, a
+// newer Redis run through its own loader; see scripts/servers.sh). It must
+// exec the server so that the process it starts is the server itself.
+const ServerEnv = "REDLOCK_REDIS_SERVER"
+
+// CLIEnv names the environment variable that selects the redis-cli the
+// Redis Cluster tests run (redis-cli --cluster create) instead of the one
+// in PATH; set it with [ServerEnv], to the server's own CLI.
+const CLIEnv = "REDLOCK_REDIS_CLI"
+
 const (
 	// startTimeout bounds how long a start waits for the first PONG.
 	startTimeout = 10 * time.Second
@@ -71,10 +83,25 @@ type Server struct {
 	logOff int64         // size of the log file when the current process started
 }
 
-// RedisServerPath returns the path of the redis-server binary found in PATH
-// and whether it exists.
+// RedisServerPath returns the path of the server binary the tests start —
+// $REDLOCK_REDIS_SERVER ([ServerEnv]) when set, else redis-server from
+// PATH — and whether it exists.
 func RedisServerPath() (string, bool) {
-	p, err := exec.LookPath("redis-server")
+	return toolPath(ServerEnv, "redis-server")
+}
+
+// RedisCLIPath returns the path of the redis-cli the cluster tests run —
+// $REDLOCK_REDIS_CLI ([CLIEnv]) when set, else redis-cli from PATH — and
+// whether it exists.
+func RedisCLIPath() (string, bool) {
+	return toolPath(CLIEnv, "redis-cli")
+}
+
+func toolPath(env, name string) (string, bool) {
+	if p := os.Getenv(env); p != "" {
+		name = p
+	}
+	p, err := exec.LookPath(name)
 	if err != nil {
 		return "", false
 	}
@@ -83,11 +110,15 @@ func RedisServerPath() (string, bool) {
 
 // RequireRedis skips the test when redis-server is not installed. When the
 // environment variable REDLOCK_REQUIRE_REDIS is non-empty, it fails the test
-// instead, so that CI cannot silently skip the real-server tests.
+// instead, so that CI cannot silently skip the real-server tests; a server
+// chosen by REDLOCK_REDIS_SERVER that cannot be run always fails it.
 func RequireRedis(t testing.TB) {
 	t.Helper()
 	if _, ok := RedisServerPath(); ok {
 		return
+	}
+	if p := os.Getenv(ServerEnv); p != "" {
+		t.Fatalf("%s=%s is not an executable", ServerEnv, p)
 	}
 	if os.Getenv(requireRedisEnv) != "" {
 		t.Fatalf("redis-server not found in PATH and %s is set", requireRedisEnv)
@@ -205,7 +236,7 @@ func (s *Server) Do(args ...string) (string, error) {
 func newServer(t testing.TB, opts ServerOptions) (*Server, error) {
 	bin, ok := RedisServerPath()
 	if !ok {
-		return nil, errors.New("redis-server not found in PATH")
+		return nil, fmt.Errorf("redis-server not found (PATH, or $%s)", ServerEnv)
 	}
 	dir, err := os.MkdirTemp("", "redlock-redis-")
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -355,5 +357,41 @@ func TestMinis(t *testing.T) {
 		if got, _ := ms[i].Get("k"); got != strconv.Itoa(i) {
 			t.Fatalf("miniredis %d: k = %q", i, got)
 		}
+	}
+}
+
+// REDLOCK_REDIS_SERVER selects the binary StartServer runs: here a wrapper
+// script that leaves a mark and execs the real server, as the wrappers of
+// scripts/servers.sh do. The started process must be the server itself
+// (its PID is the one INFO reports), so Pause, Kill and restarts work.
+func TestServerEnvSelectsTheBinary(t *testing.T) {
+	testutil.RequireRedis(t)
+	real, _ := testutil.RedisServerPath()
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+	wrapper := filepath.Join(dir, "my-server")
+	script := "#!/bin/sh\necho \"$@\" >>'" + mark + "'\nexec '" + real + "' \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(testutil.ServerEnv, wrapper)
+	if p, ok := testutil.RedisServerPath(); !ok || p != wrapper {
+		t.Fatalf("RedisServerPath() = %q, %v; want %q", p, ok, wrapper)
+	}
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	info, err := s.Do("INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "process_id:"+strconv.Itoa(s.PID())+"\r\n") {
+		t.Fatalf("INFO does not report pid %d:\n%s", s.PID(), info)
+	}
+	s.RestartEmpty()
+	b, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatalf("the wrapper never ran: %v", err)
+	}
+	if n := strings.Count(string(b), "--port"); n != 2 {
+		t.Fatalf("the wrapper ran %d times, want 2 (start and restart):\n%s", n, b)
 	}
 }

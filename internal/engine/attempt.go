@@ -132,7 +132,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		return res
 	}
 	if fails.wrong != nil {
-		return fail(fails.fatal())
+		return fail(fails.fatal(n, q))
 	}
 	if granted < q {
 		if err := ctx.Err(); err != nil {
@@ -141,7 +141,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		if abstained > n-q {
 			return fail(abstain)
 		}
-		if err := fails.fatal(); err != nil {
+		if err := fails.fatal(n, q); err != nil {
 			return fail(err)
 		}
 		if refused > 0 && granted+refused >= q {
@@ -357,7 +357,7 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		}
 	}
 	if fails.wrong != nil {
-		return r, fails.fatal()
+		return r, fails.fatal(n, q)
 	}
 	if ok >= q {
 		return r, nil
@@ -368,7 +368,7 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 	if invalid > n-q {
 		return r, inv
 	}
-	if err := fails.fatal(); err != nil {
+	if err := fails.fatal(n, q); err != nil {
 		return r, err
 	}
 	if inv != nil {
@@ -377,13 +377,21 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 	return r, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, ok, n, errors.Join(fails.errs...))
 }
 
-// failures sorts the failed replies of one round: a wrong type at our keys
-// and an ACL refusal end it for good (retrying cannot help); the others may
-// be transient.
+// failures sorts the failed replies of one round by what is known to be
+// transient (nodeactor.Transient: connection errors, timeouts, LOADING,
+// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): a wrong type at
+// our keys and an ACL refusal end the round for good (retrying cannot help,
+// and both are the same on every node we were configured for); any other
+// error that is not transient (OOM, MISCONF, a script error) ends it when it
+// came from more than N−Q nodes — a minority of such nodes is treated as
+// down, so one node out of memory does not take the lock away from a
+// quorum that works.
 type failures struct {
-	errs  []error // every failure, for the error message
-	wrong error   // a WRONGTYPE reply
-	perm  error   // an ACL refusal
+	errs   []error // every failure, for the error message
+	wrong  error   // a WRONGTYPE reply
+	perm   error   // an ACL refusal
+	other  error   // another error that is not transient
+	others int     // nodes that answered such an error
 }
 
 func (f *failures) add(err error) {
@@ -393,17 +401,23 @@ func (f *failures) add(err error) {
 		return
 	case IsNoPerm(err):
 		f.perm = err
+	case !nodeactor.Transient(err):
+		f.other = err
+		f.others++
 	}
 	f.errs = append(f.errs, err)
 }
 
-// fatal returns the error that ends the round for good, or nil.
-func (f *failures) fatal() error {
+// fatal returns the error that ends the round for good, or nil; n and q
+// are the node count and the quorum.
+func (f *failures) fatal(n, q int) error {
 	switch {
 	case f.wrong != nil:
 		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
 	case f.perm != nil:
 		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
+	case f.other != nil && f.others > n-q:
+		return fmt.Errorf("redlock: %d of %d nodes failed with an error that retrying cannot fix: %w", f.others, n, f.other)
 	}
 	return nil
 }
@@ -414,14 +428,6 @@ func IsWrongType(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
-// IsNoPerm reports whether err is an ACL refusal from a node: NOPERM for a
-// command, or the error a script gets when it calls a command the user may
-// not run.
-func IsNoPerm(err error) bool {
-	var re *rueidis.RedisError
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
-}
+// IsNoPerm reports whether err is an ACL refusal from a node
+// (nodeactor.IsNoPerm: Redis 7's and Redis 8's/Valkey's texts).
+func IsNoPerm(err error) bool { return nodeactor.IsNoPerm(err) }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -44,6 +45,7 @@ type fakeNode struct {
 	gate          chan struct{} // non-nil: the node is paused until it is closed
 	dup           bool          // deliver every reply twice
 	errAfterWrite bool          // an acquire takes the lock, then answers an error
+	errReply      string        // an acquire answers this error and writes nothing
 	ops           []string      // "op token" in the order run
 	closed        bool
 }
@@ -190,6 +192,11 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 	rep := nodeactor.Reply{Node: f.idx}
 	switch op {
 	case "acquire":
+		if f.errReply != "" {
+			m := mock.RedisError(f.errReply)
+			rep.Err = m.Error()
+			break
+		}
 		if f.errAfterWrite && f.owner == "" {
 			f.owner = arg
 			rep.Err = errors.New("ERR a script error after its write")
@@ -741,5 +748,24 @@ func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
 			t.Fatalf("one missing node cost the hold: %v", res.Hold.Err())
 		}
 		res.Hold.Release(context.Background())
+	})
+}
+
+func TestAMinorityOfBrokenNodesIsTreatedAsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		oom := "OOM command not allowed when used memory > 'maxmemory'."
+		w.nodes[2].set(func(f *fakeNode) { f.errReply = oom })
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatalf("one node out of memory took the lock away from a working quorum: %v", res.Err)
+		}
+		res.Hold.Release(context.Background())
+		synctest.Wait()
+		w.nodes[1].set(func(f *fakeNode) { f.errReply = oom })
+		res = w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if res.Err == nil || errors.Is(res.Err, ErrQuorumUnavailable) || !strings.Contains(res.Err.Error(), "OOM") {
+			t.Fatalf("two of three nodes out of memory: %v, want a fatal error with the server's text (not a retryable one)", res.Err)
+		}
 	})
 }

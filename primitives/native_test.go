@@ -1,0 +1,123 @@
+package primitives_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// expectNativeCASEnv, when set (scripts/test.sh sets it for the servers of
+// the matrix that have SET ... IFEQ ... PX), makes a server without the
+// native compare-and-set fail the test instead of testing the scripts only.
+const expectNativeCASEnv = "REDLOCK_EXPECT_NATIVE_CAS"
+
+// Where the nodes have SET ... IFEQ ... PX (probed, never inferred from the
+// version), a held Lock renews with it and runs no script, as the server's
+// own INFO commandstats shows; with ForceLua, or on a server without it,
+// every renewal is a script.
+func TestLockRenewsNativelyWhereProbed(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	_, err := srv[0].Do("SET", "redlock:probe", "x", "IFEQ", "x", "PX", "1000")
+	native := err == nil
+	if !native && os.Getenv(expectNativeCASEnv) != "" {
+		t.Fatalf("%s is set but the server refuses SET ... IFEQ ... PX: %v", expectNativeCASEnv, err)
+	}
+	t.Logf("server has SET ... IFEQ ... PX: %v (%v)", native, err)
+	for _, force := range []bool{false, true} {
+		c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.ForceLua = force })
+		waitAllUp(t, c)
+		want := native && !force
+		for _, n := range c.Nodes() {
+			if n.NativeCAS != want {
+				t.Fatalf("ForceLua %v: node %s probed NativeCAS=%v, want %v", force, n.Addr, n.NativeCAS, want)
+			}
+		}
+		l, _ := primitives.NewLock(c, "native-"+strconv.FormatBool(force), primitives.WithTTL(300*time.Millisecond))
+		lease, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The acquisition's last scripts (a fence written back to every
+		// node) may still be in flight when Acquire returns at a quorum:
+		// let them land before counting.
+		time.Sleep(2 * c.Config().NodeTimeout)
+		for _, s := range srv {
+			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(700 * time.Millisecond) // a renewal every TTL/3: about six
+		sets, scripts := make([]int, len(srv)), make([]int, len(srv))
+		for i, s := range srv {
+			stats, err := s.Do("INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sets[i], scripts[i] = cmdCalls(stats, "set"), cmdCalls(stats, "evalsha")+cmdCalls(stats, "eval")
+		}
+		if !lease.Valid() {
+			t.Fatalf("ForceLua %v: lease lost while renewing: %v", force, lease.Err())
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i := range srv {
+			if want && (sets[i] < 2 || scripts[i] != 0) || !want && (sets[i] != 0 || scripts[i] < 2) {
+				t.Errorf("ForceLua %v, native %v: node %d ran %d SET and %d scripts while renewing", force, native, i, sets[i], scripts[i])
+			}
+		}
+	}
+}
+
+// cmdCalls returns the calls of cmd in an INFO commandstats reply
+// ("cmdstat_set:calls=3,usec=...").
+func cmdCalls(stats, cmd string) int {
+	for line := range strings.Lines(stats) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+		if ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
+
+// A renewal that finds another owner's value on a majority loses the lease
+// at once, not at its deadline: the native renewal's nil reply is resolved
+// on the node (missing or not ours), as the script would answer.
+func TestLockRenewalSeesAnotherOwner(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	waitAllUp(t, c)
+	l, _ := primitives.NewLock(c, "usurped", primitives.WithTTL(3*time.Second))
+	lease, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	for _, s := range srv[:2] {
+		if _, err := s.Do("SET", "redlock:{usurped}:lock", "rl1:L:someone-else", "PX", "60000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-lease.Lost():
+	case <-time.After(2500 * time.Millisecond): // the next renewal is due after TTL/3
+		t.Fatalf("lease still held with another owner on 2 of 3 nodes (Err %v)", lease.Err())
+	}
+	if err := lease.Err(); !strings.Contains(err.Error(), "another owner") {
+		t.Fatalf("lease lost with %v, want another owner", err)
+	}
+	if v, _ := srv[0].Do("GET", "redlock:{usurped}:lock"); v != "rl1:L:someone-else" {
+		t.Fatalf("the other owner's key became %q", v)
+	}
+}
