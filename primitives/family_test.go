@@ -271,10 +271,11 @@ func TestRWLockWritersQueueInOneOrder(t *testing.T) {
 	}
 	after := scriptCallsAll(t, srv)
 	// Per node: the reader's release, and per writer one attempt and one
-	// release, plus slack for an attempt that crossed a release (a split
-	// vote that cycles costs several attempts per writer per node).
+	// release (7), plus a fence write-back and renewals falling in the
+	// window, plus an attempt that crossed a release: 20 at most. Writers
+	// cycling through split votes cost 171–473 per node here before.
 	for j := range srv {
-		if n := after[j] - before[j]; n > 1+3*2+3 {
+		if n := after[j] - before[j]; n > 20 {
 			t.Errorf("node %d ran %d scripts for 3 write handoffs (writers cycling through split votes?)", j, n)
 		}
 	}
