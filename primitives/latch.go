@@ -387,7 +387,8 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 // union returns |union of the ids| over a quorum. When every state agrees
 // (same size and digest) that is the size; otherwise it reads the members
 // of a quorum and writes the union back (read-repair) to a quorum, so the
-// count it reports never goes up again.
+// count it reports does not go up again while those nodes keep their state
+// (docs/latch.md says what a node restarted empty can do to it).
 func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) {
 	same := true
 	for _, st := range v.states[1:] {
