@@ -32,6 +32,18 @@ func exampleNodes() (addrs []string, stop func()) {
 	}
 }
 
+// exampleCoordinator is exampleNodes plus a Coordinator on them (ExampleDo
+// shows the coordinator.New call itself); stop closes both.
+func exampleCoordinator() (c *coordinator.Coordinator, stop func()) {
+	addrs, stopNodes := exampleNodes()
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		stopNodes()
+		panic(err)
+	}
+	return c, func() { c.Close(); stopNodes() }
+}
+
 // A cron job that must not run twice: Do acquires the lock, runs the job
 // under the lease's context (cancelled if the lease is lost) and always
 // releases it.
@@ -65,15 +77,9 @@ func ExampleDo() {
 // fails with an error that Is ErrNotAcquired. The fence of each new holder
 // is larger than the last one's: pass it to the storage you protect.
 func ExampleLock_TryAcquire() {
-	addrs, stop := exampleNodes()
+	c, stop := exampleCoordinator()
 	defer stop()
 	ctx := context.Background()
-	c, err := coordinator.New(ctx, coordinator.Config{Nodes: addrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	lock, _ := primitives.NewLock(c, "account-42")
 	first, err := lock.TryAcquire(ctx)
@@ -102,14 +108,8 @@ func ExampleLock_TryAcquire() {
 // cancelled with ErrNoHeartbeat as the cause) instead of being renewed for
 // ever.
 func ExampleWithHeartbeat() {
-	addrs, stop := exampleNodes()
+	c, stop := exampleCoordinator()
 	defer stop()
-	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 	lock, err := primitives.NewLock(c, "import-job", primitives.WithHeartbeat(10*time.Second))
 	if err != nil {
 		fmt.Println(err)

@@ -108,8 +108,5 @@ func lockVote(rep nodeactor.Reply) (engine.Vote, error) {
 	return engine.Vote{Now: g.now, Hint: time.Duration(g.pttl) * time.Millisecond}, nil
 }
 
-// isWrongType and isNoPerm are the engine's error classifiers.
-var (
-	isWrongType = engine.IsWrongType
-	isNoPerm    = engine.IsNoPerm
-)
+// isWrongType is the engine's WRONGTYPE classifier.
+var isWrongType = engine.IsWrongType

@@ -78,6 +78,18 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		v, err := s.Classify(rep)
 		return err != nil || v.Granted
 	}
+	// Each reply is classified once: the decide function runs after every
+	// reply, and the tally below reads them all again.
+	votes := make([]Vote, n)
+	verrs := make([]error, n)
+	classified := make([]bool, n)
+	vote := func(r *Round, i int) (Vote, error) {
+		if !classified[i] {
+			votes[i], verrs[i] = s.Classify(r.Replies[i])
+			classified[i] = true
+		}
+		return votes[i], verrs[i]
+	}
 	lg := &lateGrants{e: e, rollback: s.Rollback, mayHold: mayHold}
 	late := lg.late
 	if s.Late != nil {
@@ -85,9 +97,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
 		g := 0
-		for i, rep := range r.Replies {
+		for i := range r.Replies {
 			if r.Answered[i] {
-				if v, err := s.Classify(rep); err == nil && v.Granted {
+				if v, err := vote(r, i); err == nil && v.Granted {
 					g++
 				}
 			}
@@ -107,7 +119,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			fails.errs = append(fails.errs, rep.Err)
 			continue
 		}
-		v, err := s.Classify(rep)
+		v, err := vote(r, i)
 		switch {
 		case err != nil:
 			fails.add(err)
@@ -327,10 +339,18 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return nil, ErrClosed
 	}
 	n, q := len(e.nodes), e.quorum
+	verdicts := make([]error, n) // accept's answer, read once per reply
+	judged := make([]bool, n)
+	verdict := func(r *Round, i int) error {
+		if !judged[i] {
+			verdicts[i], judged[i] = accept(r.Replies[i]), true
+		}
+		return verdicts[i]
+	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
 		ok := 0
-		for i, rep := range r.Replies {
-			if r.Answered[i] && accept(rep) == nil {
+		for i := range r.Replies {
+			if r.Answered[i] && verdict(r, i) == nil {
 				ok++
 			}
 		}
@@ -346,7 +366,7 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 			fails.errs = append(fails.errs, rep.Err)
 			continue
 		}
-		switch err := accept(rep); {
+		switch err := verdict(r, i); {
 		case err == nil:
 			ok++
 		case errors.Is(err, ErrInvalidArgument):
@@ -399,7 +419,7 @@ func (f *failures) add(err error) {
 	case IsWrongType(err):
 		f.wrong = err
 		return
-	case IsNoPerm(err):
+	case nodeactor.IsNoPerm(err):
 		f.perm = err
 	case !nodeactor.Transient(err):
 		f.other = err
@@ -427,7 +447,3 @@ func IsWrongType(err error) bool {
 	var re *rueidis.RedisError
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
-
-// IsNoPerm reports whether err is an ACL refusal from a node
-// (nodeactor.IsNoPerm: Redis 7's and Redis 8's/Valkey's texts).
-func IsNoPerm(err error) bool { return nodeactor.IsNoPerm(err) }
