@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,13 +9,11 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed fairlock.lua
-var fairLua string
-
-var fairScript = nodeactor.NewScript("fairlock", fairLua)
+var fairScript = nodeactor.NewScript("fairlock", scripts.FairLock)
 
 // DefaultMinWaiterTimeout is the floor of a FairLock's default waiter
 // timeout (see WithWaiterTimeout).
@@ -90,8 +87,7 @@ func heartbeatGap(cfg engine.Settings) time.Duration {
 }
 
 func fairKeys(c *engine.Engine, name string) []string {
-	return []string{c.Key(name, "flock"), c.Key(name, "ffence"), c.Key(name, "fq"), c.Key(name, "fqx"),
-		c.Key(name, "fticket"), c.Key(name, "fholds"), c.Key(name, "fepoch"), c.Key(name, "fgone")}
+	return scripts.Keys(c.Topic(name), scripts.FairLockKeys)
 }
 
 // Name returns the resource name.

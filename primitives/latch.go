@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,13 +9,11 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed latch.lua
-var latchLua string
-
-var latchScript = nodeactor.NewScript("latch", latchLua)
+var latchScript = nodeactor.NewScript("latch", scripts.Latch)
 
 const (
 	// LatchIdleTTL is how long a latch in progress survives without any
@@ -77,7 +74,7 @@ func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, o
 		return nil, fmt.Errorf("%w: latch count %d is negative", ErrInvalidArgument, count)
 	}
 	return &CountDownLatch{c: c, name: name, count: count,
-		keys:  []string{c.Key(name, "latch"), c.Key(name, "latch:ids")},
+		keys:  scripts.Keys(c.Topic(name), scripts.LatchKeys),
 		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
 }
 

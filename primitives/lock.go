@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"os"
 	"strconv"
@@ -17,15 +16,7 @@ import (
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed lock.lua
-var lockLua string
-
-var lockScript = nodeactor.NewScript("lock", lockLua)
-
-func init() {
-	// the benchmark's floor sends this very script (internal/scripts)
-	scripts.Register("lock", lockLua)
-}
+var lockScript = nodeactor.NewScript("lock", scripts.Lock)
 
 const (
 	// FenceIdleTTL is how long a resource's fence counter survives without
@@ -71,8 +62,7 @@ func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock
 }
 
 func lockKeys(c *engine.Engine, name string) []string {
-	return []string{c.Key(name, "lock"), c.Key(name, "fence"), c.Key(name, "q"), c.Key(name, "qx"),
-		c.Key(name, "holds"), c.Key(name, "epoch"), c.Key(name, "w"), c.Key(name, "gone")}
+	return scripts.Keys(c.Topic(name), scripts.LockKeys)
 }
 
 // Name returns the resource name.

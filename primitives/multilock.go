@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,13 +10,11 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed multilock.lua
-var multiLua string
-
-var multiScript = nodeactor.NewScript("multilock", multiLua)
+var multiScript = nodeactor.NewScript("multilock", scripts.MultiLock)
 
 // MaxMultiNames bounds the size of a MultiLock's set.
 const MaxMultiNames = 256

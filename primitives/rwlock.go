@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,13 +9,11 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed rwlock.lua
-var rwLua string
-
-var rwScript = nodeactor.NewScript("rwlock", rwLua)
+var rwScript = nodeactor.NewScript("rwlock", scripts.RWLock)
 
 // rwEntryTTL is how long a waiting reader's or writer's entry lives without
 // a heartbeat (every attempt refreshes it; waiters re-attempt at least once
@@ -49,9 +46,8 @@ func NewRWLock(coord *coordinator.Coordinator, name string, opts ...Option) (*RW
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
-	k := func(s string) string { return c.Key(name, s) }
 	return &RWLock{c: c, name: name, o: o, topic: c.Topic(name), channel: c.Topic(name) + ":ch",
-		keys: []string{k("rw:w"), k("rw:r"), k("rw:ww"), k("rw:wwx"), k("rw:wr"), k("rw:adm"), k("rw:fence"), k("rw:m")}}, nil
+		keys: scripts.Keys(c.Topic(name), scripts.RWLockKeys)}, nil
 }
 
 // Reader returns the Locker of read leases (shared).

@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,13 +11,11 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-//go:embed semaphore.lua
-var semLua string
-
-var semScript = nodeactor.NewScript("semaphore", semLua)
+var semScript = nodeactor.NewScript("semaphore", scripts.Semaphore)
 
 const (
 	// MaxPermits bounds a semaphore's permit count: a refused attempt scans
@@ -80,7 +77,7 @@ func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts
 		return nil, fmt.Errorf("%w: permits %d out of range 1..%d", ErrInvalidArgument, permits, MaxPermits)
 	}
 	return &Semaphore{c: c, name: name, permits: permits, o: o, resize: resize,
-		keys: []string{c.Key(name, "sem"), c.Key(name, "sq"), c.Key(name, "sqx")}, prefix: c.Key(name, "s:"),
+		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Key(name, scripts.SemaphoreSlotPrefix),
 		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
 }
 

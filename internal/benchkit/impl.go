@@ -88,7 +88,7 @@ func Label(name, path string) string {
 func Own(s Settings) []Impl {
 	lua := s.Lua
 	if lua == "" {
-		lua = lockLua
+		lua = scripts.Lock
 	}
 	return []Impl{
 		{Name: "redlock (WaitNotify)", ID: "redlock-notify", New: newRedlock(coordinator.WaitNotify),
@@ -171,10 +171,6 @@ func IsFresh(ctx context.Context) bool { return ctx.Value(freshKey{}) != nil }
 
 // ---- floor: the same script, plain rueidis ----
 
-// lockLua is the Lock's script, the one the library sends (registered by
-// package primitives, which this package imports for its workloads).
-var lockLua = scripts.Get("lock")
-
 type floorClient struct {
 	nodes  []rueidis.Client
 	script *rueidis.Lua
@@ -209,8 +205,7 @@ func dialNodes(addrs []string) ([]rueidis.Client, error) {
 
 // floorKeys is the key layout of primitives.Lock with the default prefix.
 func floorKeys(name string) []string {
-	b := "redlock:{" + name + "}:"
-	return []string{b + "lock", b + "fence", b + "q", b + "qx", b + "holds", b + "epoch", b + "w", b + "gone"}
+	return scripts.Keys("redlock:{"+name+"}", scripts.LockKeys)
 }
 
 // fanout runs args on every node at once and waits for every reply.

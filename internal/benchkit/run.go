@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/scripts"
 )
 
 // Options configure a benchmark run.
@@ -30,7 +31,7 @@ type Options struct {
 	Only     []string // workload ids; empty means all
 	Impls    []string // implementation ids; empty means all
 	NodeSets []int    // node counts to run; empty means {3, 1} (or {len(Addrs), 1})
-	Lua      string   // lock.lua body for the floor; "" means the library's own (primitives/lock.lua)
+	Lua      string   // lock.lua body for the floor; "" means the library's own (internal/scripts/lock.lua)
 	// Peers are other libraries' implementations, run after redlock's and
 	// the floor (the bench module passes redsync, bsm/redislock and
 	// rueidislock; `redlock bench` passes none).
@@ -382,12 +383,12 @@ func (r *Report) derive() {
 }
 
 // floorScript picks the floor's script: the one given with --lua, else the
-// library's own (primitives/lock.lua, registered in internal/scripts).
+// library's own (internal/scripts/lock.lua).
 func floorScript(explicit string) (body, from string) {
 	if explicit != "" {
 		return explicit, "given with --lua"
 	}
-	return lockLua, "the library's Lock script (primitives/lock.lua)"
+	return scripts.Lock, "the library's Lock script (internal/scripts/lock.lua)"
 }
 
 // describeServers reports the server version for the header.

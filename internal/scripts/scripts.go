@@ -1,26 +1,59 @@
-// Package scripts lets the benchmark's floor send exactly the Lua script the
-// library sends, without a copy: package primitives (which embeds its
-// scripts, one per primitive) registers them here at init.
+// Package scripts holds the Lua script of every primitive and the layout of
+// the keys each one is called with. It is the one home of both: package
+// primitives sends these bodies, and the benchmark's floor sends exactly the
+// same body to the same keys, without a copy and without an import of
+// primitives.
+//
+// A script's KEYS are a primitive's key suffixes in the order given here,
+// each under the resource's hash tag (see Keys).
 package scripts
 
-import "sync"
+import _ "embed"
 
+// The script bodies, one per primitive; each dispatches on ARGV[1] (the op).
 var (
-	mu  sync.RWMutex
-	all = map[string]string{}
+	//go:embed lock.lua
+	Lock string // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
+	//go:embed multilock.lua
+	MultiLock string
+	//go:embed fairlock.lua
+	FairLock string
+	//go:embed rwlock.lua
+	RWLock string
+	//go:embed semaphore.lua
+	Semaphore string
+	//go:embed latch.lua
+	Latch string
 )
 
-// Register records a script body under name; called from package primitives.
-func Register(name, body string) {
-	mu.Lock()
-	defer mu.Unlock()
-	all[name] = body
-}
+// Key suffixes, in the order of each script's KEYS.
+var (
+	// LockKeys: lock value, fence counter, waiter order (zset), waiter
+	// expiry (hash), holds (zset, owner mode), epoch fence (owner mode),
+	// watch flag (a waiter that does not queue is listening), tombstones of
+	// waiters that left (see lock.lua's header).
+	LockKeys = []string{"lock", "fence", "q", "qx", "holds", "epoch", "w", "gone"}
+	// FairLockKeys: lock value, fence counter, queue, queue expiry, ticket
+	// counter, holds, epoch fence, tombstones (see fairlock.lua's header).
+	FairLockKeys = []string{"flock", "ffence", "fq", "fqx", "fticket", "fholds", "fepoch", "fgone"}
+	// RWLockKeys: writer, readers, waiting writers, their expiry, waiting
+	// readers, admission state, fence counter, type marker (see rwlock.lua).
+	RWLockKeys = []string{"rw:w", "rw:r", "rw:ww", "rw:wwx", "rw:wr", "rw:adm", "rw:fence", "rw:m"}
+	// SemaphoreKeys: the config hash, waiter order and waiter expiry; each
+	// permit slot is a further key under SemaphoreSlotPrefix.
+	SemaphoreKeys       = []string{"sem", "sq", "sqx"}
+	SemaphoreSlotPrefix = "s:"
+	// LatchKeys: the latch hash and its set of counted-down ids.
+	LatchKeys = []string{"latch", "latch:ids"}
+)
 
-// Get returns the script registered under name ("" if none; import
-// package primitives to have them registered).
-func Get(name string) string {
-	mu.RLock()
-	defer mu.RUnlock()
-	return all[name]
+// Keys lays out suffixes under topic, the resource's key prefix with its
+// hash tag ("redlock:{name}"): topic + ":" + suffix each, so every key of
+// one resource lands in one cluster slot.
+func Keys(topic string, suffixes []string) []string {
+	keys := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		keys[i] = topic + ":" + s
+	}
+	return keys
 }
