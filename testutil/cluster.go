@@ -11,11 +11,18 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
-// clusterTimeout bounds how long StartCluster waits for the cluster to
-// agree on its slots.
-const clusterTimeout = 30 * time.Second
+const (
+	// clusterTimeout bounds how long StartCluster waits for the cluster to
+	// agree on its slots.
+	clusterTimeout = 30 * time.Second
+	// clusterStartAttempts is how often a server is started with a new
+	// cluster bus port when its ports clash.
+	clusterStartAttempts = 5
+)
 
 // Cluster is a Redis Cluster of real redis-servers on loopback ports, owned
 // by one test. To redlock the whole cluster is ONE node of the quorum: list
@@ -64,8 +71,8 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		wg.Go(func() {
 			// newServer picks another client port on a clash, but the bus
 			// port is in the arguments: a clash there needs a new one.
-			for attempt := range startAttempts {
-				bus, err := freePort()
+			for attempt := range clusterStartAttempts {
+				bus, err := redisproc.FreePort()
 				if err != nil {
 					errs[i] = err
 					return
@@ -78,7 +85,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 					"--cluster-port", strconv.Itoa(bus),
 				}, opts.Server.Args...)
 				s, err := newServer(t, o)
-				if err == nil || !errors.Is(err, errPortInUse) || attempt == startAttempts-1 {
+				if err == nil || !errors.Is(err, redisproc.ErrPortInUse) || attempt == clusterStartAttempts-1 {
 					c.all[i], errs[i] = s, err
 					return
 				}

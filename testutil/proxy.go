@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
 // The fault proxy is written here rather than taken from Toxiproxy: the Go
@@ -155,7 +157,7 @@ func (p *Proxy) Replay(data []byte) (string, error) {
 	if _, err := conn.Write(data); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(conn))
+	return redisproc.ReadReply(bufio.NewReader(conn))
 }
 
 // Addr returns the address clients should dial, "127.0.0.1:port".

@@ -1,21 +1,14 @@
 package testutil
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
 // requireRedisEnv names the environment variable that turns a missing
@@ -27,26 +20,19 @@ const requireRedisEnv = "REDLOCK_REQUIRE_REDIS"
 // redis-server-compatible executable or wrapper script (valkey-server, a
 // newer Redis run through its own loader; see scripts/servers.sh). It must
 // exec the server so that the process it starts is the server itself.
-const ServerEnv = "REDLOCK_REDIS_SERVER"
+const ServerEnv = redisproc.ServerEnv
 
 // CLIEnv names the environment variable that selects the redis-cli the
 // Redis Cluster tests run (redis-cli --cluster create) instead of the one
 // in PATH; set it with [ServerEnv], to the server's own CLI.
 const CLIEnv = "REDLOCK_REDIS_CLI"
 
-const (
-	// startTimeout bounds how long a start waits for the first PONG.
-	startTimeout = 10 * time.Second
-	// doTimeout bounds one [Server.Do] round trip.
-	doTimeout = 5 * time.Second
-	// startAttempts is how often a start is retried on a port clash.
-	startAttempts = 5
-	// logTailLines is how many log lines a start failure reports.
-	logTailLines = 20
-)
+// NilReply is the string [Server.Do] returns for a RESP2 nil bulk string or
+// nil array (for example GET on a missing key).
+const NilReply = redisproc.NilReply
 
-// errPortInUse reports that another process owns the chosen port.
-var errPortInUse = errors.New("port already in use")
+// doTimeout bounds one [Server.Do] round trip.
+const doTimeout = 5 * time.Second
 
 // ServerOptions configures a redis-server started by [StartServer].
 type ServerOptions struct {
@@ -71,16 +57,7 @@ type ServerOptions struct {
 type Server struct {
 	t    testing.TB
 	opts ServerOptions
-	bin  string
-	dir  string // root: holds the log file and the data directory
-	data string // --dir of the server; wiped by RestartEmpty
-	log  string // stdout and stderr of every run, appended
-
-	mu     sync.Mutex
-	port   int
-	pid    int
-	done   chan struct{} // closed once the current process has been reaped; nil before the first start
-	logOff int64         // size of the log file when the current process started
+	p    *redisproc.Process
 }
 
 // RedisServerPath returns the path of the server binary the tests start —
@@ -98,14 +75,7 @@ func RedisCLIPath() (string, bool) {
 }
 
 func toolPath(env, name string) (string, bool) {
-	if p := os.Getenv(env); p != "" {
-		name = p
-	}
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return "", false
-	}
-	return p, true
+	return redisproc.Tool(env, name)
 }
 
 // RequireRedis skips the test when redis-server is not installed. When the
@@ -169,28 +139,16 @@ func Addrs(servers []*Server) []string {
 
 // Addr returns the server's address, "127.0.0.1:port". It does not change
 // across restarts.
-func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-}
+func (s *Server) Addr() string { return s.p.Addr() }
 
 // PID returns the process id of the current (or last) redis-server process.
 // It changes on every restart.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pid
-}
+func (s *Server) PID() int { return s.p.PID() }
 
 // Kill sends SIGKILL to the server's process group and waits until the
 // process has exited. It works on a paused server and does nothing when the
 // server is not running.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
+func (s *Server) Kill() { s.p.Kill() }
 
 // Pause stops the server with SIGSTOP. Its port still accepts connections
 // but nothing is answered; keys keep expiring on the wall clock.
@@ -211,14 +169,18 @@ func (s *Server) Resume() {
 // server comes back empty.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.restart(false)
+	if err := s.p.Restart(false); err != nil {
+		s.t.Fatalf("restart redis-server: %v", err)
+	}
 }
 
 // RestartEmpty kills the server with SIGKILL, wipes its data directory and
 // starts it again on the same port.
 func (s *Server) RestartEmpty() {
 	s.t.Helper()
-	s.restart(true)
+	if err := s.p.Restart(true); err != nil {
+		s.t.Fatalf("restart redis-server: %v", err)
+	}
 }
 
 // Do sends one command over a fresh TCP connection and returns the reply
@@ -227,267 +189,35 @@ func (s *Server) RestartEmpty() {
 // "[elem elem ...]". An error reply is returned as an error. Do is meant
 // for admin commands in tests (CONFIG SET, PEXPIRE, DEL, DEBUG ...).
 func (s *Server) Do(args ...string) (string, error) {
-	return roundTripAuth(s.Addr(), doTimeout, s.opts.Password, args...)
+	return s.p.Do(doTimeout, args...)
 }
 
-// newServer creates the server's directories and starts it on a free port,
-// picking another port on a clash. On error it still returns the server when
-// its directory exists, so that the caller can clean it up.
+// newServer starts a server on a free port in a temporary directory that
+// [Server.cleanup] removes.
 func newServer(t testing.TB, opts ServerOptions) (*Server, error) {
-	bin, ok := RedisServerPath()
-	if !ok {
-		return nil, fmt.Errorf("redis-server not found (PATH, or $%s)", ServerEnv)
+	cfg := redisproc.Config{Password: opts.Password, Durable: opts.Durable}
+	if opts.Debug {
+		cfg.Args = append(cfg.Args, "--enable-debug-command", "local")
 	}
-	dir, err := os.MkdirTemp("", "redlock-redis-")
+	cfg.Args = append(cfg.Args, opts.Args...)
+	p, err := redisproc.Start(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		t:    t,
-		opts: opts,
-		bin:  bin,
-		dir:  dir,
-		data: filepath.Join(dir, "data"),
-		log:  filepath.Join(dir, "redis.log"),
-	}
-	if err := os.Mkdir(s.data, 0o755); err != nil {
-		return s, err
-	}
-	for range startAttempts {
-		port, perr := freePort()
-		if perr != nil {
-			return s, perr
-		}
-		s.mu.Lock()
-		s.port = port
-		err = s.startLocked()
-		s.mu.Unlock()
-		if !errors.Is(err, errPortInUse) {
-			return s, err
-		}
-	}
-	return s, err
+	return &Server{t: t, opts: opts, p: p}, nil
 }
 
 // cleanup kills the process and removes its directory.
-func (s *Server) cleanup() {
-	s.Kill()
-	_ = os.RemoveAll(s.dir)
-}
+func (s *Server) cleanup() { s.p.Close() }
 
+// signal sends sig to a running server; it does nothing when the server is
+// not running.
 func (s *Server) signal(sig syscall.Signal) {
 	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.runningLocked() {
-		return
+	if err := s.p.Signal(sig); err != nil && !errors.Is(err, redisproc.ErrNotRunning) {
+		s.t.Fatal(err)
 	}
-	if err := syscall.Kill(-s.pid, sig); err != nil {
-		s.t.Fatalf("redis-server %s: send %v to pid %d: %v", s.addrLocked(), sig, s.pid, err)
-	}
-}
-
-func (s *Server) restart(wipe bool) {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-	if wipe {
-		if err := os.RemoveAll(s.data); err != nil {
-			s.t.Fatalf("redis-server %s: wipe data: %v", s.addrLocked(), err)
-		}
-		if err := os.Mkdir(s.data, 0o755); err != nil {
-			s.t.Fatalf("redis-server %s: wipe data: %v", s.addrLocked(), err)
-		}
-	}
-	// The port was ours a moment ago, but another process may have taken
-	// it in between; it cannot change, so retry briefly.
-	var err error
-	for attempt := range startAttempts {
-		if attempt > 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err = s.startLocked(); !errors.Is(err, errPortInUse) {
-			break
-		}
-	}
-	if err != nil {
-		s.t.Fatalf("restart redis-server: %v", err)
-	}
-}
-
-func (s *Server) addrLocked() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-}
-
-func (s *Server) runningLocked() bool {
-	if s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// killLocked kills the process group (SIGKILL also ends a stopped process)
-// and waits until the reaper goroutine has collected the process.
-func (s *Server) killLocked() {
-	if s.done == nil {
-		return
-	}
-	if s.runningLocked() {
-		_ = syscall.Kill(-s.pid, syscall.SIGKILL)
-	}
-	<-s.done
-}
-
-func (s *Server) args() []string {
-	args := []string{
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--dir", s.data,
-		"--daemonize", "no",
-		"--protected-mode", "no",
-		"--save", "",
-		"--loglevel", "warning",
-		"--logfile", "",
-	}
-	if s.opts.Durable {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
-	}
-	if s.opts.Debug {
-		args = append(args, "--enable-debug-command", "local")
-	}
-	if s.opts.Password != "" {
-		args = append(args, "--requirepass", s.opts.Password)
-	}
-	return append(args, s.opts.Args...)
-}
-
-// startLocked starts a process on s.port and waits until it answers PING.
-// It returns an error wrapping errPortInUse when the port belongs to
-// another process.
-func (s *Server) startLocked() error {
-	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	off, err := logf.Seek(0, io.SeekEnd)
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	cmd := exec.Command(s.bin, s.args()...)
-	cmd.Dir = s.data
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Own process group: a Ctrl-C of go test does not reach the server,
-		// and Kill can signal fork children (AOF rewrite) too.
-		Setpgid: true,
-		// Kill the server if the test binary dies without cleaning up
-		// (for example on a go test timeout).
-		Pdeathsig: syscall.SIGKILL,
-	}
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the *thread* that forked the child exits.
-		// Keeping this goroutine locked to that thread for the life of the
-		// process means the thread cannot be handed to a goroutine that
-		// locks it and exits (as network-namespace code does).
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer close(done)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	err = <-started
-	logf.Close() // the child holds its own descriptor
-	if err != nil {
-		<-done
-		return fmt.Errorf("exec %s: %w", s.bin, err)
-	}
-	s.pid = cmd.Process.Pid
-	s.done = done
-	s.logOff = off
-	return s.waitReadyLocked()
-}
-
-// waitReadyLocked polls PING until the server answers PONG (it answers
-// LOADING while it replays its AOF), then checks through INFO that the
-// answering process is ours and not another one on the same port.
-func (s *Server) waitReadyLocked() error {
-	addr := s.addrLocked()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-s.done:
-			tail := s.logTail()
-			if strings.Contains(tail, "Address already in use") {
-				return fmt.Errorf("redis-server on %s: %w", addr, errPortInUse)
-			}
-			return fmt.Errorf("redis-server on %s exited during start; log:\n%s", addr, tail)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.killLocked()
-			return fmt.Errorf("redis-server on %s did not answer PING within %v; log:\n%s", addr, startTimeout, s.logTail())
-		}
-		if reply, err := roundTripAuth(addr, 250*time.Millisecond, s.opts.Password, "PING"); err == nil && reply == "PONG" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	info, err := roundTripAuth(addr, doTimeout, s.opts.Password, "INFO", "server")
-	if err == nil && infoField(info, "process_id") == strconv.Itoa(s.pid) {
-		return nil
-	}
-	s.killLocked()
-	return fmt.Errorf("redis-server on %s: another process answers there: %w", addr, errPortInUse)
 }
 
 // infoField returns the value of "name:value" in an INFO reply.
-func infoField(info, name string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// logTail returns the last lines the current process wrote to its log.
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(s.log)
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	if s.logOff <= int64(len(b)) {
-		b = b[s.logOff:]
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > logTailLines {
-		lines = lines[len(lines)-logTailLines:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+func infoField(info, name string) string { return redisproc.InfoField(info, name) }

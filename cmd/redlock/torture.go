@@ -17,7 +17,6 @@ package main
 // the processes it started, by PID, also on Ctrl-C.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,11 +25,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -42,6 +39,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/redisproc"
 	"github.com/redlock-go/redlock/primitives"
 )
 
@@ -55,8 +53,6 @@ const (
 	// tortureLostSlack is how late after its Deadline a Lost() channel may be
 	// observed closing and still count as signalled by the deadline.
 	tortureLostSlack = 5 * time.Millisecond
-	// nodeStartTimeout bounds how long a redis-server start waits for PING.
-	nodeStartTimeout = 10 * time.Second
 )
 
 const tortureUsageText = `usage: redlock torture [--duration 2m] [--procs 4] [--nodes 3] [--ttl 1s] [--seed 1] [--json]
@@ -69,7 +65,8 @@ derived from --seed pauses (SIGSTOP), slows and kill -9/restarts a minority of
 the nodes at a time. Every critical section is checked across processes.
 Exit 0 only if there was no safety violation, no fence regression, every lost
 lease was signalled by its deadline and every primitive made progress; 1
-otherwise; 2 on bad flags; 130 when interrupted. Needs redis-server in PATH.
+otherwise; 2 on bad flags; 130 when interrupted. Needs redis-server in PATH
+(or the server binary named by $REDLOCK_REDIS_SERVER).
 
 `
 
@@ -666,244 +663,44 @@ func wallNanos(t time.Time) int64 {
 // ---------------------------------------------------------------------------
 // Processes started by the parent.
 
-// setPdeathsig asks Linux to SIGKILL the child if this process dies (the
-// field exists only on Linux, hence reflection; elsewhere the child outlives
-// a parent killed with SIGKILL, but workers end with their --duration).
-func setPdeathsig(attr *syscall.SysProcAttr) {
-	if f := reflect.ValueOf(attr).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() {
-		f.SetInt(int64(syscall.SIGKILL))
-	}
-}
-
-// startChild starts cmd from a goroutine locked to its OS thread for the
-// life of the child: Pdeathsig fires when the forking thread exits, so that
-// thread must not be handed back to the runtime while the child runs. The
-// returned channel is closed once the child has been reaped.
-func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer close(done)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		<-done
-		return nil, err
-	}
-	return done, nil
-}
-
-// tortureNode is one redis-server process on a fixed loopback port.
+// tortureNode is one durable redis-server process of the run.
 type tortureNode struct {
-	idx  int
-	bin  string
-	dir  string // data directory
-	log  string
-	port int
-
-	mu   sync.Mutex
-	pid  int
-	done <-chan struct{} // closed when the current process was reaped
+	idx int
+	*redisproc.Process
 }
 
-var errPortInUse = errors.New("port already in use")
-
-func (n *tortureNode) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
-
-func (n *tortureNode) runningLocked() bool {
-	if n.done == nil {
-		return false
-	}
-	select {
-	case <-n.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// start runs redis-server on n.port and waits until it answers PING and
-// reports our PID.
-func (n *tortureNode) start() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	off, _ := logf.Seek(0, io.SeekEnd)
-	cmd := exec.Command(n.bin,
-		"--port", strconv.Itoa(n.port), "--bind", "127.0.0.1", "--dir", n.dir,
-		"--daemonize", "no", "--protected-mode", "no",
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always",
-		"--loglevel", "warning", "--logfile", "")
-	cmd.Dir = n.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group: a Ctrl-C at the terminal does not reach the
-	// server (the parent kills it), and a kill reaches an AOF-rewrite child.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setPdeathsig(cmd.SysProcAttr)
-	done, err := startChild(cmd)
-	logf.Close()
-	if err != nil {
-		return fmt.Errorf("exec %s: %w", n.bin, err)
-	}
-	n.pid, n.done = cmd.Process.Pid, done
-	deadline := time.Now().Add(nodeStartTimeout)
-	for {
-		select {
-		case <-done:
-			tail := n.logTail(off)
-			if strings.Contains(tail, "Address already in use") {
-				return fmt.Errorf("redis-server on %s: %w", n.addr(), errPortInUse)
-			}
-			return fmt.Errorf("redis-server on %s exited during start: %s", n.addr(), tail)
-		default:
-		}
-		if time.Now().After(deadline) {
-			n.killLocked()
-			return fmt.Errorf("redis-server on %s did not answer PING within %s: %s", n.addr(), nodeStartTimeout, n.logTail(off))
-		}
-		if reply, err := respDo(n.addr(), 250*time.Millisecond, "PING"); err == nil && reply == "PONG" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	info, err := respDo(n.addr(), 5*time.Second, "INFO", "server")
-	if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(n.pid)+"\r\n") {
-		return nil
-	}
-	n.killLocked()
-	return fmt.Errorf("redis-server on %s: another process answers there: %w", n.addr(), errPortInUse)
-}
-
-func (n *tortureNode) logTail(off int64) string {
-	b, err := os.ReadFile(n.log)
-	if err != nil || int64(len(b)) < off {
-		return "(no log)"
-	}
-	lines := strings.Split(strings.TrimSpace(string(b[off:])), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// kill sends SIGKILL to the node's process group (it also ends a stopped
-// process) and waits until it was reaped.
-func (n *tortureNode) kill() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.killLocked()
-}
-
-func (n *tortureNode) killLocked() {
-	if !n.runningLocked() {
-		return
-	}
-	_ = syscall.Kill(-n.pid, syscall.SIGKILL)
-	<-n.done
-}
-
+// signal sends sig to the node's process group.
 func (n *tortureNode) signal(sig syscall.Signal) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.runningLocked() {
-		return fmt.Errorf("node %d is not running", n.idx)
+	if err := n.Signal(sig); err != nil {
+		return fmt.Errorf("node %d: %w", n.idx, err)
 	}
-	return syscall.Kill(-n.pid, sig)
+	return nil
 }
 
-// startTortureNodes starts n durable redis-servers on free loopback ports.
-// It returns every node it created, also on error, so the caller kills them.
+// startTortureNodes starts count durable redis-servers (appendonly,
+// appendfsync always) on free loopback ports, each in dir/node<i>. It
+// returns every node it started, also on error, so the caller kills them.
 func startTortureNodes(bin, dir string, count int) ([]*tortureNode, error) {
-	nodes := make([]*tortureNode, count)
+	procs := make([]*redisproc.Process, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range count {
-		n := &tortureNode{idx: i, bin: bin, dir: filepath.Join(dir, "node"+strconv.Itoa(i)), log: filepath.Join(dir, "node"+strconv.Itoa(i)+".log")}
-		nodes[i] = n
 		wg.Go(func() {
-			if err := os.MkdirAll(n.dir, 0o755); err != nil {
-				errs[i] = err
-				return
-			}
-			for range 5 {
-				port, err := freePort()
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				n.port = port
-				if errs[i] = n.start(); !errors.Is(errs[i], errPortInUse) {
-					return
-				}
-			}
+			procs[i], errs[i] = redisproc.Start(redisproc.Config{
+				Bin:     bin,
+				Dir:     filepath.Join(dir, "node"+strconv.Itoa(i)),
+				Durable: true,
+			})
 		})
 	}
 	wg.Wait()
+	var nodes []*tortureNode
+	for i, p := range procs {
+		if p != nil {
+			nodes = append(nodes, &tortureNode{idx: i, Process: p})
+		}
+	}
 	return nodes, errors.Join(errs...)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// respDo sends one command on a fresh connection and returns a simple,
-// integer or bulk reply as a string.
-func respDo(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if line == "" {
-		return "", errors.New("empty reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", errors.New(line[1:])
-	case '$':
-		size, err := strconv.Atoi(line[1:])
-		if err != nil || size < 0 {
-			return "", err
-		}
-		buf := make([]byte, size+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:size]), nil
-	}
-	return "", fmt.Errorf("unexpected reply %q", line)
 }
 
 // ---------------------------------------------------------------------------
@@ -977,7 +774,7 @@ func runFaultLane(ctx context.Context, lane int, nodes []*tortureNode, seed uint
 		case k < 6: // kill -9, restart on the same port after more than the TTL
 			d := ttl + 100*time.Millisecond + time.Duration(r.Int64N(int64(900*time.Millisecond)))
 			ev.Kind, ev.ForMillis = "kill", d.Milliseconds()
-			n.kill()
+			n.Kill()
 			if !sleepCtx(ctx, d) {
 				log.add(ev)
 				return
@@ -987,7 +784,7 @@ func runFaultLane(ctx context.Context, lane int, nodes []*tortureNode, seed uint
 				if attempt > 0 && !sleepCtx(ctx, 200*time.Millisecond) {
 					break
 				}
-				if err = n.start(); err == nil {
+				if err = n.Restart(false); err == nil {
 					break
 				}
 			}
@@ -1153,9 +950,9 @@ func dataRoot() string {
 }
 
 func runTorture(ctx context.Context, cfg tortureConfig, stdout, stderr io.Writer) error {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return errors.New("redis-server not found in PATH: torture starts its own nodes (install it, e.g. apt-get install redis-server)")
+	bin, ok := redisproc.Binary()
+	if !ok {
+		return errors.New("redis-server not found in PATH (or $" + redisproc.ServerEnv + "): torture starts its own nodes (install it, e.g. apt-get install redis-server)")
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -1174,7 +971,7 @@ func runTorture(ctx context.Context, cfg tortureConfig, stdout, stderr io.Writer
 	nodes, err := startTortureNodes(bin, dir, cfg.nodes)
 	defer func() {
 		for _, n := range nodes {
-			n.kill()
+			n.Kill()
 		}
 	}()
 	if err != nil {
@@ -1182,7 +979,7 @@ func runTorture(ctx context.Context, cfg tortureConfig, stdout, stderr io.Writer
 	}
 	var addrs []string
 	for _, n := range nodes {
-		addrs = append(addrs, n.addr())
+		addrs = append(addrs, n.Addr())
 	}
 	minority := (cfg.nodes - 1) / 2
 	fmt.Fprintf(report, "redlock torture: %d redis-server nodes (%s; AOF in %s), %d worker processes, ttl %s, %s, seed %d\n",
@@ -1208,9 +1005,7 @@ func runTorture(ctx context.Context, cfg tortureConfig, stdout, stderr io.Writer
 		cmd.Stdout = &lineSink{c: col, worker: id}
 		cmd.Stderr = p.stderr
 		cmd.Env = append(os.Environ(), "REDLOCK_NODES=")
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-		setPdeathsig(cmd.SysProcAttr)
-		if p.done, err = startChild(cmd); err != nil {
+		if p.done, err = redisproc.StartChild(cmd); err != nil {
 			return fmt.Errorf("start worker %d: %w", id, err)
 		}
 		procs = append(procs, p)
@@ -1292,7 +1087,7 @@ wait:
 	stopFaults()
 	lanes.Wait()
 	for _, n := range nodes {
-		n.kill()
+		n.Kill()
 	}
 
 	sum := analyzeTorture(cfg, col, flog)

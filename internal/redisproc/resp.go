@@ -1,4 +1,4 @@
-package testutil
+package redisproc
 
 import (
 	"bufio"
@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// NilReply is the string [Server.Do] returns for a RESP2 nil bulk string or
-// nil array (for example GET on a missing key).
+// NilReply is the string [Process.Do] and [ReadReply] return for a RESP2 nil
+// bulk string or nil array (for example GET on a missing key).
 const NilReply = "(nil)"
 
 // replyError is an error reply (a "-ERR ..." line) sent by the server.
@@ -35,23 +35,13 @@ func appendCommand(b []byte, args []string) []byte {
 	return b
 }
 
-// roundTrip sends one command to addr over a fresh connection and reads one
-// reply, all within timeout.
-func roundTrip(addr string, timeout time.Duration, args ...string) (string, error) {
-	return roundTripAuth(addr, timeout, "", args...)
-}
-
-// roundTripAuth is roundTrip on a server that requires a password (AUTH
-// is sent first when password is not empty).
-func roundTripAuth(addr string, timeout time.Duration, password string, args ...string) (string, error) {
+// roundTrip sends one command over conn (AUTH first when password is not
+// empty) and reads its reply, all within timeout; it closes conn.
+func roundTrip(conn net.Conn, timeout time.Duration, password string, args ...string) (string, error) {
+	defer conn.Close()
 	if len(args) == 0 {
 		return "", errors.New("no command given")
 	}
-	conn, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", err
 	}
@@ -64,18 +54,18 @@ func roundTripAuth(addr string, timeout time.Duration, password string, args ...
 	}
 	r := bufio.NewReader(conn)
 	if password != "" {
-		if _, err := readReply(r); err != nil {
+		if _, err := ReadReply(r); err != nil {
 			return "", err
 		}
 	}
-	return readReply(r)
+	return ReadReply(r)
 }
 
-// readReply decodes one RESP2 reply. Arrays are flattened to "[a b c]",
-// nils to [NilReply]; an error reply is returned as a replyError. When
-// both a top-level error reply and nested error elements exist, only the
+// ReadReply decodes one RESP2 reply. Arrays are flattened to "[a b c]",
+// nils to [NilReply]; an error reply is returned as an error. When both a
+// top-level error reply and nested error elements exist, only the
 // top-level one is an error; nested ones are rendered as "(error ...)".
-func readReply(r *bufio.Reader) (string, error) {
+func ReadReply(r *bufio.Reader) (string, error) {
 	line, err := readLine(r)
 	if err != nil {
 		return "", err
@@ -120,7 +110,7 @@ func readReply(r *bufio.Reader) (string, error) {
 		}
 		elems := make([]string, 0, n)
 		for range n {
-			e, err := readReply(r)
+			e, err := ReadReply(r)
 			var re replyError
 			if errors.As(err, &re) {
 				e, err = "(error "+string(re)+")", nil

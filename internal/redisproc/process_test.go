@@ -1,0 +1,117 @@
+package redisproc_test
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/redlock-go/redlock/internal/redisproc"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func do(t *testing.T, p *redisproc.Process, args ...string) string {
+	t.Helper()
+	v, err := p.Do(5*time.Second, args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return v
+}
+
+// A durable process keeps its data and port through a restart, a wiped one
+// comes back empty; a paused one answers nothing until resumed; a killed
+// one cannot be signalled; Close removes the directory Start made.
+func TestProcessLifecycle(t *testing.T) {
+	testutil.RequireRedis(t)
+	p, err := redisproc.Start(redisproc.Config{Durable: true, Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	addr, pid := p.Addr(), p.PID()
+	if info := do(t, p, "INFO", "server"); redisproc.InfoField(info, "process_id") != strconv.Itoa(pid) {
+		t.Fatalf("INFO does not report pid %d", pid)
+	}
+	do(t, p, "SET", "k", "v")
+
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := p.Do(300*time.Millisecond, "PING"); err == nil {
+		t.Fatalf("paused server answered PING: %q", v)
+	}
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if v := do(t, p, "PING"); v != "PONG" {
+		t.Fatalf("PING after SIGCONT = %q", v)
+	}
+
+	if err := p.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if p.Addr() != addr || p.PID() == pid {
+		t.Fatalf("after Restart: addr %s pid %d, was %s pid %d", p.Addr(), p.PID(), addr, pid)
+	}
+	if v := do(t, p, "GET", "k"); v != "v" {
+		t.Fatalf("durable GET k after restart = %q, want v", v)
+	}
+	if err := p.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	if v := do(t, p, "GET", "k"); v != redisproc.NilReply {
+		t.Fatalf("GET k after a wiped restart = %q, want nil", v)
+	}
+
+	p.Kill()
+	if err := p.Signal(syscall.SIGCONT); !errors.Is(err, redisproc.ErrNotRunning) {
+		t.Fatalf("Signal after Kill = %v, want ErrNotRunning", err)
+	}
+	if _, err := p.Do(time.Second, "PING"); err == nil {
+		t.Fatal("a killed server answered PING")
+	}
+	p.Close()
+}
+
+// A server that cannot start fails Start with its log, and leaves neither
+// a process nor its temporary directory behind.
+func TestStartReportsTheLog(t *testing.T) {
+	testutil.RequireRedis(t)
+	before := tempDirs(t)
+	p, err := redisproc.Start(redisproc.Config{Args: []string{"--no-such-directive", "x"}})
+	if err == nil {
+		p.Close()
+		t.Fatal("Start with a bad directive succeeded")
+	}
+	if !strings.Contains(err.Error(), "no-such-directive") {
+		t.Fatalf("Start error does not quote the log: %v", err)
+	}
+	if after := tempDirs(t); after > before {
+		t.Fatalf("%d redlock-redis-* directories left behind", after-before)
+	}
+}
+
+func tempDirs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "redlock-redis-") {
+			n++
+		}
+	}
+	return n
+}
