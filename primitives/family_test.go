@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -616,4 +617,79 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A MultiLock waiter queues on each of its names like a Lock waiter: Lock
+// clients that start waiting after it, and cycle on one of its names, must
+// not take every handoff while it waits (#13 item 9). Before, a MultiLock
+// waiter queued nowhere: a release handed the name to the next Lock waiter,
+// and with Lock waiters always queued the MultiLock was never woken.
+func TestMultiLockWaiterQueuesBehindNoLaterLockWaiter(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	ctx := context.Background()
+	addrs := testutil.Addrs(srv)
+	holder := newCoord(t, addrs)
+	a, _ := primitives.NewLock(holder, "mq-a")
+	first, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := newCoord(t, addrs)
+	m, _ := primitives.NewMultiLock(mc, []string{"mq-a", "mq-b"})
+	type got struct {
+		lease    *primitives.Lease
+		err      error
+		lockAcqs int64
+	}
+	var lockAcqs atomic.Int64
+	multi := make(chan got, 1)
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() {
+		l, err := m.Acquire(mctx)
+		multi <- got{l, err, lockAcqs.Load()}
+	}()
+	// the MultiLock is waiting (its first attempt was refused) before the
+	// Lock clients start
+	time.Sleep(200 * time.Millisecond)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		c := newCoord(t, addrs)
+		l, _ := primitives.NewLock(c, "mq-a")
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lctx, lcancel := context.WithTimeout(mctx, 2*time.Second)
+				lease, err := l.Acquire(lctx)
+				lcancel()
+				if err != nil {
+					continue
+				}
+				lockAcqs.Add(1)
+				time.Sleep(5 * time.Millisecond)
+				lease.Release(ctx)
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // the Lock clients are queued too
+	first.Release(ctx)
+	r := <-multi
+	close(stop)
+	wg.Wait()
+	if r.err != nil {
+		t.Fatalf("MultiLock waiter starved: %v after %d Lock acquisitions of its name", r.err, lockAcqs.Load())
+	}
+	defer r.lease.Release(ctx)
+	// FIFO: every Lock client began waiting after the MultiLock did, so the
+	// first release is its handoff (one Lock grant of slack for a Lock
+	// client whose first attempt found the name free in a gap)
+	if r.lockAcqs > 1 {
+		t.Fatalf("MultiLock waiter granted after %d Lock acquisitions by later waiters", r.lockAcqs)
+	}
 }

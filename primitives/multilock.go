@@ -59,7 +59,8 @@ func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option
 			return nil, err
 		}
 		k := lockKeys(c, name)
-		m.keys = append(m.keys, k[0], k[1], k[2], k[3], k[6])
+		// lock, fence, waiter order, waiter expiry, watch flag, tombstones
+		m.keys = append(m.keys, k[0], k[1], k[2], k[3], k[6], k[7])
 		m.topics = append(m.topics, c.Topic(name))
 		m.channels = append(m.channels, c.Topic(name)+":ch")
 	}
@@ -67,12 +68,15 @@ func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option
 	return m, nil
 }
 
-// slotGroups groups the names (5 keys each, one hash tag per name) by the
-// Redis Cluster hash slot of their keys, in slot order.
+// multiKeysPerName is how many keys of each name the script gets.
+const multiKeysPerName = 6
+
+// slotGroups groups the names (multiKeysPerName keys each, one hash tag per
+// name) by the Redis Cluster hash slot of their keys, in slot order.
 func slotGroups(keys []string, n int) [][]int {
 	bySlot := map[uint16][]int{}
 	for i := range n {
-		sl := nodeactor.Slot(keys[5*i])
+		sl := nodeactor.Slot(keys[multiKeysPerName*i])
 		bySlot[sl] = append(bySlot[sl], i)
 	}
 	slots := slices.Sorted(maps.Keys(bySlot))
@@ -95,35 +99,66 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 }
 
 // Acquire blocks until every name is held or ctx ends (then it returns an
-// error that Is ctx.Err() and holds nothing). A MultiLock waiter does not
-// queue for handoffs (a reservation on one name while waiting for another
-// would block others); a refused attempt sets each name's watch flag, so
-// that a release of any of its names wakes it.
+// error that Is ctx.Err() and holds nothing, and its queue entries are
+// removed). A MultiLock waiter queues on each of its names beside the Lock
+// waiters of that name, in one order on every name (its score is chosen
+// once); a name handed to it stays reserved for it while it waits for its
+// other names, so waiters that came later wait behind it.
 func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken()
-	// It queues nowhere: it sleeps until a release of one of its names
-	// (watch flag) or its holders' remaining TTL.
+	w := &multiWaiter{MultiLock: m, wid: token}
 	return waitLoop(ctx, m.c, waitSpec{topics: m.topics, token: token, recheckMax: m.o.ttl,
-		try: func(bool) attemptResult { return attemptExclusive(ctx, m.c, m, token, true) }})
+		try: func(enqueue bool) attemptResult {
+			r := attemptExclusive(ctx, m.c, w, token, enqueue)
+			if w.score == 0 && r.now > 0 {
+				w.score = r.now
+			}
+			return r
+		},
+		leave: func() {
+			leave := m.call("leave", token, ms(m.c.Settings().HandoffWindow))
+			m.c.Broadcast(ctx, func(i int) nodeactor.Call { return m.forNode(i, leave) })
+		}})
+}
+
+// multiWaiter is one blocked Acquire: the MultiLock plus the waiter's queue
+// score (the server TIME of its first refusal). Only its Acquire goroutine
+// touches it.
+type multiWaiter struct {
+	*MultiLock
+	wid   string
+	score int64
+}
+
+func (w *multiWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return w.acquireCallScore(token, wid, enqueue, w.score)
+}
+
+func (w *multiWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return w.newHoldWid(token, w.wid, fence, start)
 }
 
 func (m *MultiLock) call(args ...string) nodeactor.Call {
 	return nodeactor.Call{Script: multiScript, Keys: m.keys, Args: append(args, m.channels...)}
 }
 
-func (m *MultiLock) acquireCall(token, _ string, watch bool) nodeactor.Call {
-	w := "0"
-	if watch {
-		w = "1"
-	}
-	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), w, fenceInit(m.c), "0")
+func (m *MultiLock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return m.acquireCallScore(token, wid, enqueue, 0)
+}
+
+// acquireCallScore: enqueue asks a blocked Acquire's attempt to queue on
+// every name (score 0: the node's TIME). The floor (the last argument) is
+// "0" here; a Redis Cluster node's program sets it per slot group.
+func (m *MultiLock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
+	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), flag(enqueue), fenceInit(m.c),
+		wid, strconv.FormatInt(score, 10), ms(m.o.ttl+queueEntryTTL), "0")
 }
 
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
-	// wid: the waiter, whom the re-check message of its own rollback must
-	// not wake
+	// wid: the waiter, which keeps its queue entries and whom the re-check
+	// message of its own rollback must not wake
 	return m.call("release", token, ms(m.c.Settings().HandoffWindow), "0", wid)
 }
 
@@ -134,16 +169,21 @@ func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
 
 func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return m.newHoldWid(token, "", fence, start)
+}
+
+func (m *MultiLock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return m.c.NewHold(engine.HoldSpec{
 		Keys: slices.Clone(m.names), Token: token, Fence: fence, TTL: m.o.ttl, Start: start,
 		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold, Heartbeat: m.o.heartbeat,
-		Protocol: &multiProto{m: m, token: token},
+		Protocol: &multiProto{m: m, token: token, wid: wid},
 	})
 }
 
 type multiProto struct {
 	m     *MultiLock
 	token string
+	wid   string // the waiter whose queue entries the release drops ("" for TryAcquire)
 }
 
 func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
@@ -151,7 +191,7 @@ func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.
 }
 
 func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
-	return p.m.forNode(i, p.m.call("release", p.token, ms(p.m.c.Settings().HandoffWindow), "1"))
+	return p.m.forNode(i, p.m.call("release", p.token, ms(p.m.c.Settings().HandoffWindow), "1", p.wid))
 }
 
 func (p *multiProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -37,10 +37,10 @@ func (m *MultiLock) forNode(i int, call nodeactor.Call) nodeactor.Call {
 // groupCall is the script call for group g with the op arguments args.
 func (m *MultiLock) groupCall(g int, args []string) nodeactor.Call {
 	idx := m.groups[g]
-	keys := make([]string, 0, 5*len(idx))
+	keys := make([]string, 0, multiKeysPerName*len(idx))
 	chans := make([]string, 0, len(idx))
 	for _, i := range idx {
-		keys = append(keys, m.keys[5*i:5*i+5]...)
+		keys = append(keys, m.keys[multiKeysPerName*i:multiKeysPerName*(i+1)]...)
 		chans = append(chans, m.channels[i])
 	}
 	return nodeactor.Call{Script: multiScript, Keys: keys, Args: append(slices.Clone(args), chans...)}
@@ -50,7 +50,8 @@ func (m *MultiLock) groupCall(g int, args []string) nodeactor.Call {
 func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 	fences := make([]int64, len(m.groups))
 	token := args[1]
-	rb := []string{"release", token, ms(m.c.Settings().HandoffWindow), "0"}
+	wid := args[6] // see acquireCallScore
+	rb := []string{"release", token, ms(m.c.Settings().HandoffWindow), "0", wid}
 	var step func(g int, floor int64) nodeactor.Call
 	step = func(g int, floor int64) nodeactor.Call {
 		a := slices.Clone(args)

@@ -71,24 +71,31 @@ end
 -- as long as its queue entry lives (no message: it keeps its place without
 -- waking itself); otherwise the
 -- re-check message names it, so that its router wakes another waiter.
+-- head is the longest live waiter (id, entry expiry), dropping dead
+-- entries on the way; nil when none of the first 32 lives.
+local function head()
+  local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
+  for _, id in ipairs(ids) do
+    local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+    if exp > now then return id, exp end
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+  end
+  return nil
+end
 local function free(window, ch, self)
   -- (extra == 0: no queue and no watch flag existed when the script began,
   -- and no op creates either before it frees)
   if extra > 0 then
-    local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
-    for _, id in ipairs(ids) do
-      local exp = tonumber(redis.call('HGET', KEYS[4], id) or '0')
-      if exp > now then
-        if id == self then
-          redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', exp - now)
-          return
-        end
-        redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
-        redis.call('PUBLISH', ch, 'h:' .. id)
+    local id, exp = head()
+    if id then
+      if id == self then
+        redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', exp - now)
         return
       end
-      redis.call('ZREM', KEYS[3], id)
-      redis.call('HDEL', KEYS[4], id)
+      redis.call('SET', KEYS[1], 'rl1:R:' .. id, 'PX', window)
+      redis.call('PUBLISH', ch, 'h:' .. id)
+      return
     end
   end
   redis.call('DEL', KEYS[1])
@@ -150,6 +157,14 @@ if op == 'acquire' then
       redis.call('HSET', KEYS[4], wid, now + ettl)
       pexpire_max(KEYS[3], ettl); pexpire_max(KEYS[4], ettl)
     end
+  end
+  -- A reservation follows the head of the queue: a waiter that is the live
+  -- head takes one made for a waiter behind it (a MultiLock waiter keeps a
+  -- name reserved while it waits for its other names; a waiter that joined
+  -- later with an earlier score goes first, on every node alike).
+  if v and v ~= rsv and ARGV[5] == '1' and string.sub(v, 1, 6) == 'rl1:R:' then
+    enqueue()
+    if head() == wid then v = rsv end
   end
   if owner == '' then
     local mine = 'rl1:L:' .. tok

@@ -1,55 +1,91 @@
 -- redlock MultiLock script, layout version 1 ("rl1"): all-or-nothing over a
 -- sorted, de-duplicated set of Lock names. Its keys ARE the Lock keys, so a
--- MultiLock over {a, b} and a Lock on a exclude each other.
--- KEYS: per name i (1-based), 5 keys: lock, fence, q, qx, watch at 5*(i-1)+1 ..
+-- MultiLock over {a, b} and a Lock on a exclude each other, and both kinds of
+-- waiters share each name's queue (see lock.lua).
+-- KEYS: per name i (1-based), 6 keys at 6*(i-1)+1 ..: lock, fence, q (waiter
+-- order), qx (waiter expiry), watch flag, gone (tombstones of waiters that left)
 -- ARGV[1] op, ARGV[2] token; then op-specific arguments; channels are the
 -- last #names arguments (one per name, same order).
 local op, tok = ARGV[1], ARGV[2]
-local n = #KEYS / 5
+local n = #KEYS / 6
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'rl1:L:' .. tok
-local want = {'string', 'string', 'zset', 'hash', 'string'}
+local want = {'string', 'string', 'zset', 'hash', 'string', 'zset'}
+local function K(i, j) return KEYS[6 * (i - 1) + j] end
 
 local vals, fences = {}, {}
 for i = 1, n do
-  local b = 5 * (i - 1)
-  for j = 1, 5 do
-    local kt = redis.call('TYPE', KEYS[b + j])['ok']
+  for j = 1, 6 do
+    local kt = redis.call('TYPE', K(i, j))['ok']
     if kt ~= 'none' and kt ~= want[j] then
-      return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + j] .. ' is not a redlock lock key')
+      return redis.error_reply('WRONGTYPE redlock: ' .. K(i, j) .. ' is not a redlock lock key')
     end
   end
-  local v = redis.call('GET', KEYS[b + 1])
+  local v = redis.call('GET', K(i, 1))
   if v and string.sub(v, 1, 4) ~= 'rl1:' then
-    return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + 1] .. ' is not a redlock lock key')
+    return redis.error_reply('WRONGTYPE redlock: ' .. K(i, 1) .. ' is not a redlock lock key')
   end
-  local f = redis.call('GET', KEYS[b + 2])
+  local f = redis.call('GET', K(i, 2))
   if f and not string.match(f, '^%d+$') then
-    return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[b + 2] .. ' is not a fence counter')
+    return redis.error_reply('WRONGTYPE redlock: ' .. K(i, 2) .. ' is not a fence counter')
   end
   vals[i], fences[i] = v, f
 end
 
 local function channel(i) return ARGV[#ARGV - n + i] end
 
--- free a name: reserve it for the longest live Lock waiter (overwriting the
--- key: no `del` event), else delete it and wake a listener if one watches
-local function free(i, window, self)
-  local b = 5 * (i - 1)
-  local ids = redis.call('ZRANGE', KEYS[b + 3], 0, 31)
+-- head is name i's longest live waiter (id, entry expiry), dropping dead
+-- entries on the way; nil when none of the first 32 lives (as lock.lua).
+local function head(i)
+  local ids = redis.call('ZRANGE', K(i, 3), 0, 31)
   for _, id in ipairs(ids) do
-    local exp = tonumber(redis.call('HGET', KEYS[b + 4], id) or '0')
-    redis.call('ZREM', KEYS[b + 3], id)
-    redis.call('HDEL', KEYS[b + 4], id)
-    if exp > now then
-      redis.call('SET', KEYS[b + 1], 'rl1:R:' .. id, 'PX', window)
-      redis.call('PUBLISH', channel(i), 'h:' .. id)
+    local exp = tonumber(redis.call('HGET', K(i, 4), id) or '0')
+    if exp > now then return id, exp end
+    redis.call('ZREM', K(i, 3), id)
+    redis.call('HDEL', K(i, 4), id)
+  end
+  return nil
+end
+
+local function dequeue(i, id)
+  if redis.call('ZREM', K(i, 3), id) == 1 then redis.call('HDEL', K(i, 4), id) end
+end
+
+local TOMBSTONE_MS = 3000
+local function bury(i, id)
+  redis.call('ZREMRANGEBYSCORE', K(i, 6), '-inf', now)
+  redis.call('ZADD', K(i, 6), now + TOMBSTONE_MS, id)
+  redis.call('PEXPIRE', K(i, 6), TOMBSTONE_MS)
+end
+local function buried(i, id)
+  local s = redis.call('ZSCORE', K(i, 6), id)
+  return s and tonumber(s) > now
+end
+
+local function pexpire_max(k, ttl)
+  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+end
+
+-- free a name as lock.lua's free does: reserve it for its longest live
+-- waiter (a Lock or a MultiLock waiter) and tell only that one (the SET
+-- overwrites the key: no `del` event wakes anyone else); if that waiter is
+-- self (whose own attempt is being rolled back) the reservation lasts as
+-- long as its queue entry, without a message. With no live waiter: delete
+-- the key and wake one listener if one watches.
+local function free(i, window, self)
+  local id, exp = head(i)
+  if id then
+    if id == self then
+      redis.call('SET', K(i, 1), 'rl1:R:' .. id, 'PX', exp - now)
       return
     end
+    redis.call('SET', K(i, 1), 'rl1:R:' .. id, 'PX', window)
+    redis.call('PUBLISH', channel(i), 'h:' .. id)
+    return
   end
-  redis.call('DEL', KEYS[b + 1])
-  if redis.call('EXISTS', KEYS[b + 5]) == 1 then
+  redis.call('DEL', K(i, 1))
+  if redis.call('EXISTS', K(i, 5)) == 1 then
     -- a rollback names its waiter: its own re-check message must not wake it
     if self ~= '' then redis.call('PUBLISH', channel(i), 'n:1:' .. self)
     else redis.call('PUBLISH', channel(i), 'n:1') end
@@ -57,18 +93,58 @@ local function free(i, window, self)
 end
 
 if op == 'acquire' then
-  -- ARGV: 3 ttl ms, 4 fence idle ms, 5 watch "1"/"0" (a blocked Acquire
-  -- asks releases of these names to wake it), 6 fence for missing counters,
-  -- 7 floor: the fence already chosen by the slot groups taken before this
-  -- one on a Redis Cluster node ("0" otherwise)
+  -- ARGV: 3 ttl ms, 4 fence idle ms, 5 wait "1"/"0" (a blocked Acquire:
+  -- queue on every name and set the watch flags), 6 fence for missing
+  -- counters, 7 waiter id (stable across one Acquire's attempts), 8 queue
+  -- score (chosen once by the waiter, the same on every node), 9 queue
+  -- entry ttl ms, 10 floor: the fence already chosen by the slot groups
+  -- taken before this one on a Redis Cluster node ("0" otherwise)
+  local ttl, wid = tonumber(ARGV[3]), ARGV[7]
+  local waiting = ARGV[5] == '1'
+  local rsv = 'rl1:R:' .. wid
+  local exp = {}
+  if waiting then
+    -- queue on every name, also where it will be granted (a rollback then
+    -- finds it first in line and keeps its place, as for a Lock waiter)
+    local score = tonumber(ARGV[8]) or 0
+    if score <= 0 then score = now end
+    local ettl = tonumber(ARGV[9])
+    for i = 1, n do
+      if not buried(i, wid) then
+        redis.call('ZADD', K(i, 3), 'NX', score, wid)
+        redis.call('HSET', K(i, 4), wid, now + ettl)
+        exp[i] = now + ettl
+        pexpire_max(K(i, 3), ettl); pexpire_max(K(i, 4), ettl)
+      end
+    end
+  end
+  -- A name is ours to take if free, ours (a resend), reserved for us, or
+  -- reserved for a waiter behind us: a reservation follows the head of its
+  -- name's queue, so that two waiters can never each keep a name the other
+  -- needs (one order of (score, id) on every name and node: the earliest
+  -- waiter is the head of every queue it is in).
+  local blocked = 0
   for i = 1, n do
     local v = vals[i]
-    if v and v ~= mine then
-      if ARGV[5] == '1' then
-        for j = 1, n do redis.call('SET', KEYS[5 * (j - 1) + 5], '1', 'PX', 3000) end
+    if v and v ~= mine and v ~= rsv then
+      if waiting and exp[i] and string.sub(v, 1, 6) == 'rl1:R:' and head(i) == wid then
+        vals[i] = rsv
+      elseif blocked == 0 then
+        blocked = i
       end
-      return {0, redis.call('PTTL', KEYS[5 * (i - 1) + 1]), now, 0}
     end
+  end
+  if blocked > 0 then
+    if waiting then
+      -- Keep every name reserved for us for as long as our queue entry
+      -- lives: waiters behind us wait (FIFO), and we are told when the
+      -- name that refused us is freed (we are in its queue).
+      for i = 1, n do
+        if vals[i] == rsv and exp[i] then redis.call('SET', K(i, 1), rsv, 'PX', exp[i] - now) end
+        redis.call('SET', K(i, 5), '1', 'PX', 3000)
+      end
+    end
+    return {0, redis.call('PTTL', K(blocked, 1)), now, 0}
   end
   -- every key is free, ours or reserved for us: take them all
   local m, present = 0, 0
@@ -81,33 +157,49 @@ if op == 'acquire' then
   local f = 0
   if present > 0 then f = m + 1 end
   if present < n then f = math.max(f, tonumber(ARGV[6]) or 0) end
-  f = math.max(f, tonumber(ARGV[7]) or 0)
+  f = math.max(f, tonumber(ARGV[10]) or 0)
   for i = 1, n do
-    local b = 5 * (i - 1)
     if vals[i] == mine then
       -- the same attempt again: never shorten (an Extend may have run)
-      if redis.call('PTTL', KEYS[b + 1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[b + 1], ARGV[3]) end
+      pexpire_max(K(i, 1), ttl)
     else
-      redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
+      redis.call('SET', K(i, 1), mine, 'PX', ttl)
     end
-    if redis.call('ZREM', KEYS[b + 3], tok) == 1 then redis.call('HDEL', KEYS[b + 4], tok) end
-    if f > 0 then redis.call('SET', KEYS[b + 2], f, 'PX', ARGV[4]) end
+    if f > 0 then redis.call('SET', K(i, 2), f, 'PX', ARGV[4]) end
   end
   return {1, f, now, 0}
 
 elseif op == 'release' then
   -- ARGV: 3 handoff window ms, 4 "1" for a lease's release or "0" for an
-  -- attempt's rollback, 5 (rollback) the waiter that made it, channels
+  -- attempt's rollback, 5 the waiter id ("" for a TryAcquire), channels.
+  -- A rollback keeps the waiter's queue entries (a split attempt keeps its
+  -- place) and names it, so that free does not wake it; a release drops
+  -- them, and frees a name reserved for it.
+  local wid = ARGV[5]
+  local release = ARGV[4] == '1'
   local self = ''
-  if ARGV[4] == '0' and #ARGV > 4 + n then self = ARGV[5] end
+  if not release then self = wid end
   local released = 0
   for i = 1, n do
+    if release and wid ~= '' then dequeue(i, wid) end
     if vals[i] == mine then
       free(i, ARGV[3], self)
       released = released + 1
+    elseif release and wid ~= '' and vals[i] == 'rl1:R:' .. wid then
+      free(i, ARGV[3], '')
     end
   end
   return released
+
+elseif op == 'leave' then
+  -- a waiter gives up. ARGV: 2 waiter id, 3 handoff window ms, channels.
+  local wid = ARGV[2]
+  for i = 1, n do
+    dequeue(i, wid)
+    bury(i, wid)
+    if vals[i] == 'rl1:R:' .. wid then free(i, ARGV[3], '') end
+  end
+  return 1
 
 elseif op == 'renew' then
   -- ARGV: 3 ttl ms, 4 retake "1"/"0". All keys must be ours; a vanished key
@@ -120,11 +212,10 @@ elseif op == 'renew' then
   local ttl = tonumber(ARGV[3])
   local retaken = 0
   for i = 1, n do
-    local k = KEYS[5 * (i - 1) + 1]
     if vals[i] then
-      if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+      pexpire_max(K(i, 1), ttl)
     else
-      redis.call('SET', k, mine, 'PX', ttl)
+      redis.call('SET', K(i, 1), mine, 'PX', ttl)
       retaken = 1
     end
   end
@@ -135,7 +226,7 @@ elseif op == 'fence' then
   local f = tonumber(ARGV[3])
   for i = 1, n do
     if not fences[i] or tonumber(fences[i]) < f then
-      redis.call('SET', KEYS[5 * (i - 1) + 2], ARGV[3], 'PX', ARGV[4])
+      redis.call('SET', K(i, 2), ARGV[3], 'PX', ARGV[4])
     end
   end
   return 1
