@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -51,6 +53,9 @@ func (a *Actor) connect() (rueidis.Client, error) {
 		opt.ConnWriteTimeout = 3 * a.opt.DialTimeout
 	}
 	cl, err := rueidis.NewClient(opt)
+	if err != nil && opt.TLSConfig == nil && closedAtOnce(err) {
+		return nil, fmt.Errorf("%w (the node closed the connection at once; it may require TLS: set Config.TLS or use a rediss:// URL)", err)
+	}
 	if err != nil && a.opt.Cluster && strings.Contains(err.Error(), "cluster support disabled") {
 		return nil, fmt.Errorf("%w: %s was given cluster seeds: %v", ErrNotCluster, a.opt.Addr, err)
 	}
@@ -61,6 +66,13 @@ func (a *Actor) connect() (rueidis.Client, error) {
 		return nil, fmt.Errorf("%w: %s was given cluster seeds but is not a Redis Cluster", ErrNotCluster, a.opt.Addr)
 	}
 	return cl, err
+}
+
+// closedAtOnce reports whether err says the peer closed or reset the
+// connection during the handshake: what a TLS-only port does to a client
+// speaking plain RESP (it reads the HELLO as a bad TLS record).
+func closedAtOnce(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // keeper owns connecting, probing, health pings and the push connection.

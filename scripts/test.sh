@@ -7,8 +7,9 @@
 #
 # Then the server matrix: scripts/servers.sh fetches Redis 8 and Valkey 9
 # from Debian unstable into .cache/servers (no system change), and the
-# packages that talk to servers — testutil, nodeactor, coordinator,
-# primitives: every primitive, the fault, ACL, cluster and native-CAS tests
+# packages that talk to servers — internal/redisproc, testutil, nodeactor,
+# coordinator, primitives: every primitive, the fault, ACL, cluster, TLS and
+# native-CAS tests
 # — run again against each (REDLOCK_REDIS_SERVER / REDLOCK_REDIS_CLI), with
 # the race detector too (the timing-sensitive tests are tuned under it; it
 # costs little: they wait on servers). A failed download fails the run. REDLOCK_MATRIX=0 skips the matrix (a quick local run);
@@ -51,7 +52,7 @@ if [ "${REDLOCK_MATRIX:-1}" = 0 ]; then
 fi
 ./scripts/servers.sh
 bin=.cache/servers/bin
-matrix_pkgs=(./testutil ./nodeactor ./coordinator ./primitives)
+matrix_pkgs=(./internal/redisproc ./testutil ./nodeactor ./coordinator ./primitives)
 failed=()
 # name, then extra environment; Valkey has SET ... IFEQ ... PX, so its run
 # must exercise the native renewal (Redis 8.0 has not: it came in 8.4).

@@ -60,6 +60,9 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if opts.Masters == 0 {
 		opts.Masters = 3
 	}
+	if opts.Server.TLS {
+		t.Fatal("StartCluster: TLS servers are not supported (redis-cli --cluster create runs without TLS)")
+	}
 	if opts.Masters < 3 || opts.Replicas < 0 {
 		t.Fatalf("StartCluster: need at least 3 masters and no negative replicas, got %d and %d", opts.Masters, opts.Replicas)
 	}
@@ -84,7 +87,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 					"--cluster-node-timeout", "2000",
 					"--cluster-port", strconv.Itoa(bus),
 				}, opts.Server.Args...)
-				s, err := newServer(t, o)
+				s, err := newServer(t, o, nil)
 				if err == nil || !errors.Is(err, redisproc.ErrPortInUse) || attempt == clusterStartAttempts-1 {
 					c.all[i], errs[i] = s, err
 					return

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"crypto/tls"
 	"errors"
 	"os"
 	"sync"
@@ -49,15 +50,23 @@ type ServerOptions struct {
 	// Args are extra redis-server arguments, appended last, for example
 	// "--notify-keyspace-events", "Kgx".
 	Args []string
+	// TLS starts the server with a TLS port only (--port 0 --tls-port P),
+	// its certificate signed by a self-signed CA made for the test; the
+	// servers of one [StartServers] call share that CA. Clients connect
+	// with [Server.TLSConfig] (coordinator.Config.TLS) or, by URL,
+	// "rediss://" + [Server.Addr] with that config; [Server.CAFile] is the
+	// CA as a PEM file. Do uses TLS too. Not supported by [StartCluster].
+	TLS bool
 }
 
 // Server is a redis-server process on a loopback port, owned by one test.
 // Its methods other than Addr, PID and Do call t.Fatal on failure and must
 // be called from the test goroutine.
 type Server struct {
-	t    testing.TB
-	opts ServerOptions
-	p    *redisproc.Process
+	t     testing.TB
+	opts  ServerOptions
+	p     *redisproc.Process
+	certs *redisproc.TLS // nil unless opts.TLS
 }
 
 // RedisServerPath returns the path of the server binary the tests start —
@@ -108,12 +117,19 @@ func StartServer(t testing.TB, opts ServerOptions) *Server {
 // StartServers starts n servers concurrently, as [StartServer] does.
 func StartServers(t testing.TB, n int, opts ServerOptions) []*Server {
 	t.Helper()
+	var certs *redisproc.TLS
+	if opts.TLS {
+		var err error
+		if certs, err = redisproc.NewTLS(t.TempDir()); err != nil {
+			t.Fatalf("make TLS certificates: %v", err)
+		}
+	}
 	servers := make([]*Server, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			servers[i], errs[i] = newServer(t, opts)
+			servers[i], errs[i] = newServer(t, opts, certs)
 		})
 	}
 	wg.Wait()
@@ -183,7 +199,7 @@ func (s *Server) RestartEmpty() {
 	}
 }
 
-// Do sends one command over a fresh TCP connection and returns the reply
+// Do sends one command over a fresh TCP (or TLS) connection and returns the reply
 // as a readable string, within a 5 s deadline. Simple strings, integers and
 // bulk strings are returned as they are, nils as [NilReply], arrays as
 // "[elem elem ...]". An error reply is returned as an error. Do is meant
@@ -192,10 +208,31 @@ func (s *Server) Do(args ...string) (string, error) {
 	return s.p.Do(doTimeout, args...)
 }
 
+// TLSConfig returns a client TLS configuration that trusts the server's CA
+// (a new copy on each call; RootCAs set, ServerName left to the dialer, so
+// it verifies 127.0.0.1), or nil for a server started without
+// [ServerOptions] TLS.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.certs == nil {
+		return nil
+	}
+	return s.certs.Client.Clone()
+}
+
+// CAFile returns the path of the PEM file of the CA that signed the
+// server's certificate ("" without [ServerOptions] TLS). It lives until the
+// test ends.
+func (s *Server) CAFile() string {
+	if s.certs == nil {
+		return ""
+	}
+	return s.certs.CAFile
+}
+
 // newServer starts a server on a free port in a temporary directory that
-// [Server.cleanup] removes.
-func newServer(t testing.TB, opts ServerOptions) (*Server, error) {
-	cfg := redisproc.Config{Password: opts.Password, Durable: opts.Durable}
+// [Server.cleanup] removes; certs is nil for a plain server.
+func newServer(t testing.TB, opts ServerOptions, certs *redisproc.TLS) (*Server, error) {
+	cfg := redisproc.Config{Password: opts.Password, Durable: opts.Durable, TLS: certs}
 	if opts.Debug {
 		cfg.Args = append(cfg.Args, "--enable-debug-command", "local")
 	}
@@ -204,7 +241,7 @@ func newServer(t testing.TB, opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{t: t, opts: opts, p: p}, nil
+	return &Server{t: t, opts: opts, p: p, certs: certs}, nil
 }
 
 // cleanup kills the process and removes its directory.

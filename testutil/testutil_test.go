@@ -2,6 +2,8 @@ package testutil_test
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -393,5 +395,39 @@ func TestServerEnvSelectsTheBinary(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "--port"); n != 2 {
 		t.Fatalf("the wrapper ran %d times, want 2 (start and restart):\n%s", n, b)
+	}
+}
+
+// TLS servers listen with TLS only; Do speaks TLS; the servers of one call
+// share a CA, so one TLSConfig reaches them all, and CAFile is that CA. A
+// plain server has neither.
+func TestTLSServers(t *testing.T) {
+	testutil.RequireRedis(t)
+	ss := testutil.StartServers(t, 2, testutil.ServerOptions{TLS: true, Password: "pw"})
+	conf := ss[0].TLSConfig()
+	for _, s := range ss {
+		if got := mustDo(t, s, "CONFIG", "GET", "port"); got != "[port 0]" {
+			t.Fatalf("CONFIG GET port = %q, want [port 0]", got)
+		}
+		c, err := tls.Dial("tcp", s.Addr(), conf)
+		if err != nil {
+			t.Fatalf("TLS handshake with %s using the first server's TLSConfig: %v", s.Addr(), err)
+		}
+		c.Close()
+		if s.CAFile() != ss[0].CAFile() {
+			t.Fatalf("CA files differ: %s, %s", s.CAFile(), ss[0].CAFile())
+		}
+	}
+	pem, err := os.ReadFile(ss[0].CAFile())
+	if err != nil || !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		t.Fatalf("CAFile %s: not a PEM certificate (%v)", ss[0].CAFile(), err)
+	}
+	ss[0].Restart()
+	if got := mustDo(t, ss[0], "PING"); got != "PONG" {
+		t.Fatalf("PING after restart = %q", got)
+	}
+	plain := testutil.StartServer(t, testutil.ServerOptions{})
+	if plain.TLSConfig() != nil || plain.CAFile() != "" {
+		t.Fatal("a plain server has a TLS config or CA file")
 	}
 }

@@ -6,11 +6,15 @@
 //	redlock status K [--json]
 //
 // Nodes come from --nodes or REDLOCK_NODES; demo uses three embedded
-// in-process nodes when neither is given.
+// in-process nodes when neither is given. Nodes that require TLS are given
+// as rediss:// URLs, or as host:port with a CA: --tls-ca FILE or
+// REDLOCK_TLS_CA (run, status, release).
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -81,7 +85,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	default:
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		if errors.Is(err, coordinator.ErrQuorumUnavailable) {
-			msg += " (check --nodes or REDLOCK_NODES, and that the servers are running)"
+			msg += " (check --nodes or REDLOCK_NODES, --tls-ca or REDLOCK_TLS_CA for TLS nodes, and that the servers are running)"
 		}
 		fmt.Fprintf(stderr, "redlock %s: %s\n", args[0], msg)
 		var ce *codeError
@@ -114,6 +118,36 @@ func nodesFrom(flagVal string) []string {
 		}
 	}
 	return out
+}
+
+// tlsCAEnv names the environment variable that --tls-ca defaults to.
+const tlsCAEnv = "REDLOCK_TLS_CA"
+
+// tlsCAFlag registers --tls-ca on fs.
+func tlsCAFlag(fs *flag.FlagSet) *string {
+	return fs.String("tls-ca", "", "PEM file of the CA that signed the nodes' certificates: connect over TLS to host:port nodes and\n"+
+		"rediss:// URLs, trusting this CA (default: "+tlsCAEnv+"; without it rediss:// URLs trust the system's CAs)")
+}
+
+// tlsFrom returns the TLS configuration for --tls-ca (else REDLOCK_TLS_CA):
+// nil when neither is set, else one that trusts the CA in that PEM file.
+func tlsFrom(flagVal string) (*tls.Config, error) {
+	file := flagVal
+	if file == "" {
+		file = os.Getenv(tlsCAEnv)
+	}
+	if file == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, &codeError{code: 2, err: fmt.Errorf("--tls-ca: %w", err)}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, &codeError{code: 2, err: fmt.Errorf("--tls-ca: no PEM certificate in %s", file)}
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 func quietLogger() *slog.Logger {

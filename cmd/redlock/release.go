@@ -19,7 +19,7 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: redlock release --force [--reason TEXT] [--nodes host:port,...] NAME")
+		fmt.Fprintln(out, "usage: redlock release --force [--reason TEXT] [--nodes host:port,...] [--tls-ca FILE] NAME")
 		fmt.Fprintln(out, "Deletes the lock's hold on every node whoever holds it, steps its fence counter past the")
 		fmt.Fprintln(out, "forced holder's (a store that checks fences rejects its late writes), hands the lock to the")
 		fmt.Fprintln(out, "longest waiter, and logs an audit line on stderr. The forced holder learns it at its next renewal.")
@@ -27,7 +27,8 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	force := fs.Bool("force", false, "required: force the release of whoever holds NAME")
 	reason := fs.String("reason", "", "why (kept in the audit line), at most 256 bytes")
-	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
+	tlsCA := tlsCAFlag(fs)
 	var name string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, args = args[0], args[1:]
@@ -48,9 +49,13 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(nodes) == 0 {
 		return &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
 	}
+	tlsConf, err := tlsFrom(*tlsCA)
+	if err != nil {
+		return err
+	}
 	// The audit line goes to stderr whatever the verbosity.
 	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, Logger: logger})
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, Logger: logger, TLS: tlsConf})
 	if err != nil {
 		return err
 	}

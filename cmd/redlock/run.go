@@ -28,7 +28,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--nodes host:port,...] -- cmd args...\n\n"+
+		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
 			"Exit codes: the command's own, or %d not acquired within --wait, %d lease lost (command terminated), %d error.\n\n", ExitNotAcquired, ExitLeaseLost, ExitError)
 		fs.PrintDefaults()
 	}
@@ -36,7 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	ttl := fs.Duration("ttl", 30*time.Second, "lease TTL; the lease is renewed while the command runs")
 	wait := fs.Duration("wait", time.Minute, "how long to wait for the lock; 0 fails at once if it is held")
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
-	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
+	tlsCA := tlsCAFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return ExitError, &codeError{code: 2, err: err}
 	}
@@ -53,7 +54,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	if len(nodes) == 0 {
 		return 0, &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
 	}
-	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, DefaultTTL: *ttl, Logger: quietLogger()})
+	tlsConf, err := tlsFrom(*tlsCA)
+	if err != nil {
+		return 0, err
+	}
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, DefaultTTL: *ttl, Logger: quietLogger(), TLS: tlsConf})
 	if err != nil {
 		return 0, err
 	}

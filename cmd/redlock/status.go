@@ -18,12 +18,13 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock|semaphore|latch] [--json] [--nodes host:port,...] KEY")
+		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock|semaphore|latch] [--json] [--nodes host:port,...] [--tls-ca FILE] KEY")
 		fs.PrintDefaults()
 	}
 	asJSON := fs.Bool("json", false, "print JSON")
 	kind := fs.String("kind", "lock", "primitive of that name: lock (also MultiLock names), fairlock, rwlock, semaphore or latch")
-	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// URLs (default: REDLOCK_NODES)")
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
+	tlsCA := tlsCAFlag(fs)
 	// Accept the key before or after the flags.
 	var key string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -42,7 +43,11 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	if len(nodes) == 0 {
 		return &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
 	}
-	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, Logger: quietLogger()})
+	tlsConf, err := tlsFrom(*tlsCA)
+	if err != nil {
+		return err
+	}
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: nodes, Logger: quietLogger(), TLS: tlsConf})
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,13 @@
 // not reach it, and a kill also ends a fork child such as an AOF rewrite),
 // killed with its parent on Linux (see [StartChild]). Its directory holds
 // the data directory (the server's --dir) and one log file that every run
-// appends to; a failed start reports the tail of that log.
+// appends to; a failed start reports the tail of that log. With [Config]
+// TLS it listens with TLS only; [NewTLS] makes a test CA and certificate.
 package redisproc
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -92,6 +94,8 @@ type Config struct {
 	Durable bool
 	// Args are extra redis-server arguments, appended last.
 	Args []string
+	// TLS, if set, makes the server listen with TLS only (see [TLS]).
+	TLS *TLS
 }
 
 // Process is one redis-server process on a loopback port. Its methods are
@@ -237,15 +241,22 @@ func (p *Process) Close() {
 	}
 }
 
-// Do sends one command over a fresh connection (authenticated with the
-// configured password) and returns the reply as [ReadReply] renders it,
+// Do sends one command over a fresh connection (TLS when configured,
+// authenticated with the configured password) and returns the reply as [ReadReply] renders it,
 // all within timeout. An error reply is returned as an error.
 func (p *Process) Do(timeout time.Duration, args ...string) (string, error) {
 	return p.do(p.Addr(), timeout, args...)
 }
 
 func (p *Process) do(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	d := &net.Dialer{Timeout: timeout}
+	var conn net.Conn
+	var err error
+	if p.cfg.TLS != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, p.cfg.TLS.Client)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -281,8 +292,18 @@ func (p *Process) killLocked() {
 }
 
 func (p *Process) args() []string {
-	args := []string{
-		"--port", strconv.Itoa(p.port),
+	args := []string{"--port", strconv.Itoa(p.port)}
+	if t := p.cfg.TLS; t != nil {
+		args = []string{
+			"--port", "0",
+			"--tls-port", strconv.Itoa(p.port),
+			"--tls-cert-file", t.CertFile,
+			"--tls-key-file", t.KeyFile,
+			"--tls-ca-cert-file", t.CAFile,
+			"--tls-auth-clients", "no",
+		}
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", p.data,
 		"--daemonize", "no",
@@ -290,7 +311,7 @@ func (p *Process) args() []string {
 		"--save", "",
 		"--loglevel", "warning",
 		"--logfile", "",
-	}
+	)
 	if p.cfg.Durable {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {

@@ -1,7 +1,9 @@
 package redisproc_test
 
 import (
+	"bufio"
 	"errors"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -114,4 +116,43 @@ func tempDirs(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// A TLS process listens with TLS only: Do (over TLS, trusting the CA of
+// NewTLS) works, a plain-text PING gets no PONG.
+func TestProcessTLSOnly(t *testing.T) {
+	testutil.RequireRedis(t)
+	certs, err := redisproc.NewTLS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := redisproc.Start(redisproc.Config{TLS: certs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if v := do(t, p, "PING"); v != "PONG" {
+		t.Fatalf("PING over TLS = %q", v)
+	}
+	if v := do(t, p, "CONFIG", "GET", "port"); v != "[port 0]" {
+		t.Fatalf("CONFIG GET port = %q, want [port 0] (no plain port)", v)
+	}
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return // refused outright: fine
+	}
+	if v, err := redisproc.ReadReply(bufio.NewReader(c)); err == nil {
+		t.Fatalf("plain-text PING on the TLS port answered %q", v)
+	}
+	if err := p.Restart(false); err != nil {
+		t.Fatalf("restart with TLS: %v", err)
+	}
+	if v := do(t, p, "PING"); v != "PONG" {
+		t.Fatalf("PING over TLS after restart = %q", v)
+	}
 }

@@ -1,0 +1,145 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Every primitive works on three TLS-only nodes (no plain port), and its
+// waiters are woken by the release's push message over TLS, not by their
+// periodic re-check: with keyspace events off the only messages are our
+// releases' PUBLISH, each wake-up below must come with one delivered to a
+// waiter (the router's Woken count), and the Lock and MultiLock waiters,
+// whose re-check timer is the holder's remaining TTL (20 s), must be woken
+// well before it.
+func TestTLSEveryPrimitive(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{TLS: true})
+	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+		cfg.TLS = srv[0].TLSConfig()
+		cfg.DefaultTTL = 20 * time.Second
+		cfg.Keyspace = coordinator.KeyspaceOff
+	})
+	waitAllUp(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	woken := func(what string, acquire func(context.Context) (*primitives.Lease, error), release func()) *primitives.Lease {
+		t.Helper()
+		got := make(chan *primitives.Lease, 1)
+		errc := make(chan error, 1)
+		go func() {
+			l, err := acquire(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- l
+		}()
+		time.Sleep(200 * time.Millisecond) // the waiter is refused and subscribed
+		before := engine.Of(c).Router().Stats().Woken
+		release()
+		select {
+		case l := <-got:
+			if engine.Of(c).Router().Stats().Woken == before {
+				t.Fatalf("%s: the waiter acquired but no push message woke it", what)
+			}
+			return l
+		case err := <-errc:
+			t.Fatalf("%s: waiter: %v", what, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: waiter not woken by the release within 5 s (TTL 20 s)", what)
+		}
+		return nil
+	}
+
+	lk, _ := primitives.NewLock(c, "lock")
+	held, err := lk.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lk.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire: %v", err)
+	}
+	next := woken("Lock", lk.Acquire, func() { held.Release(ctx) })
+	if next.Fence() <= held.Fence() {
+		t.Fatalf("fence %d after %d", next.Fence(), held.Fence())
+	}
+
+	m, err := primitives.NewMultiLock(c, []string{"lock", "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("MultiLock over a held name: %v", err)
+	}
+	woken("MultiLock", m.Acquire, func() { next.Release(ctx) }).Release(ctx)
+
+	fl, _ := primitives.NewFairLock(c, "fair")
+	fh, err := fl.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken("FairLock", fl.Acquire, func() { fh.Release(ctx) }).Release(ctx)
+
+	rw, _ := primitives.NewRWLock(c, "rw")
+	r1, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.Reader().TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	r2.Release(ctx)
+	woken("RWLock writer", rw.Writer().Acquire, func() { r1.Release(ctx) }).Release(ctx)
+
+	sem, err := primitives.NewSemaphore(c, "sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("third permit of 2: %v", err)
+	}
+	woken("Semaphore", sem.Acquire, func() { p1.Release(ctx) }).Release(ctx)
+	p2.Release(ctx)
+
+	l, err := primitives.NewCountDownLatch(c, "latch", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() { opened <- l.Wait(ctx) }()
+	time.Sleep(200 * time.Millisecond) // the waiter is subscribed
+	before := engine.Of(c).Router().Stats().Woken
+	for range 2 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if engine.Of(c).Router().Stats().Woken == before {
+			t.Fatal("latch: Wait returned but no push message woke it")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("latch Wait not woken when it opened")
+	}
+}
