@@ -122,6 +122,10 @@ type Options struct {
 	MaxBatch    int
 	Keyspace    KeyspacePolicy
 	ForceLua    bool
+	// ProbeKey is the key the native-command probes name (they never write
+	// it); "" means DefaultProbeKey. It should match the user's ACL key
+	// pattern, as the primitives' keys do.
+	ProbeKey    string
 	DialTimeout time.Duration
 	// OnPush is called on the push connection's reader goroutine for every
 	// message; it must not block.

@@ -126,7 +126,7 @@ func TestCapabilityProbesMiniredis(t *testing.T) {
 	}
 	forced := start(t, ms[0].Addr(), func(o *nodeactor.Options) { o.ForceLua = true })
 	ready(t, forced)
-	if c := forced.Caps(); c.NativeCAD || c.NativeCAS {
+	if c := forced.Caps(); c.NativeCAD || c.NativeDELIFEQ || c.NativeCAS {
 		t.Errorf("ForceLua must not use native commands: %+v", c)
 	}
 }

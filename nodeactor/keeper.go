@@ -2,6 +2,8 @@ package nodeactor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +17,9 @@ import (
 // Capabilities are what the probes found on a node.
 type Capabilities struct {
 	RESP3           bool   // the command connection speaks RESP3
-	NativeCAD       bool   // DELEX key IFEQ value works
-	NativeCAS       bool   // SET key value IFEQ value PX ms works
+	NativeCAD       bool   // DELEX key IFEQ value works (Redis 8.4+)
+	NativeDELIFEQ   bool   // DELIFEQ key value works (Valkey 9+)
+	NativeCAS       bool   // SET key value IFEQ value PX ms works (Valkey 8.1+, Redis 8.4+)
 	Keyspace        bool   // keyspace del/expired events are enabled ("Kgx" or wider)
 	KeyspaceFlags   string // notify-keyspace-events as last read ("" if CONFIG is refused)
 	ConfigRefused   bool   // CONFIG GET/SET was refused (ACL, managed service, miniredis)
@@ -231,19 +234,47 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 			caps.RESP3 = n == 3
 		}
 	}
-	const probeKey = "redlock:probe:{capabilities}"
 	if !a.opt.ForceLua {
-		r := cl.Do(ctx, cl.B().Arbitrary("DELEX").Keys(probeKey).Args("IFEQ", "x").Build())
-		if _, err := r.AsInt64(); err == nil {
-			caps.NativeCAD = true
-		}
-		r = cl.Do(ctx, cl.B().Arbitrary("SET").Keys(probeKey).Args("x", "IFEQ", "x", "PX", "1000").Build())
-		if err := r.Error(); err == nil || rueidis.IsRedisNil(err) {
-			caps.NativeCAS = true
-		}
+		probeNative(ctx, cl, a.opt.ProbeKey, &caps)
 	}
 	err := a.configure(ctx, p, &caps)
 	return caps, err
+}
+
+// DefaultProbeKey is the key the native-command probes name when
+// Options.ProbeKey is empty.
+const DefaultProbeKey = "redlock:probe:{capabilities}"
+
+// probeNative tries each native compare-and-set/delete command on key,
+// compared with a fresh random value that no key can hold: a server that
+// has the command answers "not equal" (0 or nil) and writes nothing; one
+// without it answers an error (unknown command, syntax error), and so does
+// a user whose ACL refuses the command or the key — then the scripts are
+// used, which need no more rights than the native commands. A probe never
+// creates, changes or deletes a key, whatever key holds.
+func probeNative(ctx context.Context, cl rueidis.Client, key string, caps *Capabilities) {
+	if key == "" {
+		key = DefaultProbeKey
+	}
+	never := func() string { return "redlock-probe-" + randomHex() }
+	r := cl.Do(ctx, cl.B().Arbitrary("DELEX").Keys(key).Args("IFEQ", never()).Build())
+	if _, err := r.AsInt64(); err == nil {
+		caps.NativeCAD = true
+	}
+	r = cl.Do(ctx, cl.B().Arbitrary("DELIFEQ").Keys(key).Args(never()).Build())
+	if _, err := r.AsInt64(); err == nil {
+		caps.NativeDELIFEQ = true
+	}
+	r = cl.Do(ctx, cl.B().Arbitrary("SET").Keys(key).Args(never(), "IFEQ", never(), "PX", "1000").Build())
+	if err := r.Error(); err == nil || rueidis.IsRedisNil(err) {
+		caps.NativeCAS = true
+	}
+}
+
+func randomHex() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // configure reads maxmemory-policy and merges the keyspace flags on every

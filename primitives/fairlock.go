@@ -238,13 +238,19 @@ func newFairProto(f *FairLock, token string, fence uint64, wid string) *fairProt
 
 func (p *fairProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	f := p.f
+	script := nodeactor.Call{Script: fairScript, Keys: f.keys,
+		Args: []string{"renew", p.token, ms(ttl), f.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
 	if f.o.owner == "" && !retake && f.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:F:" + p.token
-		return nodeactor.Call{Keys: []string{f.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)}}
+		// A nil reply means "missing" or "not ours": the script (without
+		// re-take) then tells which, as a scripted renewal answers (3 or 0).
+		return nodeactor.Call{Keys: []string{f.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)},
+			Next: func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
+				return script, r, r.Err != nil || !r.Msg.IsNil()
+			}}
 	}
 	p.high.note(ttl)
-	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"renew", p.token, ms(ttl), f.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
+	return script
 }
 
 func (p *fairProto) ReleaseCall(int) nodeactor.Call {

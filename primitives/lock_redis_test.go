@@ -42,6 +42,36 @@ func TestLockRenewalRetakesVanishedKey(t *testing.T) {
 	}
 }
 
+// The FairLock's renewal too: on a server with SET ... IFEQ (native
+// renewals) the nil reply of a vanished key is resolved on the node and the
+// key re-taken.
+func TestFairLockRenewalRetakesVanishedKey(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	f, _ := primitives.NewFairLock(c, "fretake", primitives.WithTTL(600*time.Millisecond))
+	lease, err := f.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	srv[0].RestartEmpty()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := srv[0].Do("GET", "redlock:{fretake}:flock")
+		if err == nil && v == "rl1:F:"+lease.Token() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key never re-taken on the restarted node: %q %v", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !lease.Valid() {
+		t.Fatalf("lease lost: %v", lease.Err())
+	}
+}
+
 // With keyspace events on, a deleted key wakes the waiting process through
 // a `del` event routed by the notify actor.
 func TestLockKeyspaceEventWakesWaiter(t *testing.T) {

@@ -19,9 +19,13 @@ import (
 const expectNativeCASEnv = "REDLOCK_EXPECT_NATIVE_CAS"
 
 // Where the nodes have SET ... IFEQ ... PX (probed, never inferred from the
-// version), a held Lock renews with it and runs no script, as the server's
-// own INFO commandstats shows; with ForceLua, or on a server without it,
-// every renewal is a script.
+// version), a held Lock or FairLock renews with it and runs no script, as
+// the server's own INFO commandstats shows; with ForceLua, or on a server
+// without it (Redis 7.0, 8.0), every renewal is a script. Releases are
+// scripts on every server: each may have to hand the lock to a waiter or
+// wake one (docs/lock.md, "Native commands"), which the native
+// compare-and-delete commands (DELEX ... IFEQ, DELIFEQ) cannot do, so they
+// are never called even where probed.
 func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
@@ -31,47 +35,83 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 		t.Fatalf("%s is set but the server refuses SET ... IFEQ ... PX: %v", expectNativeCASEnv, err)
 	}
 	t.Logf("server has SET ... IFEQ ... PX: %v (%v)", native, err)
-	for _, force := range []bool{false, true} {
-		c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.ForceLua = force })
-		waitAllUp(t, c)
-		want := native && !force
-		for _, n := range c.Nodes() {
-			if n.NativeCAS != want {
-				t.Fatalf("ForceLua %v: node %s probed NativeCAS=%v, want %v", force, n.Addr, n.NativeCAS, want)
-			}
-		}
-		l, _ := primitives.NewLock(c, "native-"+strconv.FormatBool(force), primitives.WithTTL(300*time.Millisecond))
-		lease, err := l.Acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The acquisition's last scripts (a fence written back to every
-		// node) may still be in flight when Acquire returns at a quorum:
-		// let them land before counting.
-		time.Sleep(2 * c.Config().NodeTimeout)
+	_, err = srv[0].Do("DELEX", "redlock:probe", "IFEQ", "x")
+	delex := err == nil
+	_, err = srv[0].Do("DELIFEQ", "redlock:probe", "x")
+	delifeq := err == nil
+	reset := func() {
 		for _, s := range srv {
 			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(700 * time.Millisecond) // a renewal every TTL/3: about six
-		sets, scripts := make([]int, len(srv)), make([]int, len(srv))
+	}
+	count := func(cmds ...string) []int {
+		out := make([]int, len(srv))
 		for i, s := range srv {
 			stats, err := s.Do("INFO", "commandstats")
 			if err != nil {
 				t.Fatal(err)
 			}
-			sets[i], scripts[i] = cmdCalls(stats, "set"), cmdCalls(stats, "evalsha")+cmdCalls(stats, "eval")
+			for _, c := range cmds {
+				out[i] += cmdCalls(stats, c)
+			}
 		}
-		if !lease.Valid() {
-			t.Fatalf("ForceLua %v: lease lost while renewing: %v", force, lease.Err())
+		return out
+	}
+	for _, force := range []bool{false, true} {
+		c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.ForceLua = force })
+		waitAllUp(t, c)
+		want := native && !force
+		for _, n := range c.Nodes() {
+			if n.NativeCAS != want || n.NativeCAD != (delex && !force) || n.NativeDELIFEQ != (delifeq && !force) {
+				t.Fatalf("ForceLua %v: node %s probed SET IFEQ %v DELEX %v DELIFEQ %v, want %v %v %v", force, n.Addr,
+					n.NativeCAS, n.NativeCAD, n.NativeDELIFEQ, want, delex && !force, delifeq && !force)
+			}
 		}
-		if err := lease.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for i := range srv {
-			if want && (sets[i] < 2 || scripts[i] != 0) || !want && (sets[i] != 0 || scripts[i] < 2) {
-				t.Errorf("ForceLua %v, native %v: node %d ran %d SET and %d scripts while renewing", force, native, i, sets[i], scripts[i])
+		ttl := primitives.WithTTL(300 * time.Millisecond)
+		lock, _ := primitives.NewLock(c, "native-"+strconv.FormatBool(force), ttl)
+		fair, _ := primitives.NewFairLock(c, "fnative-"+strconv.FormatBool(force), ttl)
+		for kind, lk := range map[string]primitives.Locker{"Lock": lock, "FairLock": fair} {
+			lease, err := lk.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The acquisition's last scripts (a fence written back to every
+			// node) may still be in flight when Acquire returns at a quorum:
+			// let them land before counting.
+			time.Sleep(2 * c.Config().NodeTimeout)
+			reset()
+			time.Sleep(700 * time.Millisecond) // a renewal every TTL/3: about six
+			sets, scripts := count("set"), count("evalsha", "eval")
+			if !lease.Valid() {
+				t.Fatalf("%s, ForceLua %v: lease lost while renewing: %v", kind, force, lease.Err())
+			}
+			for i := range srv {
+				if want && (sets[i] < 2 || scripts[i] != 0) || !want && (sets[i] != 0 || scripts[i] < 2) {
+					t.Errorf("%s, ForceLua %v, native %v: node %d ran %d SET and %d scripts while renewing",
+						kind, force, native, i, sets[i], scripts[i])
+				}
+			}
+			reset()
+			if err := lease.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			released := eventually(5*time.Second, func() bool { // the third node's release may be in flight
+				for _, n := range count("evalsha", "eval") {
+					if n < 1 {
+						return false
+					}
+				}
+				return true
+			})
+			if !released {
+				t.Errorf("%s, ForceLua %v: a node ran no release script: %v", kind, force, count("evalsha", "eval"))
+			}
+			for i, n := range count("delex", "delifeq") {
+				if n != 0 {
+					t.Errorf("%s, ForceLua %v: node %d released with %d native compare-and-delete calls", kind, force, i, n)
+				}
 			}
 		}
 	}
@@ -119,5 +159,54 @@ func TestLockRenewalSeesAnotherOwner(t *testing.T) {
 	}
 	if v, _ := srv[0].Do("GET", "redlock:{usurped}:lock"); v != "rl1:L:someone-else" {
 		t.Fatalf("the other owner's key became %q", v)
+	}
+}
+
+// The probes name a key under Config.KeyPrefix and never write: a user
+// whose ACL allows only that prefix still gets the native renewal where the
+// server has it, and a user without write rights still starts (New
+// succeeds; its scripts are refused later, see TestACLRefusalIsNotRetried).
+func TestNativeProbeUnderKeyPrefixACL(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	_, err := srv[0].Do("SET", "app:probe", "x", "IFEQ", "x", "PX", "1000")
+	native := err == nil
+	users := map[string]string{
+		"prefixed": `+@scripting +@read +@write +@pubsub +@connection +time -@dangerous`,
+		"readonly": `+@scripting +@read +@pubsub +@connection +time -@dangerous`,
+	}
+	for user, perms := range users {
+		for _, s := range srv {
+			acl := strings.Fields(`ACL SETUSER ` + user + ` on >pw ~app:* &app:* ` + perms)
+			if _, err := s.Do(acl...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+			cfg.Username, cfg.Password = user, "pw"
+			cfg.KeyPrefix = "app:"
+			cfg.Keyspace = coordinator.KeyspaceOff
+		})
+		waitAllUp(t, c)
+		want := native && user == "prefixed"
+		for _, n := range c.Nodes() {
+			if n.NativeCAS != want {
+				t.Errorf("user %s: node %s probed NativeCAS=%v, want %v", user, n.Addr, n.NativeCAS, want)
+			}
+		}
+		if user == "prefixed" {
+			l, _ := primitives.NewLock(c, "acl-native", primitives.WithTTL(300*time.Millisecond))
+			lease, err := l.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(400 * time.Millisecond) // renewals, native where probed
+			if !lease.Valid() {
+				t.Fatalf("lease lost while renewing: %v", lease.Err())
+			}
+			if err := lease.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

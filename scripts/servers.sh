@@ -8,10 +8,18 @@
 # loader (ld-linux-x86-64.so.2 --library-path ... --argv0 ...). The system's
 # libc and packages stay as they are (unstable's servers need a newer libc).
 #
+# Redis 8.4+ (the first with DELEX ... IFEQ, the native compare-and-delete)
+# is not in unstable yet: "redisnext" is redis-tools from Debian's
+# experimental suite (8.6 when written), unpacked into a prefix of its own
+# and run with the same libraries. If experimental stops carrying a Redis
+# that has DELEX, the check below fails: pick another suite with
+# REDLOCK_SERVERS_NEXT_SUITE.
+#
 # Usage: scripts/servers.sh [DIR]    (default: .cache/servers in the repo)
 #
-# Afterwards DIR/bin holds redis8-server, redis8-cli, valkey9-server and
-# valkey9-cli, and DIR/env.sh one line per server. Each wrapper is checked
+# Afterwards DIR/bin holds redis8-server, redis8-cli, valkey9-server,
+# valkey9-cli, redisnext-server and redisnext-cli, and DIR/env.sh one line
+# per server. Each wrapper is checked
 # (--version, a server answering PING and a script); any failure — a
 # download included — exits non-zero. A finished prefix is reused: delete
 # DIR to fetch again.
@@ -22,6 +30,7 @@ DIR=${1:-.cache/servers}
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 SUITE=${REDLOCK_SERVERS_SUITE:-unstable}
+NEXT_SUITE=${REDLOCK_SERVERS_NEXT_SUITE:-experimental}
 MIRROR=${REDLOCK_SERVERS_MIRROR:-http://deb.debian.org/debian}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 # The packages that hold the binaries (redis-server and valkey-server are
@@ -45,20 +54,21 @@ need dpkg-deb
 
 APT="$DIR/apt"
 ROOT="$DIR/root"
+NEXT_ROOT="$DIR/root-next"
 BIN="$DIR/bin"
 STAMP="$DIR/.complete"
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$SUITE $MIRROR" ]; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$SUITE $NEXT_SUITE $MIRROR" ]; then
 	log "reusing $DIR ($(tr '\n' ' ' <"$DIR/versions"))"
 else
-	rm -rf "$APT" "$ROOT" "$BIN" "$STAMP"
+	rm -rf "$APT" "$ROOT" "$NEXT_ROOT" "$BIN" "$STAMP"
 	mkdir -p "$APT/etc/sources.list.d" "$APT/etc/preferences.d" "$APT/etc/apt.conf.d" \
-		"$APT/state/lists/partial" "$APT/cache/archives/partial" "$APT/debs"
+		"$APT/state/lists/partial" "$APT/cache/archives/partial" "$APT/debs" "$APT/debs-next"
 	: >"$APT/state/status"
 	cat >"$APT/etc/sources.list.d/matrix.sources" <<EOF
 Types: deb
 URIs: $MIRROR
-Suites: $SUITE
+Suites: $SUITE $NEXT_SUITE
 Components: main
 Signed-By: $KEYRING
 EOF
@@ -70,7 +80,8 @@ EOF
 		-o "Dir::State=$APT/state" -o "Dir::State::status=$APT/state/status"
 		-o "Dir::Cache=$APT/cache" -o "Debug::NoLocking=1" -o "APT::Sandbox::User=$(id -un)"
 		-o "APT::Architecture=amd64" -o "APT::Architectures::=amd64")
-	log "apt-get update ($SUITE from $MIRROR, private state in $APT)"
+	# (experimental is "NotAutomatic": plain names still resolve to $SUITE)
+	log "apt-get update ($SUITE and $NEXT_SUITE from $MIRROR, private state in $APT)"
 	apt-get "${OPTS[@]}" update >"$APT/update.log" 2>&1 || {
 		cat "$APT/update.log" >&2
 		die "apt-get update of $SUITE"
@@ -94,17 +105,27 @@ EOF
 		cat "$APT/download.log" >&2
 		die "apt-get download"
 	}
-	mkdir -p "$ROOT"
+	# the next Redis: its own prefix (its files have the same paths), the
+	# libraries of the main one (the wrapper check fails if one is missing)
+	(cd "$APT/debs-next" && apt-get "${OPTS[@]}" download "redis-tools/$NEXT_SUITE") >>"$APT/download.log" 2>&1 || {
+		cat "$APT/download.log" >&2
+		die "apt-get download redis-tools/$NEXT_SUITE"
+	}
+	mkdir -p "$ROOT" "$NEXT_ROOT"
 	for deb in "$APT"/debs/*.deb; do
 		dpkg-deb -x "$deb" "$ROOT" || die "dpkg-deb -x $deb"
+	done
+	for deb in "$APT"/debs-next/*.deb; do
+		dpkg-deb -x "$deb" "$NEXT_ROOT" || die "dpkg-deb -x $deb"
 	done
 	LDSO=$(find "$ROOT" -name ld-linux-x86-64.so.2 -path '*/x86_64-linux-gnu/*' | head -n 1)
 	[ -n "$LDSO" ] || die "no ld-linux-x86-64.so.2 in $ROOT (libc6 not unpacked?)"
 	LIBPATH="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/lib/x86_64-linux-gnu"
 	mkdir -p "$BIN"
-	# wrapper NAME ARGV0 TARGET
+	# wrapper NAME ARGV0 TARGET [ROOT]
 	wrapper() {
-		local target="$ROOT/usr/bin/$3"
+		local root=${4:-$ROOT}
+		local target="$root/usr/bin/$3"
 		[ -x "$target" ] || die "$target missing"
 		cat >"$BIN/$1" <<EOF
 #!/bin/sh
@@ -118,7 +139,7 @@ EOF
 		# system would work here and fail on a machine without it)
 		local libs
 		libs=$("$LDSO" --library-path "$LIBPATH" --list "$target") || die "$LDSO --list $target"
-		if echo "$libs" | grep '=>' | grep -v "=> $ROOT/" | grep -q .; then
+		if echo "$libs" | grep '=>' | grep -v "=> $ROOT/" | grep -v "=> $NEXT_ROOT/" | grep -q .; then
 			echo "$libs" >&2
 			die "$3: a shared library is missing from the prefix (add its package to the download)"
 		fi
@@ -127,16 +148,20 @@ EOF
 	wrapper redis8-cli redis-cli redis-cli
 	wrapper valkey9-server valkey-server valkey-check-rdb
 	wrapper valkey9-cli valkey-cli valkey-cli
+	wrapper redisnext-server redis-server redis-check-rdb "$NEXT_ROOT"
+	wrapper redisnext-cli redis-cli redis-cli "$NEXT_ROOT"
 	: >"$DIR/versions"
 	for p in "${PKGS[@]}"; do
 		echo "$p=$(dpkg-deb -f "$APT"/debs/"${p}"_*.deb Version)" >>"$DIR/versions"
 	done
+	echo "redis-tools/$NEXT_SUITE=$(dpkg-deb -f "$APT"/debs-next/redis-tools_*.deb Version)" >>"$DIR/versions"
 fi
 
 # Check each server: it runs, answers PING, runs a script and a SET ... PX;
-# with "ifeq", it must also have the native compare-and-set SET ... IFEQ.
+# with "ifeq", it must also have the native compare-and-set SET ... IFEQ;
+# with "delex", also the native compare-and-delete DELEX ... IFEQ.
 check() {
-	local name=$1 cli=$2 ifeq=${3:-}
+	local name=$1 cli=$2 ifeq=${3:-} delex=${4:-}
 	local port out dir pid
 	"$BIN/$name" --version >/dev/null || die "$name --version"
 	dir=$(mktemp -d)
@@ -166,19 +191,26 @@ check() {
 	if [ -n "$ifeq" ]; then
 		cas=$("$BIN/$cli" -p "$port" SET k w IFEQ v PX 1000)
 	fi
+	local cad=1
+	if [ -n "$delex" ]; then
+		cad=$("$BIN/$cli" -p "$port" DELEX k IFEQ w)
+	fi
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	rm -rf "$dir"
 	[ "$script" = OK ] || die "$name: a script's SET answered '$script'"
 	[ "$cas" = OK ] || die "$name: SET k w IFEQ v PX 1000 answered '$cas'"
+	[ "$cad" = 1 ] || die "$name: DELEX k IFEQ w answered '$cad'"
 	log "ok: $("$BIN/$name" --version)"
 }
 check redis8-server redis8-cli
 check valkey9-server valkey9-cli ifeq
+check redisnext-server redisnext-cli ifeq delex
 
-echo "$SUITE $MIRROR" >"$STAMP"
+echo "$SUITE $NEXT_SUITE $MIRROR" >"$STAMP"
 cat >"$DIR/env.sh" <<EOF
 # Generated by scripts/servers.sh: REDLOCK_REDIS_SERVER / REDLOCK_REDIS_CLI per server.
 redis8="REDLOCK_REDIS_SERVER=$BIN/redis8-server REDLOCK_REDIS_CLI=$BIN/redis8-cli"
 valkey9="REDLOCK_REDIS_SERVER=$BIN/valkey9-server REDLOCK_REDIS_CLI=$BIN/valkey9-cli"
+redisnext="REDLOCK_REDIS_SERVER=$BIN/redisnext-server REDLOCK_REDIS_CLI=$BIN/redisnext-cli"
 EOF

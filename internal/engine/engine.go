@@ -80,6 +80,7 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 			Cluster:      s.Cluster,
 			Keyspace:     set.Keyspace,
 			ForceLua:     set.ForceLua,
+			ProbeKey:     set.KeyPrefix + "probe:{capabilities}",
 			DialTimeout:  max(set.NodeTimeout*4, time.Second),
 			OnPush:       c.onPush,
 			OnPushReset:  func(int) { c.router.Reset() },
