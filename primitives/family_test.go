@@ -415,6 +415,14 @@ func TestDowngradeFailureLeavesNoKey(t *testing.T) {
 // must go on to the second, which can (#13 item 5): it acquires at once,
 // not at its re-check a lock TTL (30 s) later.
 func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
+	// One process: a MultiLock waiter on {x, y} registered before one on
+	// {x}, while x and y are held. Before MultiLock waiters queued, x's
+	// release woke the first local waiter ({x, y}, which could not
+	// progress) and the router passed the wake-up on to {x}. Now both
+	// queue on x in arrival order (FIFO): x's release reserves x for
+	// {x, y}, which keeps it while y is held, and {x} waits behind it;
+	// y's release wakes {x, y} by name, and its release wakes {x}. Each
+	// step must be a message, not a re-check (the lock TTL is 30 s).
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	ttl := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
@@ -436,34 +444,45 @@ func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
 	defer hy.Release(context.Background())
 	both, _ := primitives.NewMultiLock(b, []string{"wx", "wy"})
 	onlyX, _ := primitives.NewMultiLock(b, []string{"wx"})
-	go func() {
-		if l, err := both.Acquire(ctx); err == nil {
-			l.Release(context.Background())
-		}
-	}()
-	time.Sleep(300 * time.Millisecond) // registered first
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := onlyX.Acquire(ctx)
+	type grant struct {
+		who string
+		at  time.Time
+	}
+	grants := make(chan grant, 2)
+	hold := func(who string, m *primitives.MultiLock) {
+		l, err := m.Acquire(ctx)
 		if err != nil {
-			t.Error(err)
-			got <- time.Time{}
+			t.Error(who, err)
+			grants <- grant{who: who}
 			return
 		}
-		got <- time.Now()
+		grants <- grant{who, time.Now()}
+		time.Sleep(50 * time.Millisecond)
 		l.Release(context.Background())
-	}()
+	}
+	go hold("{x,y}", both)
+	time.Sleep(300 * time.Millisecond) // registered first
+	go hold("{x}", onlyX)
 	time.Sleep(300 * time.Millisecond)
-	released := time.Now()
 	hx.Release(ctx)
-	at := <-got
-	if at.IsZero() {
+	select {
+	case g := <-grants:
+		t.Fatalf("%s acquired while y was held and {x,y} waited ahead of {x}", g.who)
+	case <-time.After(500 * time.Millisecond):
+	}
+	released := time.Now()
+	hy.Release(ctx)
+	first, second := <-grants, <-grants
+	if first.at.IsZero() || second.at.IsZero() {
 		return
 	}
-	if d := at.Sub(released); d > 2*time.Second {
-		t.Fatalf("the waiter that could progress acquired %s after the release (woken by its re-check, not by the release)", d)
+	if first.who != "{x,y}" || second.who != "{x}" {
+		t.Fatalf("granted %s then %s, want {x,y} then {x} (arrival order)", first.who, second.who)
+	}
+	if d := second.at.Sub(released); d > 2*time.Second {
+		t.Fatalf("{x} acquired %s after y's release (woken by its re-check, not by a message)", d)
 	} else {
-		t.Logf("acquired %s after the release", d)
+		t.Logf("{x,y} acquired %s and {x} %s after y's release", first.at.Sub(released), d)
 	}
 	cancel()
 }
