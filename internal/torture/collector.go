@@ -38,37 +38,44 @@ func newCollector(procs int) *collector {
 	return &collector{ends: map[int]WorkerEnd{}, readyCh: make(chan int, procs)}
 }
 
+// line takes one line of a worker's stdout. A line that does not parse
+// as its record is kept (up to 5 samples) as unparsed, which fails the run:
+// a critical section dropped here could hide an overlap.
 func (c *collector) line(worker int, b []byte) {
 	var head struct {
 		Type string `json:"type"`
 	}
-	if err := json.Unmarshal(b, &head); err != nil {
+	err := json.Unmarshal(b, &head)
+	if err == nil {
+		switch head.Type {
+		case "cs":
+			var r Hold
+			if err = json.Unmarshal(b, &r); err == nil {
+				r.Worker = worker
+				c.mu.Lock()
+				c.holds = append(c.holds, r)
+				c.mu.Unlock()
+			}
+		case "end":
+			var e WorkerEnd
+			if err = json.Unmarshal(b, &e); err == nil {
+				e.Worker = worker
+				c.mu.Lock()
+				c.ends[worker] = e
+				c.mu.Unlock()
+			}
+		case "ready":
+			c.readyCh <- worker
+		default:
+			err = fmt.Errorf("unknown record type %q", head.Type)
+		}
+	}
+	if err != nil {
 		c.mu.Lock()
 		if len(c.garbage) < 5 {
 			c.garbage = append(c.garbage, fmt.Sprintf("worker %d: %q", worker, b))
 		}
 		c.mu.Unlock()
-		return
-	}
-	switch head.Type {
-	case "cs":
-		var r Hold
-		if json.Unmarshal(b, &r) == nil {
-			r.Worker = worker
-			c.mu.Lock()
-			c.holds = append(c.holds, r)
-			c.mu.Unlock()
-		}
-	case "end":
-		var e WorkerEnd
-		if json.Unmarshal(b, &e) == nil {
-			e.Worker = worker
-			c.mu.Lock()
-			c.ends[worker] = e
-			c.mu.Unlock()
-		}
-	case "ready":
-		c.readyCh <- worker
 	}
 }
 

@@ -66,6 +66,14 @@ type Summary struct {
 	Pass                bool           `json:"pass"`
 }
 
+// passed says whether the run passed: no safety violation, no fence
+// regression, no loss signalled late, every worker ended and reported,
+// every line parsed, every primitive made progress, and not interrupted.
+func (s *Summary) passed() bool {
+	return s.Violations == 0 && s.FenceRegressions == 0 && len(s.LateLosses) == 0 &&
+		len(s.WorkerFailures) == 0 && len(s.Starved) == 0 && len(s.Garbage) == 0 && s.Acquisitions > 0 && !s.Interrupted
+}
+
 func percentile(sorted []int64, p int) float64 {
 	if len(sorted) == 0 {
 		return 0

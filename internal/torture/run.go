@@ -170,8 +170,7 @@ wait:
 		sum.WorkerFailures = append(sum.WorkerFailures, "workers did not stop in time and were killed")
 	}
 	sum.Interrupted = interrupted
-	sum.Pass = sum.Violations == 0 && sum.FenceRegressions == 0 && len(sum.LateLosses) == 0 &&
-		len(sum.WorkerFailures) == 0 && len(sum.Starved) == 0 && sum.Acquisitions > 0 && !interrupted
+	sum.Pass = sum.passed()
 	printTable(report, sum)
 	if cfg.JSON {
 		enc := json.NewEncoder(stdout)
@@ -184,8 +183,8 @@ wait:
 	case interrupted:
 		return ErrInterrupted
 	case !sum.Pass:
-		return fmt.Errorf("FAIL: %d violations, %d fence regressions, %d of %d losses signalled late, %d primitives starved, %d worker failures",
-			sum.Violations, sum.FenceRegressions, len(sum.LateLosses), sum.Losses, len(sum.Starved), len(sum.WorkerFailures))
+		return fmt.Errorf("FAIL: %d violations, %d fence regressions, %d of %d losses signalled late, %d primitives starved, %d worker failures, %d unparsed lines",
+			sum.Violations, sum.FenceRegressions, len(sum.LateLosses), sum.Losses, len(sum.Starved), len(sum.WorkerFailures), len(sum.Garbage))
 	}
 	return nil
 }
