@@ -21,12 +21,15 @@ const tortureUsageText = `usage: redlock torture [--duration 2m] [--procs 4] [--
 
 Starts its own redis-server nodes (appendonly, appendfsync always) and --procs
 worker processes that compete through Lock, MultiLock (overlapping sets of 3
-names), RWLock (readers and writers), FairLock and a Semaphore of 2 permits,
-each worker with its own Coordinator per primitive, while a fault schedule
-derived from --seed pauses (SIGSTOP), slows and kill -9/restarts a minority of
-the nodes at a time. Every critical section is checked across processes.
-Exit 0 only if there was no safety violation, no fence regression, every lost
-lease was signalled by its deadline and every primitive made progress; 1
+names), RWLock (readers and writers), FairLock, a Semaphore of 2 permits and
+a CountDownLatch (a new generation every 3 s, count procs+1: count-downs,
+waiters and Count readers), each worker with its own Coordinator per
+primitive, while a fault schedule derived from --seed pauses (SIGSTOP), slows
+and kill -9/restarts a minority of the nodes at a time. Every critical
+section and every latch report is checked across processes.
+Exit 0 only if there was no safety violation (incl. a latch seen open before
+count distinct count-downs), no fence regression, every lost lease was
+signalled by its deadline and every primitive made progress; 1
 otherwise; 2 on bad flags; 130 when interrupted. Needs redis-server in PATH
 (or the server binary named by $REDLOCK_REDIS_SERVER).
 

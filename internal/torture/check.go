@@ -75,6 +75,17 @@ func resourceKeys(h *Hold) []string {
 	return []string{h.Primitive + ":" + h.Resource}
 }
 
+// Input is everything [Check] looks at.
+type Input struct {
+	Holds []Hold
+	Latch []LatchCall
+	// DataLosses are the instants (wall-clock Unix nanoseconds) at which a
+	// node came back without its data (restarted empty, keys evicted). The
+	// soak's nodes restart from their AOF (appendfsync always) and keep
+	// everything they acknowledged, so the soak passes none.
+	DataLosses []int64
+}
+
 // Verdict is what [Check] found. Examples are capped at 5 per list.
 type Verdict struct {
 	// Violations counts pairs of intervals that must not overlap but do
@@ -97,10 +108,21 @@ type Verdict struct {
 	LateLosses        []string
 	// SemaphoreMaxHolders is the most permit holders seen at once.
 	SemaphoreMaxHolders int
+	// LatchEarly counts latch reports (Wait returned nil, or Count
+	// returned n) lower than the count-downs that may have happened by then
+	// allow; LatchRises counts reports of a count higher than one reported
+	// before they started. Both are included in Violations.
+	LatchEarly int
+	LatchRises int
+	// LatchGenerations counts the latches that saw any call; LatchOpened
+	// those observed open (a Wait returned nil or a Count 0).
+	LatchGenerations int
+	LatchOpened      int
 }
 
-// Check decides from the recorded holds alone whether the run broke a
-// safety property. It does no I/O and keeps no state.
+// Check decides from the records alone whether the run broke a safety
+// property. It does no I/O and keeps no state. Holds are checked as below,
+// latch calls as in [checkLatch].
 //
 // A hold's interval is [Enter, end()): Exit, or for a lost lease the
 // earlier of Exit, its final Deadline and the moment Lost() was seen.
@@ -116,7 +138,13 @@ type Verdict struct {
 // A lost lease must have been signalled (Lost() closed) by its deadline
 // plus [LostSlack], or by then plus the time the worker itself could not
 // run; otherwise it is listed in LateLosses.
-func Check(holds []Hold) Verdict {
+func Check(in Input) Verdict {
+	v := checkHolds(in.Holds)
+	checkLatch(&v, in.Latch, in.DataLosses)
+	return v
+}
+
+func checkHolds(holds []Hold) Verdict {
 	var v Verdict
 	for i := range holds {
 		h := &holds[i]
@@ -245,4 +273,114 @@ func Check(holds []Hold) Verdict {
 		}
 	}
 	return v
+}
+
+// checkLatch checks the CountDownLatch calls, per latch (generation):
+//
+//   - Never open early: a latch reported at n (Count returned n, or Wait
+//     returned nil: n = 0) must have seen count − n distinct ids. An id may
+//     be stored from the moment its CountDownID call started, whether that
+//     call then returned nil or an error (at least once), so the sound bound
+//     is: count − n ≤ the number of distinct ids of that latch whose first
+//     count-down call started no later than the report returned. A
+//     repeated id counts once; ids of another generation not at all.
+//   - Never below zero nor above the count.
+//   - A count that was reported never goes up (docs/latch.md, read-repair):
+//     a report that started after another returned reads no more than it,
+//     and an open latch stays open. The docs promise this only while the
+//     nodes keep their state: a node that restarts empty may hold the only
+//     copy of some ids on a quorum, and the count can then go up by those.
+//     So a rise is excused when a data loss happened between the start of
+//     the earlier report and the return of the later one.
+//
+// Calls that returned an error report nothing (a Wait that timed out, a
+// Count without a quorum); a count-down that returned an error still counts
+// as possibly stored.
+func checkLatch(v *Verdict, calls []LatchCall, dataLosses []int64) {
+	byName := map[string][]int{}
+	var names []string
+	for i := range calls {
+		n := calls[i].Name
+		if _, ok := byName[n]; !ok {
+			names = append(names, n)
+		}
+		byName[n] = append(byName[n], i)
+	}
+	slices.Sort(names)
+	example := func(s string) {
+		v.Violations++
+		if len(v.ViolationExamples) < 5 {
+			v.ViolationExamples = append(v.ViolationExamples, s)
+		}
+	}
+	stamp := func(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000000") }
+	lossBetween := func(from, to int64) bool {
+		return slices.ContainsFunc(dataLosses, func(l int64) bool { return l >= from && l <= to })
+	}
+	for _, name := range names {
+		v.LatchGenerations++
+		first := map[string]int64{} // id -> start of its first count-down
+		var reports []*LatchCall
+		for _, i := range byName[name] {
+			c := &calls[i]
+			switch {
+			case c.Op == "countdown":
+				if s, ok := first[c.ID]; !ok || c.Start < s {
+					first[c.ID] = c.Start
+				}
+			case c.Err == "" && (c.Op == "wait" || c.Op == "count"):
+				reports = append(reports, c)
+			}
+		}
+		starts := make([]int64, 0, len(first))
+		for _, s := range first {
+			starts = append(starts, s)
+		}
+		slices.Sort(starts)
+		slices.SortStableFunc(reports, func(a, b *LatchCall) int { return cmpInt64(a.Start, b.Start) })
+		opened := false
+		for _, r := range reports {
+			opened = opened || r.Value == 0
+			if r.Value < 0 || r.Value > r.Count {
+				v.LatchEarly++
+				example(fmt.Sprintf("latch %s: w%d %s reported %d, outside 0..%d", name, r.Worker, r.Op, r.Value, r.Count))
+				continue
+			}
+			started, _ := slices.BinarySearch(starts, r.Return+1) // starts <= Return
+			if need := r.Count - r.Value; started < need {
+				what := fmt.Sprintf("count %d", r.Value)
+				if r.Op == "wait" || r.Value == 0 {
+					what = "open"
+				}
+				v.LatchEarly++
+				example(fmt.Sprintf("latch %s (count %d): w%d %s reported %s at %s with only %d distinct ids counted down by then",
+					name, r.Count, r.Worker, r.Op, what, stamp(r.Return), started))
+			}
+		}
+		if opened {
+			v.LatchOpened++
+		}
+		// A rise: b started after a returned and reads more, with no data
+		// loss in [a.Start, b.Return]. One per later report.
+		for _, b := range reports {
+			for _, a := range reports {
+				if a.Return < b.Start && b.Value > a.Value && a.Value >= 0 && !lossBetween(a.Start, b.Return) {
+					v.LatchRises++
+					example(fmt.Sprintf("latch %s: w%d %s read %d at %s after w%d %s had reported %d at %s",
+						name, b.Worker, b.Op, b.Value, stamp(b.Return), a.Worker, a.Op, a.Value, stamp(a.Return)))
+					break
+				}
+			}
+		}
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

@@ -100,7 +100,7 @@ func TestCheckHolds(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := Check(c.holds)
+			v := Check(Input{Holds: c.holds})
 			got := want{v.Violations, v.FenceRegressions, len(v.LateLosses), v.SemaphoreMaxHolders}
 			if got != c.want {
 				t.Fatalf("got %+v, want %+v\nviolations: %q\nregressions: %q\nlate: %q", got, c.want, v.ViolationExamples, v.RegressionExamples, v.LateLosses)
@@ -114,7 +114,7 @@ func TestCheckHolds(t *testing.T) {
 func TestCheckOrderDoesNotMatter(t *testing.T) {
 	holds := []Hold{lock(3, "a", 40, 50, 3), lock(1, "a", 0, 10, 1), lock(2, "a", 5, 15, 2), permit(1, 2, 0, 10), permit(2, 2, 1, 10), permit(3, 2, 2, 10)}
 	for range 2 {
-		v := Check(holds)
+		v := Check(Input{Holds: holds})
 		if v.Violations != 2 || v.FenceRegressions != 0 || v.SemaphoreMaxHolders != 3 {
 			t.Fatalf("got %+v", v)
 		}
@@ -125,12 +125,12 @@ func TestCheckOrderDoesNotMatter(t *testing.T) {
 func TestCheckCountsLosses(t *testing.T) {
 	stalled := lost(lock(1, "b", 0, 3000, 1), 1000, 1040)
 	stalled.WorkerStall = int64(50 * time.Millisecond)
-	v := Check([]Hold{
+	v := Check(Input{Holds: []Hold{
 		lost(lock(1, "a", 0, 3000, 1), 1000, 1005), // exactly at the slack
 		lost(lock(2, "a", 2000, 5000, 2), 3000, 3006),
 		stalled,
 		lock(1, "c", 0, 10, 1),
-	})
+	}})
 	if v.Losses != 3 || v.LossesSignalled != 1 || v.LossesLateStalled != 1 || len(v.LateLosses) != 1 {
 		t.Fatalf("got %+v", v)
 	}

@@ -29,6 +29,7 @@ type WorkerEnd struct {
 type collector struct {
 	mu      sync.Mutex
 	holds   []Hold
+	latch   []LatchCall
 	ends    map[int]WorkerEnd
 	readyCh chan int
 	garbage []string
@@ -54,6 +55,14 @@ func (c *collector) line(worker int, b []byte) {
 				r.Worker = worker
 				c.mu.Lock()
 				c.holds = append(c.holds, r)
+				c.mu.Unlock()
+			}
+		case "latch":
+			var l LatchCall
+			if err = json.Unmarshal(b, &l); err == nil {
+				l.Worker = worker
+				c.mu.Lock()
+				c.latch = append(c.latch, l)
 				c.mu.Unlock()
 			}
 		case "end":
@@ -92,10 +101,11 @@ func (c *collector) count() int {
 	return len(c.holds)
 }
 
-// records is what was collected: the critical sections, the workers' last
-// lines in worker order and the lines that did not parse.
+// records is what was collected: the critical sections, the latch calls,
+// the workers' last lines in worker order and the lines that did not parse.
 type records struct {
 	holds   []Hold
+	latch   []LatchCall
 	ends    []WorkerEnd
 	garbage []string
 }
@@ -103,7 +113,7 @@ type records struct {
 func (c *collector) snapshot() records {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := records{holds: slices.Clone(c.holds), garbage: slices.Clone(c.garbage)}
+	r := records{holds: slices.Clone(c.holds), latch: slices.Clone(c.latch), garbage: slices.Clone(c.garbage)}
 	for _, e := range c.ends {
 		r.ends = append(r.ends, e)
 	}

@@ -48,8 +48,9 @@ type Summary struct {
 	LossesSignalledAllowingStallPct float64  `json:"losses_signalled_allowing_stall_pct"`
 	LateLossExamples                []string `json:"late_loss_stalled_examples,omitempty"`
 	// LateLosses lists every loss signalled late with no such excuse.
-	LateLosses          []string `json:"late_losses,omitempty"`
-	SemaphoreMaxHolders int      `json:"semaphore_max_holders,omitempty"`
+	LateLosses          []string     `json:"late_losses,omitempty"`
+	SemaphoreMaxHolders int          `json:"semaphore_max_holders,omitempty"`
+	Latch               LatchSummary `json:"latch"`
 	// Starved lists primitives whose workers never got a critical section.
 	Starved             []string       `json:"starved,omitempty"`
 	Faults              map[string]int `json:"faults"`
@@ -64,6 +65,21 @@ type Summary struct {
 	Garbage             []string       `json:"unparsed_lines,omitempty"`
 	Interrupted         bool           `json:"interrupted"`
 	Pass                bool           `json:"pass"`
+}
+
+// LatchSummary is the CountDownLatch workload of a run.
+type LatchSummary struct {
+	Generations     int     `json:"generations"`         // latches (one per generation) with any call
+	Opened          int     `json:"opened"`              // observed open (a Wait returned nil or a Count 0)
+	Early           int     `json:"reported_early"`      // reports below what the count-downs allow
+	Rises           int     `json:"counts_went_up"`      // counts that went up after a report
+	CountDowns      int     `json:"countdowns"`          // CountDownID calls
+	CountDownErrors int     `json:"countdown_errors"`    // of which returned an error
+	CountDownP50    float64 `json:"countdown_p50_ms"`    // CountDownID latency
+	CountDownP99    float64 `json:"countdown_p99_ms"`    //
+	Waits           int     `json:"waits_returned_open"` // Wait calls that returned nil
+	Counts          int     `json:"counts_read"`         // Count calls that returned a value
+	CountErrors     int     `json:"count_errors"`        // Count calls that returned an error
 }
 
 // passed says whether the run passed: no safety violation, no fence
@@ -154,12 +170,35 @@ func summarize(cfg Config, rec records, faults []FaultEvent) *Summary {
 	slices.Sort(all)
 	s.AcquireP50Millis, s.AcquireP99Millis = percentile(all, 50), percentile(all, 99)
 
-	v := Check(holds)
+	v := Check(Input{Holds: holds, Latch: rec.latch})
 	s.Violations, s.ViolationExamples = v.Violations, v.ViolationExamples
 	s.FenceRegressions, s.RegressionExamples = v.FenceRegressions, v.RegressionExamples
 	s.Losses, s.LossesSignalled, s.LossesLateStalled = v.Losses, v.LossesSignalled, v.LossesLateStalled
 	s.LateLossExamples, s.LateLosses = v.LateLossExamples, v.LateLosses
 	s.SemaphoreMaxHolders = v.SemaphoreMaxHolders
+	s.Latch = LatchSummary{Generations: v.LatchGenerations, Opened: v.LatchOpened, Early: v.LatchEarly, Rises: v.LatchRises}
+	var cd []int64
+	for _, c := range rec.latch {
+		switch {
+		case c.Op == "countdown":
+			s.Latch.CountDowns++
+			cd = append(cd, c.Return-c.Start)
+			if c.Err != "" {
+				s.Latch.CountDownErrors++
+			}
+		case c.Op == "wait" && c.Err == "":
+			s.Latch.Waits++
+		case c.Op == "count" && c.Err == "":
+			s.Latch.Counts++
+		case c.Op == "count":
+			s.Latch.CountErrors++
+		}
+	}
+	slices.Sort(cd)
+	s.Latch.CountDownP50, s.Latch.CountDownP99 = percentile(cd, 50), percentile(cd, 99)
+	if s.Latch.Generations > 0 && s.Latch.Opened == 0 {
+		s.Starved = append(s.Starved, fmt.Sprintf("latch: %d generations, %d count-downs, none observed open", s.Latch.Generations, s.Latch.CountDowns))
+	}
 	s.LossesSignalledPct, s.LossesSignalledAllowingStallPct = 100, 100
 	if s.Losses > 0 {
 		s.LossesSignalledPct = 100 * float64(s.LossesSignalled) / float64(s.Losses)
@@ -206,6 +245,11 @@ func printTable(out io.Writer, s *Summary) {
 	}
 	if s.SemaphoreMaxHolders > 0 {
 		fmt.Fprintf(out, "semaphore max holders %d of %d permits\n", s.SemaphoreMaxHolders, semPermits)
+	}
+	if l := s.Latch; l.Generations > 0 {
+		fmt.Fprintf(out, "latch generations %d, opened %d; opened early %d, counts that went up %d\n", l.Generations, l.Opened, l.Early, l.Rises)
+		fmt.Fprintf(out, "  %d count-downs (%d errors), p50 %s p99 %s; %d waits returned open; %d counts read (%d errors)\n",
+			l.CountDowns, l.CountDownErrors, ms(l.CountDownP50), ms(l.CountDownP99), l.Waits, l.Counts, l.CountErrors)
 	}
 	for _, v := range s.Starved {
 		fmt.Fprintf(out, "STARVED %s\n", v)

@@ -24,7 +24,8 @@ import (
 func workerArgs(id int, addrs []string, cfg Config) []string {
 	return []string{"--id", strconv.Itoa(id),
 		"--nodes", strings.Join(addrs, ","), "--ttl", cfg.TTL.String(),
-		"--duration", cfg.Duration.String(), "--seed", strconv.FormatUint(cfg.Seed, 10)}
+		"--duration", cfg.Duration.String(), "--seed", strconv.FormatUint(cfg.Seed, 10),
+		"--procs", strconv.Itoa(cfg.Procs)}
 }
 
 // worker is one worker process: its loops share the output and the counts
@@ -125,6 +126,7 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ttl := fs.Duration("ttl", time.Second, "lease TTL")
 	duration := fs.Duration("duration", 10*time.Second, "run time")
 	seed := fs.Uint64("seed", 1, "seed")
+	procs := fs.Int("procs", 1, "worker processes of the run (the latch count is procs+1)")
 	if err := fs.Parse(args); err != nil {
 		return &UsageError{err}
 	}
@@ -136,6 +138,9 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(nodes) == 0 {
 		return &UsageError{errors.New("worker: no nodes")}
+	}
+	if *procs < 1 {
+		return &UsageError{errors.New("worker: --procs must be at least 1")}
 	}
 	w := &worker{id: *id, ttl: *ttl, out: stdout, acqErrs: map[string]int{}, attempts: map[string]int{}}
 
@@ -156,8 +161,9 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return c, err
 	}
-	// One Coordinator per primitive: lock, multilock, rwlock, fairlock, semaphore.
-	var cs [5]*coordinator.Coordinator
+	// One Coordinator per primitive: lock, multilock, rwlock, fairlock,
+	// semaphore, latch.
+	var cs [6]*coordinator.Coordinator
 	for i := range cs {
 		c, err := newCoord()
 		if err != nil {
@@ -204,6 +210,16 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for g := range 2 {
 		r := rng(uint64(50 + g))
 		wg.Go(func() { w.semLoop(runCtx, r, cs[4]) })
+	}
+	latchCount := *procs + 1
+	for k := range 3 {
+		r := rng(uint64(60 + k))
+		wg.Go(func() { w.latchCounter(runCtx, r, cs[5], latchCount, k) })
+	}
+	wg.Go(func() { w.latchWaiter(runCtx, cs[5], latchCount) })
+	{
+		r := rng(70)
+		wg.Go(func() { w.latchReader(runCtx, r, cs[5], latchCount) })
 	}
 	wg.Go(func() { w.lag.run(runCtx) })
 	wg.Wait()
