@@ -67,7 +67,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case "release":
 		err = release(ctx, args[1:], stdout, stderr)
 	case "torture":
-		err = torture(ctx, args[1:], stdout, stderr)
+		err = runTorture(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -1,0 +1,69 @@
+// Package torture is the `redlock torture` soak on real redis-server
+// processes.
+//
+// The parent ([Run]) starts Config.Nodes redis-server processes of its own
+// (appendonly, appendfsync always, so a kill -9 and restart keeps the data),
+// re-executes the binary Config.Procs times as worker processes
+// (`redlock torture --worker`, [RunWorker]) that compete through Lock,
+// MultiLock, RWLock, FairLock and Semaphore, and while they do it runs a
+// fault schedule, derived from the seed, on a minority of the nodes at a
+// time: SIGSTOP/SIGCONT for 0.5–2 s, kill -9 and a restart on the same port
+// after more than the TTL, and short pauses that act as injected delays.
+// Workers print every critical section as a JSON line on their stdout
+// (wall-clock enter and exit; all processes share the machine's clock); the
+// parent collects them and [Check] decides, from the records alone, whether
+// any safety property was broken.
+//
+// Files by role: config (this file), worker (the worker process and its
+// loops), nodes (the redis-servers), faults (the schedule), collector (the
+// workers' lines and processes), check (the pure safety checker), report
+// (summary and table), run (the parent).
+//
+// Everything is bounded: the run ends by itself, and the parent kills only
+// the processes it started, by PID, also on Ctrl-C.
+package torture
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Config is one run of the soak, as given on the command line.
+type Config struct {
+	Duration time.Duration // how long the workers run
+	Procs    int           // worker processes
+	Nodes    int           // redis-server nodes
+	TTL      time.Duration // lease TTL of every primitive
+	Seed     uint64        // seed of the fault schedule and of the workers' choices
+	JSON     bool          // print the summary as JSON on stdout (the table goes to stderr)
+}
+
+const (
+	// lockNames is how many Lock names the Lock and MultiLock workers share.
+	lockNames = 6
+	// multiSize is the size of each (overlapping) MultiLock set.
+	multiSize = 3
+	// semPermits is the permit count of the Semaphore workload.
+	semPermits = 2
+	// LostSlack is how late after its Deadline a Lost() channel may be
+	// observed closing and still count as signalled by the deadline.
+	LostSlack = 5 * time.Millisecond
+)
+
+var (
+	// ErrInterrupted is returned by [Run] when ctx ended before the run did
+	// (the summary printed is partial).
+	ErrInterrupted = errors.New("interrupted (the summary above is partial)")
+)
+
+// UsageError is a bad argument of the worker mode (exit code 2).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
