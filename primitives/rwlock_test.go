@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,44 +11,10 @@ import (
 	"github.com/redlock-go/redlock/testutil"
 )
 
-// rwCheck counts readers and writers inside and flags any conflict.
-type rwCheck struct {
-	mu               sync.Mutex
-	readers, writers int
-	maxReaders       int
-	conflicts        int
-	reads, writes    atomic.Int64
-}
-
-func (c *rwCheck) enter(write bool) func() {
-	c.mu.Lock()
-	if write {
-		c.writers++
-		c.writes.Add(1)
-	} else {
-		c.readers++
-		c.reads.Add(1)
-		c.maxReaders = max(c.maxReaders, c.readers)
-	}
-	if c.writers > 1 || (c.writers == 1 && c.readers > 0) {
-		c.conflicts++
-	}
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		if write {
-			c.writers--
-		} else {
-			c.readers--
-		}
-		c.mu.Unlock()
-	}
-}
-
 // runRW runs readers and writers for at least dur, and longer (up to 30 s)
 // until each side has done a few operations: on a loaded 2-core machine a
 // fixed window can end before a side got a turn, which is not starvation.
-func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duration, dur time.Duration, chk *rwCheck) {
+func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duration, dur time.Duration, chk *testutil.ReadWrite) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,7 +22,7 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 	wg.Go(func() {
 		start := time.Now()
 		for ctx.Err() == nil {
-			if time.Since(start) >= dur && chk.reads.Load() >= 5 && chk.writes.Load() >= 5 {
+			if reads, writes := chk.Counts(); time.Since(start) >= dur && reads >= 5 && writes >= 5 {
 				cancel()
 				return
 			}
@@ -84,7 +49,7 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 					}
 					return
 				}
-				exit := chk.enter(write)
+				exit := chk.Enter(write)
 				time.Sleep(hold)
 				exit()
 				lease.Release(context.Background())
@@ -96,16 +61,16 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 
 func TestRWLockMiniExclusionAndSharing(t *testing.T) {
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
-	var chk rwCheck
+	var chk testutil.ReadWrite
 	runRW(t, addrs, 4, 2, 5*time.Millisecond, 2*time.Second, &chk)
-	if chk.conflicts != 0 {
-		t.Fatalf("%d reader/writer conflicts", chk.conflicts)
+	if chk.Conflicts() != 0 {
+		t.Fatalf("%d reader/writer conflicts", chk.Conflicts())
 	}
-	if chk.maxReaders < 2 {
-		t.Errorf("readers never shared the lock (max %d)", chk.maxReaders)
+	if chk.MaxReaders() < 2 {
+		t.Errorf("readers never shared the lock (max %d)", chk.MaxReaders())
 	}
-	if chk.writes.Load() == 0 || chk.reads.Load() == 0 {
-		t.Errorf("starvation: %d reads, %d writes", chk.reads.Load(), chk.writes.Load())
+	if reads, writes := chk.Counts(); writes == 0 || reads == 0 {
+		t.Errorf("starvation: %d reads, %d writes", reads, writes)
 	}
 }
 
@@ -113,7 +78,7 @@ func TestRWLockRealPhaseFair(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
-	var chk rwCheck
+	var chk testutil.ReadWrite
 	// 8 readers + 2 writers × 20 ms holds, with a node paused mid-run.
 	done := make(chan struct{})
 	go func() {
@@ -125,13 +90,14 @@ func TestRWLockRealPhaseFair(t *testing.T) {
 	}()
 	runRW(t, addrs, 8, 2, 20*time.Millisecond, 4*time.Second, &chk)
 	<-done
-	if chk.conflicts != 0 {
-		t.Fatalf("%d reader/writer conflicts", chk.conflicts)
+	if chk.Conflicts() != 0 {
+		t.Fatalf("%d reader/writer conflicts", chk.Conflicts())
 	}
-	if chk.writes.Load() < 5 || chk.reads.Load() < 5 {
-		t.Fatalf("a side starved: %d reads, %d writes in 30s", chk.reads.Load(), chk.writes.Load())
+	if reads, writes := chk.Counts(); writes < 5 || reads < 5 {
+		t.Fatalf("a side starved: %d reads, %d writes in 30s", reads, writes)
 	}
-	t.Logf("reads %d writes %d max concurrent readers %d", chk.reads.Load(), chk.writes.Load(), chk.maxReaders)
+	reads, writes := chk.Counts()
+	t.Logf("reads %d writes %d max concurrent readers %d", reads, writes, chk.MaxReaders())
 }
 
 func TestRWLockWriterNotStarvedByReaders(t *testing.T) {

@@ -114,7 +114,7 @@ func TestSemaphoreMiniBasic(t *testing.T) {
 	releaseAll([]*primitives.Lease{held[0], held[2], again})
 	// S6: only the config hash (permits + per-slot fence counters) stays
 	// (Release returns at a quorum; the third node deletes right after)
-	eventually(time.Second, func() bool {
+	testutil.Eventually(time.Second, func() bool {
 		for _, m := range ms {
 			if len(m.Keys()) != 1 {
 				return false
