@@ -27,20 +27,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-// semEventually polls cond every 5ms until it holds or timeout passes.
-func semEventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func mustSem(t *testing.T, c *coordinator.Coordinator, name string, permits int, opts ...primitives.Option) *primitives.Semaphore {
 	t.Helper()
 	s, err := primitives.NewSemaphore(c, name, permits, opts...)
@@ -58,7 +44,7 @@ func fillSem(t *testing.T, s *primitives.Semaphore, n int) []*primitives.Lease {
 	for range n {
 		var l *primitives.Lease
 		var err error
-		semEventually(2*time.Second, func() bool {
+		testutil.Eventually(2*time.Second, func() bool {
 			l, err = s.TryAcquire(context.Background())
 			return err == nil
 		})
@@ -517,7 +503,7 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 	w := mustSem(t, cw, "deadwaiter", 1, primitives.WithTTL(ttl))
 	wdone := make(chan error, 1)
 	go func() { _, err := w.Acquire(ctx); wdone <- err }()
-	if !semEventually(5*time.Second, func() bool {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		n, _ := srv[0].Do("ZCARD", "redlock:{deadwaiter}:sq")
 		return n == "1"
 	}) {
