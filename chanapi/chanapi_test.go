@@ -30,6 +30,7 @@ func coord(t *testing.T, addrs []string) *coordinator.Coordinator {
 }
 
 func TestAcquirerLeaderElection(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	a1, err := chanapi.Lock(coord(t, addrs), "leader")
 	if err != nil {
@@ -114,6 +115,7 @@ func TestAcquirerCloseReleasesUnsentLease(t *testing.T) {
 }
 
 func TestAcquirerFatalWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	ms[0].Set("redlock:{taken}:lock", "a user's value")
 	a, err := chanapi.Lock(coord(t, testutil.MiniAddrs(ms)), "taken")

@@ -106,6 +106,7 @@ func flMiniQueue(t *testing.T, ms []*miniredis.Miniredis, name string) []int {
 func flMini(cfg *coordinator.Config) { cfg.NodeTimeout = time.Second }
 
 func TestFairLockMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	addrs := testutil.MiniAddrs(ms)
 	c1, c2, c3 := newCoord(t, addrs, flMini), newCoord(t, addrs, flMini), newCoord(t, addrs, flMini)
@@ -205,6 +206,7 @@ func TestFairLockMiniBasic(t *testing.T) {
 }
 
 func TestFairLockMiniReentrantOwner(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	addrs := testutil.MiniAddrs(ms)
 	ctx := context.Background()
@@ -247,6 +249,7 @@ func TestFairLockMiniReentrantOwner(t *testing.T) {
 }
 
 func TestFairLockMiniWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms), flMini)
 	ctx := context.Background()
@@ -281,6 +284,7 @@ func TestFairLockMiniWrongType(t *testing.T) {
 }
 
 func TestFairLockBadInput(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	c := newCoord(t, testutil.MiniAddrs(ms), flMini)
 	bad := []struct {

@@ -236,6 +236,7 @@ func TestLatchRealCallLaterThanMaxLateChangesNothing(t *testing.T) {
 // servers' TIME from those replies and gets through at once; one an hour
 // ahead never sets an expiry beyond the TTL.
 func TestLatchMiniClientClockSkew(t *testing.T) {
+	t.Parallel()
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
 		ms := testutil.StartMinis(t, 3)
 		for _, m := range ms {

@@ -46,6 +46,7 @@ func latchWait(l *primitives.CountDownLatch, d time.Duration) error {
 }
 
 func TestLatchMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -93,6 +94,7 @@ func TestLatchMiniBasic(t *testing.T) {
 }
 
 func TestLatchMiniCountDownIDOnce(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -126,6 +128,7 @@ func TestLatchMiniCountDownIDOnce(t *testing.T) {
 }
 
 func TestLatchMiniSecondCreatorDoesNotReset(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	ctx := context.Background()
 	l1 := mustLatch(t, newCoord(t, testutil.MiniAddrs(ms)), "shared", 4)
@@ -155,6 +158,7 @@ func TestLatchMiniSecondCreatorDoesNotReset(t *testing.T) {
 }
 
 func TestLatchMiniMissingNodeIsUnknownNotZero(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -230,6 +234,7 @@ func TestLatchMiniZeroAndCancel(t *testing.T) {
 }
 
 func TestLatchMiniWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	for _, m := range ms {
@@ -251,6 +256,7 @@ func TestLatchMiniWrongType(t *testing.T) {
 }
 
 func TestLatchMiniBadInput(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
 	cases := map[string]func() error{
 		"count -1":        func() error { _, err := primitives.NewCountDownLatch(c, "x", -1); return err },
@@ -271,6 +277,7 @@ func TestLatchMiniBadInput(t *testing.T) {
 }
 
 func TestLatchMiniWatcher(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 3)))
 	l := mustLatch(t, c, "watched", 2)
 	w, err := chanapi.Latch(l)

@@ -38,6 +38,7 @@ func newCoord(t *testing.T, addrs []string, mut ...func(*coordinator.Config)) *c
 }
 
 func TestLockMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -180,6 +181,7 @@ func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
 // A panic in Do's function comes back as an error, and the lock is free at
 // once (not after its TTL).
 func TestDoRecoversAPanicAndReleases(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms), func(cfg *coordinator.Config) { cfg.DefaultTTL = time.Minute })
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestMultiLockExcludesLockAndIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -123,6 +124,7 @@ func oppositeOrders(t *testing.T, nodes []string, names []string) {
 }
 
 func TestMultiLockBadInput(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
 	for name, names := range map[string][]string{"empty set": nil, "empty name": {"a", ""}, "brace": {"a{"}} {
 		if _, err := primitives.NewMultiLock(c, names); !errors.Is(err, primitives.ErrInvalidArgument) {

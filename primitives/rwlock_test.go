@@ -60,6 +60,7 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 }
 
 func TestRWLockMiniExclusionAndSharing(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	var chk testutil.ReadWrite
 	runRW(t, addrs, 4, 2, 5*time.Millisecond, 2*time.Second, &chk)
@@ -135,6 +136,7 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 }
 
 func TestRWLockCrashedReaderExpires(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "crash", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
 	reader, err := rw.Reader().TryAcquire(context.Background())
@@ -156,6 +158,7 @@ func TestRWLockCrashedReaderExpires(t *testing.T) {
 }
 
 func TestRWLockDowngrade(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	c := newCoord(t, addrs)
 	rw, _ := primitives.NewRWLock(c, "dg")
@@ -195,6 +198,7 @@ func TestRWLockDowngrade(t *testing.T) {
 }
 
 func TestRWLockBadInput(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
 	if _, err := primitives.NewRWLock(c, "x", primitives.WithOwner("o")); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Error(err)

@@ -63,6 +63,7 @@ func releaseAll(ls []*primitives.Lease) {
 }
 
 func TestSemaphoreMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -121,6 +122,7 @@ func TestSemaphoreMiniBasic(t *testing.T) {
 }
 
 func TestSemaphoreMiniFencePerSlotIncreases(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	s := mustSem(t, c, "fenced", 1)
@@ -139,6 +141,7 @@ func TestSemaphoreMiniFencePerSlotIncreases(t *testing.T) {
 }
 
 func TestSemaphoreMiniStaleAndDoubleRelease(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -179,6 +182,7 @@ func TestSemaphoreMiniStaleAndDoubleRelease(t *testing.T) {
 }
 
 func TestSemaphoreMiniPermitMismatchAndResize(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -214,6 +218,7 @@ func TestSemaphoreMiniPermitMismatchAndResize(t *testing.T) {
 }
 
 func TestSemaphoreMiniShrinkWaitsForRemovedSlots(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -261,6 +266,7 @@ func mustGet(m *miniredis.Miniredis, k string) string {
 }
 
 func TestSemaphoreMiniWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ms[0].Set("redlock:{wt}:sem", "a user's value")
@@ -284,6 +290,7 @@ func TestSemaphoreMiniWrongType(t *testing.T) {
 }
 
 func TestSemaphoreMiniBadInput(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
 	cases := map[string]func() error{
 		"permits 0":        func() error { _, err := primitives.NewSemaphore(c, "x", 0); return err },

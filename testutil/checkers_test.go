@@ -198,10 +198,9 @@ func TestLeaseSectionFlagsFenceAndLostUpdate(t *testing.T) {
 		c.Run(lease(5, "aaaaaaaaaa"), 0)
 		c.Run(lease(4, "bbbbbbbbbb"), 0) // stale fence
 		c.Run(lease(5, "cccccccccc"), 0) // a fence of another holder
-		var wg sync.WaitGroup
-		for _, l := range []*fakeLease{lease(6, "dddddddddd"), lease(7, "eeeeeeeeee")} {
-			wg.Go(func() { c.Run(l, time.Millisecond) }) // overlapping sections
-		}
+		var wg sync.WaitGroup            // overlapping sections: 7 enters while 6 is inside
+		wg.Go(func() { c.Run(lease(6, "dddddddddd"), time.Millisecond) })
+		wg.Go(func() { time.Sleep(time.Millisecond / 2); c.Run(lease(7, "eeeeeeeeee"), time.Millisecond) })
 		wg.Wait()
 		errs := strings.Join(report(&c), "\n")
 		for _, want := range []string{"S1 violated 1 times", "lost-update probe: counter 4 after 5", "rejected 1 writes, 1 duplicate"} {
