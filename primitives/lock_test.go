@@ -152,19 +152,15 @@ func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
 	// TryAcquire returns at a quorum: the third node may see the grant a
 	// moment later.
 	var sts []primitives.NodeState
-	waitHeld := time.Now().Add(2 * time.Second)
-	for sts = l.Status(ctx); time.Now().Before(waitHeld); sts = l.Status(ctx) {
-		held := 0
+	testutil.Eventually(5*time.Second, func() bool {
+		sts = l.Status(ctx)
 		for _, st := range sts {
-			if st.State == "held" {
-				held++
+			if st.State != "held" {
+				return false
 			}
 		}
-		if held == len(sts) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true
+	})
 	for _, st := range sts {
 		if st.Err != nil || st.State != "held" || st.Holder != lease.Token()[:8]+"…" || st.TTL <= 0 {
 			t.Fatalf("status %+v", st)

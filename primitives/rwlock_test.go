@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,6 +110,7 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	// A steady stream of overlapping readers: the lock is never free of readers.
+	var reads atomic.Int64
 	for range 4 {
 		rw, _ := primitives.NewRWLock(newCoord(t, addrs), "stream")
 		wg.Go(func() {
@@ -117,12 +119,15 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 				if err != nil {
 					return
 				}
+				reads.Add(1)
 				time.Sleep(30 * time.Millisecond)
 				l.Release(context.Background())
 			}
 		})
 	}
-	time.Sleep(200 * time.Millisecond)
+	if !testutil.Eventually(10*time.Second, func() bool { return reads.Load() >= 8 }) { // the stream flows
+		t.Fatalf("readers stuck: %d reads in 10s", reads.Load())
+	}
 	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "stream")
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
