@@ -59,10 +59,12 @@ func Campaign(l primitives.Locker) *Acquirer {
 	return a
 }
 
-// Acquired yields a lease each time one is acquired; it is unbuffered, so a
-// lease is acquired only when someone is about to receive it... and a lease
-// lost before it was received is not sent. After a received lease ends the
-// loop tries again. The lease belongs to the receiver, who releases it.
+// Acquired yields a lease each time one is acquired. The channel is
+// unbuffered: the loop acquires first, then holds the lease (renewed) until
+// someone receives it; a lease lost before it was received is not sent, and
+// Close releases one not yet received. After a received lease ends the loop
+// tries again, so a caller that wants to stop campaigning calls Close before
+// releasing its lease. The lease belongs to the receiver, who releases it.
 // Closed by the Acquirer's goroutine after Close or a fatal error.
 func (a *Acquirer) Acquired() <-chan *primitives.Lease { return a.acquired }
 

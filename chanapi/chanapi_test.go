@@ -30,6 +30,7 @@ func coord(t *testing.T, addrs []string) *coordinator.Coordinator {
 }
 
 func TestAcquirerLeaderElection(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	a1, err := chanapi.Lock(coord(t, addrs), "leader")
 	if err != nil {
@@ -91,19 +92,14 @@ func TestAcquirerCloseReleasesUnsentLease(t *testing.T) {
 	}
 	// Nobody receives: the loop holds the lease waiting to hand it over.
 	l, _ := primitives.NewLock(c, "unsent")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		lease, err := l.TryAcquire(context.Background())
-		if errors.Is(err, primitives.ErrNotAcquired) {
-			break
-		}
 		if err == nil { // we won the race with the acquirer: let it have it
 			lease.Release(context.Background())
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("acquirer never took the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return errors.Is(err, primitives.ErrNotAcquired)
+	}) {
+		t.Fatal("acquirer never took the lock")
 	}
 	a.Close()
 	lease, err := l.TryAcquire(context.Background())
@@ -114,6 +110,7 @@ func TestAcquirerCloseReleasesUnsentLease(t *testing.T) {
 }
 
 func TestAcquirerFatalWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	ms[0].Set("redlock:{taken}:lock", "a user's value")
 	a, err := chanapi.Lock(coord(t, testutil.MiniAddrs(ms)), "taken")

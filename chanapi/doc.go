@@ -1,5 +1,18 @@
-// Package chanapi is the channel surface over package primitives: an
-// Acquirer campaigns for a lock in its own goroutine and hands each lease
-// over on an unbuffered channel, so callers can select on acquisition next
-// to their other events (leader election, cron guards).
+// Package chanapi is the channel surface over package primitives, for code
+// that selects on acquisition next to its other events (leader election,
+// cron guards, a standby replica).
+//
+// An [Acquirer] campaigns for a primitive in its own goroutine: it
+// acquires, hands the lease over on the unbuffered [Acquirer.Acquired]
+// channel, waits until that lease ends (released or lost), then campaigns
+// again. [Lock], [FairLock], [MultiLock], [Reader], [Writer] and
+// [Semaphore] build one for a primitive by name; [Campaign] for any
+// primitives.Locker. The receiver of a lease owns it: it watches
+// Lease.Lost and releases it; to stop campaigning it calls
+// [Acquirer.Close] (which releases a lease acquired but not yet handed
+// over) before releasing its last lease. Retried errors are reported on
+// [Acquirer.Errors], the fatal one by [Acquirer.Err].
+//
+// A [LatchWatcher] ([Latch]) turns CountDownLatch.Wait into a channel,
+// Opened, that closes when the count reaches zero.
 package chanapi

@@ -4,51 +4,136 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
+	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redlock-go/redlock/chanapi"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
 )
 
-// Leader election: the worker that receives a lease leads until the lease's
-// Lost channel closes (or it releases it), then campaigns again.
-func ExampleLock() {
-	var addrs []string
-	for range 3 { // three in-process nodes; in production, Redis masters
-		m := miniredis.NewMiniRedis()
-		if err := m.Start(); err != nil {
-			fmt.Println(err)
-			return
-		}
-		defer m.Close()
-		addrs = append(addrs, m.Addr())
-	}
-	ctx := context.Background()
-	c, err := coordinator.New(ctx, coordinator.Config{Nodes: addrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+// exampleCoordinator starts three embedded nodes (miniredis; in production,
+// independent Redis masters) and a Coordinator on them; stop closes both.
+func exampleCoordinator() (c *coordinator.Coordinator, stop func()) {
+	addrs, stopNodes, err := testutil.Embedded(3)
 	if err != nil {
-		fmt.Println(err)
-		return
+		panic(err)
 	}
-	defer c.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err = coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quiet})
+	if err != nil {
+		stopNodes()
+		panic(err)
+	}
+	return c, func() { c.Close(); stopNodes() }
+}
 
-	a, err := chanapi.Lock(c, "leader")
+// Leader election: the process that receives a lease leads until the
+// lease's Lost channel closes (then it campaigns again) or until it is
+// asked to shut down (then it releases the lease at once, so that another
+// process takes over without waiting for the TTL).
+func ExampleLock() {
+	c, stop := exampleCoordinator()
+	defer stop()
+	shutdown := make(chan struct{})
+	lead := func(ctx context.Context) {
+		fmt.Println("leading")
+		close(shutdown) // in this example the process is asked to stop at once
+	}
+
+	campaign := func() error {
+		a, err := chanapi.Lock(c, "leader")
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		for {
+			select {
+			case lease := <-a.Acquired(): // we lead until the lease ends
+				lead(lease.Context())
+				select {
+				case <-lease.Lost(): // closed by Deadline, before anyone else can acquire
+					log.Print("leadership lost: ", lease.Err())
+				case <-shutdown:
+					lease.Release(context.Background())
+					return nil
+				}
+			case <-shutdown:
+				return nil
+			}
+		}
+	}
+	fmt.Println("stopped:", campaign())
+	// Output:
+	// leading
+	// stopped: <nil>
+}
+
+// Campaign works with any Locker; here two replicas of a service campaign
+// for one FairLock: the first is active, the second stands by. An Acquirer
+// keeps campaigning after the lease it handed over ends, so a replica that
+// retires closes its Acquirer first, then releases its lease: the standby
+// takes over at once.
+func ExampleCampaign() {
+	c, stop := exampleCoordinator()
+	defer stop()
+	ctx := context.Background()
+	active, err := primitives.NewFairLock(c, "ingest-active")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer a.Close()
-	lease := <-a.Acquired()
-	fmt.Println("leading with a valid lease:", lease.Valid())
+	first := chanapi.Campaign(active)
+	defer first.Close()
+	lease := <-first.Acquired()
+	fmt.Println("first replica active")
+
+	standby := chanapi.Campaign(active)
+	defer standby.Close()
 	select {
-	case <-lease.Lost():
-		fmt.Println("lost the lead")
-	default:
-		// ... lead; step down:
-		_ = lease.Release(ctx)
-		fmt.Println("stepped down")
+	case <-standby.Acquired():
+		fmt.Println("two active replicas!")
+	case <-time.After(100 * time.Millisecond):
+		fmt.Println("second replica stands by")
 	}
+
+	first.Close() // the first replica retires
+	_ = lease.Release(ctx)
+	next := <-standby.Acquired()
+	fmt.Println("second replica active:", next.Valid())
+	_ = next.Release(ctx)
 	// Output:
-	// leading with a valid lease: true
-	// stepped down
+	// first replica active
+	// second replica stands by
+	// second replica active: true
+}
+
+// Latch turns CountDownLatch.Wait into a channel: Opened closes when the
+// count reaches zero, so a service can select on it next to its shutdown.
+func ExampleLatch() {
+	c, stop := exampleCoordinator()
+	defer stop()
+	ctx := context.Background()
+	migrated, err := primitives.NewCountDownLatch(c, "migrations", 2)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	w, err := chanapi.Latch(migrated)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer w.Close()
+	_ = migrated.CountDownID(ctx, "schema")
+	_ = migrated.CountDownID(ctx, "data")
+	select {
+	case <-w.Opened():
+		fmt.Println("migrations done; serving")
+	case <-time.After(10 * time.Second):
+		fmt.Println("still migrating")
+	}
+	// Output: migrations done; serving
 }

@@ -32,6 +32,7 @@ func deadAddr(t *testing.T) string {
 }
 
 func TestConfigRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	good := testutil.MiniAddrs(testutil.StartMinis(t, 1))
 	tests := []struct {
 		name string
@@ -71,6 +72,7 @@ func TestConfigRejectsBadInput(t *testing.T) {
 }
 
 func TestPasswordNeverInErrors(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	dead := deadAddr(t)
@@ -91,6 +93,7 @@ func TestPasswordNeverInErrors(t *testing.T) {
 }
 
 func TestNewNeedsAQuorum(t *testing.T) {
+	t.Parallel()
 	ms := testutil.MiniAddrs(testutil.StartMinis(t, 1))
 	_, err := coordinator.New(context.Background(), coordinator.Config{
 		Nodes: []string{ms[0], deadAddr(t), deadAddr(t)}, StartTimeout: 500 * time.Millisecond, Logger: quiet,
@@ -105,6 +108,7 @@ func TestNewNeedsAQuorum(t *testing.T) {
 }
 
 func TestNewWithMinorityDown(t *testing.T) {
+	t.Parallel()
 	ms := testutil.MiniAddrs(testutil.StartMinis(t, 2))
 	c, err := coordinator.New(context.Background(), coordinator.Config{
 		Nodes: []string{ms[0], ms[1], deadAddr(t)}, StartTimeout: 2 * time.Second, Logger: quiet,
@@ -134,6 +138,7 @@ func TestNewWithMinorityDown(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	ms := testutil.MiniAddrs(testutil.StartMinis(t, 1))
 	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: ms, Logger: quiet})
 	if err != nil {
@@ -154,6 +159,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestValidateName(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"", strings.Repeat("x", 513), "a{b", "}"} {
 		if err := coordinator.ValidateName(bad); !errors.Is(err, coordinator.ErrInvalidArgument) {
 			t.Errorf("name %.20q: %v", bad, err)

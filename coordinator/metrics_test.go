@@ -23,19 +23,16 @@ func TestMetricsSeeNodes(t *testing.T) {
 	}
 	defer c.Close()
 	// New returns once a quorum answered; wait for the third node too.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		up := 0
+	allUp := func() bool {
 		for _, n := range c.Nodes() {
-			if n.Up {
-				up++
+			if !n.Up {
+				return false
 			}
 		}
-		if up == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes never all up: %+v", c.Nodes())
-		}
+		return true
+	}
+	if !testutil.Eventually(10*time.Second, allUp) {
+		t.Fatalf("nodes never all up: %+v", c.Nodes())
 	}
 	engine.Of(c).Instruments().RecordAcquire("lock", time.Now(), nil)
 	var rm metricdata.ResourceMetrics

@@ -148,7 +148,8 @@ type Options struct {
 // again before anything queued after it) and a cluster node's delayed resend
 // (the lane waits for it) — while unrelated resources pipeline in parallel
 // on the other lanes. The keeper is the only writer of the client and the
-// capabilities; the lanes read them.
+// capabilities; the lanes read them. The package doc ("Who owns what")
+// gives the owner of every field.
 type Actor struct {
 	opt   Options
 	lanes []*fifo

@@ -77,6 +77,7 @@ var classifyCases = []struct {
 }
 
 func TestClassifyErrorReplies(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	a := start(t, ms[0].Addr())
 	ready(t, a)
@@ -103,6 +104,7 @@ func TestClassifyErrorReplies(t *testing.T) {
 
 // A nil reply is an answer (a failed condition), not an error of any kind.
 func TestClassifyNilReply(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	a := start(t, ms[0].Addr())
 	ready(t, a)
@@ -122,6 +124,7 @@ func TestClassifyNilReply(t *testing.T) {
 // Errors below the protocol: no answer came, so the request may succeed
 // when sent again; an actor that was closed, or an unknown error, is not.
 func TestClassifyTransportErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		err  error

@@ -36,6 +36,7 @@ func woken(w *notify.Waiter) bool {
 }
 
 func TestWakeRules(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log subLog
 		r := notify.New(log.opts())
@@ -112,6 +113,7 @@ func TestSubscriptionRefcountAndLinger(t *testing.T) {
 }
 
 func TestReadyAfterConfirmations(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		opt := notify.Options{ReadyAfter: 2}
 		r := notify.New(opt)
@@ -144,6 +146,7 @@ func TestReadyAfterConfirmations(t *testing.T) {
 }
 
 func TestOverflowWakesEveryone(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := notify.New(notify.Options{})
 		defer r.Close()
@@ -166,6 +169,7 @@ func TestOverflowWakesEveryone(t *testing.T) {
 }
 
 func TestResetWakesHeads(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := notify.New(notify.Options{})
 		defer r.Close()
@@ -185,6 +189,7 @@ func TestResetWakesHeads(t *testing.T) {
 // order and once, to the waiters behind it; a named handoff and a wake of
 // everyone carry nothing to pass on.
 func TestPassCarriesARecheckOnce(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := notify.New(notify.Options{})
 		defer r.Close()

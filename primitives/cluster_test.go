@@ -452,7 +452,7 @@ func failover(ctx context.Context, t *testing.T, name string) failoverRun {
 
 func mustWait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !waitFor(d, cond) {
+	if !testutil.Eventually(d, cond) {
 		t.Fatalf("timed out after %v waiting for %s", d, what)
 	}
 }

@@ -1,5 +1,45 @@
-// Package primitives holds the algorithms: one file per primitive, each with
-// its Lua script (embedded), its per-node quorum rule, and the blocking API
-// Acquire/TryAcquire. Every held primitive is a *Lease that renews itself,
-// carries a fencing token and closes Lost() by its Deadline.
+// Package primitives holds redlock's distributed primitives, each held on a
+// quorum of the Coordinator's nodes (or on its one node):
+//
+//   - [Lock]: exclusive; a release hands it to the longest waiter; reentrant
+//     only with [WithOwner].
+//   - [FairLock]: exclusive, granted in enqueue order across processes.
+//   - [MultiLock]: several Lock names at once or none, with no deadlock
+//     whatever the order callers list them in.
+//   - [RWLock]: phase-fair readers–writer lock; [RWLock.Downgrade].
+//   - [Semaphore]: at most n holders at once.
+//   - [CountDownLatch]: opens once n distinct count-downs were made.
+//
+// # Using a primitive
+//
+// Create a [coordinator.Coordinator] once per process, then a primitive by
+// name (New… validates its arguments and does no I/O; bad input is an error
+// that wraps [ErrInvalidArgument]). Acquire blocks until the primitive is
+// held or ctx ends; TryAcquire makes one attempt and fails with an error
+// that Is [ErrNotAcquired] while another holder has it. [Do] wraps
+// Acquire, a function and Release.
+//
+// Every acquired primitive is a [*Lease]. A lease renews itself in the
+// background (see [WithAutoRenew], [WithHeartbeat], [WithMaxHold]) until it
+// is released or lost. If it is lost, its [Lease.Lost] channel closes and
+// [Lease.Context] is cancelled by [Lease.Deadline], which always falls
+// before the keys expire on the nodes: stop using the resource then. Its
+// [Lease.Fence] strictly increases from one holder of the resource to the
+// next: pass it to the storage the primitive protects, so that a holder
+// that was paused past its deadline cannot overwrite a newer holder's work.
+// Release ends the lease on every node; it is safe to call after ctx ended
+// and more than once.
+//
+// # Errors
+//
+// Errors are matched with errors.Is: [ErrNotAcquired] (held by someone
+// else), [ErrQuorumUnavailable] (fewer than a quorum of nodes answered),
+// [ErrLeaseLost] (the lease ended before the call), [ErrWrongType] (a key of
+// the primitive holds a value of another type), [ErrInvalidArgument],
+// [ErrClosed] (the Coordinator was closed); [*NotAcquiredError] and
+// [*NodeError] give the details per node.
+//
+// The design and the exact guarantees of each primitive are in the
+// repository's docs/ (lock.md, fairlock.md, multilock.md, rwlock.md,
+// semaphore.md, latch.md).
 package primitives

@@ -24,20 +24,6 @@ import (
 
 func flKey(name, suffix string) string { return "redlock:{" + name + "}:" + suffix }
 
-// eventually polls cond every 5ms until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // flQueue returns the queue members of name on every server, in order
 // (nil entries for errors).
 func flQueue(srv []*testutil.Server, name string) [][]string {
@@ -120,6 +106,7 @@ func flMiniQueue(t *testing.T, ms []*miniredis.Miniredis, name string) []int {
 func flMini(cfg *coordinator.Config) { cfg.NodeTimeout = time.Second }
 
 func TestFairLockMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	addrs := testutil.MiniAddrs(ms)
 	c1, c2, c3 := newCoord(t, addrs, flMini), newCoord(t, addrs, flMini), newCoord(t, addrs, flMini)
@@ -158,7 +145,7 @@ func TestFairLockMiniBasic(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	got := flAcquire(wctx, l2)
-	if !eventually(5*time.Second, func() bool { return slices.Equal(flMiniQueue(t, ms, name), []int{1, 1, 1}) }) {
+	if !testutil.Eventually(5*time.Second, func() bool { return slices.Equal(flMiniQueue(t, ms, name), []int{1, 1, 1}) }) {
 		t.Fatalf("waiter never enqueued: %v", flMiniQueue(t, ms, name))
 	}
 	if _, err := l3.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
@@ -186,7 +173,7 @@ func TestFairLockMiniBasic(t *testing.T) {
 	}
 	kept := func(k string) bool { return k == flKey(name, "ffence") || k == flKey(name, "fticket") }
 	// Release returns at a quorum; the third node deletes right after.
-	eventually(time.Second, func() bool {
+	testutil.Eventually(time.Second, func() bool {
 		for _, m := range ms {
 			for _, k := range m.Keys() {
 				if ours(k) && !kept(k) {
@@ -213,12 +200,13 @@ func TestFairLockMiniBasic(t *testing.T) {
 		st := l1.Status(ctx)
 		return len(st) == 3 && st[0].State == "free" && st[0].Waiters == 0
 	}
-	if !eventually(time.Second, free) {
+	if !testutil.Eventually(time.Second, free) {
 		t.Errorf("Status after release: %+v", l1.Status(ctx))
 	}
 }
 
 func TestFairLockMiniReentrantOwner(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	addrs := testutil.MiniAddrs(ms)
 	ctx := context.Background()
@@ -261,6 +249,7 @@ func TestFairLockMiniReentrantOwner(t *testing.T) {
 }
 
 func TestFairLockMiniWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms), flMini)
 	ctx := context.Background()
@@ -295,6 +284,7 @@ func TestFairLockMiniWrongType(t *testing.T) {
 }
 
 func TestFairLockBadInput(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	c := newCoord(t, testutil.MiniAddrs(ms), flMini)
 	bad := []struct {
@@ -429,7 +419,7 @@ func TestFairLockFIFO(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 					lease.Release(context.Background())
 				})
-				if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+1) }) {
+				if !testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+1) }) {
 					t.Fatalf("waiter %d not enqueued on every node: %v", i, flQueueLens(srv, name))
 				}
 				select {
@@ -451,7 +441,7 @@ func TestFairLockFIFO(t *testing.T) {
 			if !slices.Equal(order, []int{0, 1, 2, 3, 4}) {
 				t.Errorf("grant order %v, want enqueue order [0 1 2 3 4]", order)
 			}
-			if !eventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+			if !testutil.Eventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 				t.Errorf("queue not empty after every waiter released: %v", flQueueLens(srv, name))
 			}
 			for i, s := range srv {
@@ -503,7 +493,7 @@ func TestFairLockDeadHeadEvicted(t *testing.T) {
 	dctx, dcancel := context.WithCancel(ctx)
 	defer dcancel()
 	dres := flAcquire(dctx, dead)
-	if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
+	if !testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
 		t.Fatalf("dead-to-be waiter not enqueued: %v", flQueueLens(srv, name))
 	}
 
@@ -526,7 +516,7 @@ func TestFairLockDeadHeadEvicted(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			lease.Release(context.Background())
 		})
-		if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+2) }) {
+		if !testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), i+2) }) {
 			t.Fatalf("waiter %d not enqueued: %v", i, flQueueLens(srv, name))
 		}
 	}
@@ -580,7 +570,7 @@ func TestFairLockDeadHeadEvicted(t *testing.T) {
 		r.lease.Release(context.Background())
 		t.Errorf("the cut-off waiter acquired")
 	}
-	if !eventually(5*time.Second, func() bool {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		for _, s := range srv {
 			if n, _ := s.Do("EXISTS", flKey(name, "flock"), flKey(name, "fq"), flKey(name, "fqx")); n != "0" {
 				return false
@@ -615,7 +605,7 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 				storm := iter%2 == 1
 				ctx, cancel := context.WithCancel(context.Background())
 				res := flAcquire(ctx, w)
-				if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
+				if !testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) }) {
 					cancel()
 					<-res
 					t.Fatalf("iter %d: waiter not enqueued: %v", iter, flQueueLens(srv, name))
@@ -644,7 +634,7 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 				if !errors.Is(r.err, context.Canceled) {
 					t.Errorf("iter %d: Acquire after cancel = %v, want context.Canceled", iter, r.err)
 				}
-				if !eventually(time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+				if !testutil.Eventually(time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 					t.Errorf("iter %d (storm %v): queue entry left 1s after cancel: %v", iter, storm, flQueueLens(srv, name))
 				}
 				// and it stays gone (no stale attempt re-inserts it)
@@ -662,10 +652,10 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 			// without waiting for the head's entry to expire
 			hctx, hcancel := context.WithCancel(context.Background())
 			headRes := flAcquire(hctx, w)
-			eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) })
+			testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 1) })
 			next, _ := primitives.NewFairLock(newCoord(t, addrs, st.mut), name)
 			nres := flAcquire(context.Background(), next)
-			eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 2) })
+			testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 2) })
 			// release, then cancel the woken head before or after it acquires
 			h.Release(context.Background())
 			hcancel()
@@ -681,7 +671,7 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 			case <-time.After(next.WaiterTimeout() + 5*time.Second):
 				t.Fatal("next waiter not granted after the head left")
 			}
-			if !eventually(2*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+			if !testutil.Eventually(2*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 				t.Errorf("queue not empty: %v", flQueueLens(srv, name))
 			}
 		})
@@ -738,7 +728,7 @@ func TestFairLockContention(t *testing.T) {
 			if _, rej := fs.Counts(); rej != 0 {
 				t.Errorf("%d stale fences", rej)
 			}
-			if !eventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+			if !testutil.Eventually(3*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 				t.Errorf("queue not empty at the end: %v", flQueueLens(srv, name))
 			}
 		})
@@ -804,7 +794,7 @@ func TestFairLockMinorityPaused(t *testing.T) {
 	if _, rej := fs.Counts(); rej != 0 {
 		t.Errorf("%d stale fences", rej)
 	}
-	if !eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
+	if !testutil.Eventually(5*time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 		t.Errorf("queue not empty at the end: %v", flQueue(srv, name))
 	}
 }

@@ -165,7 +165,7 @@ func TestSemaphoreCancelLeavesNoPermit(t *testing.T) {
 	px[1].SetFault(testutil.Pass)
 	px[2].SetFault(testutil.Pass)
 	for i := range srv {
-		if !eventually(5*time.Second, func() bool {
+		if !testutil.Eventually(5*time.Second, func() bool {
 			return !slices.ContainsFunc(keysOf(t, srv[i], "cancel-parity"), func(k string) bool { return strings.Contains(k, ":s:") })
 		}) {
 			t.Fatalf("a permit slot left on node %d after the held requests ran: %v", i, keysOf(t, srv[i], "cancel-parity"))
@@ -238,7 +238,7 @@ func TestRWLockWritersQueueInOneOrder(t *testing.T) {
 	}
 	wwKey := coordinator.DefaultKeyPrefix + "{wfifo}:rw:ww"
 	var orders []string
-	if !eventually(5*time.Second, func() bool {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		orders = orders[:0]
 		for _, s := range srv {
 			o, _ := s.Do("ZRANGE", wwKey, "0", "-1")
@@ -318,7 +318,7 @@ func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
 		won <- l
 	}()
 	qKey := coordinator.DefaultKeyPrefix + "{stale-entry}:fq"
-	if !eventually(5*time.Second, func() bool {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		for _, s := range srv {
 			if n, _ := s.Do("ZCARD", qKey); n != "1" {
 				return false
@@ -396,7 +396,7 @@ func TestDowngradeFailureLeavesNoKey(t *testing.T) {
 	px[2].SetFault(testutil.Pass)
 	base := coordinator.DefaultKeyPrefix + "{dg-fail}:rw:"
 	for i, s := range srv {
-		if !eventually(3*time.Second, func() bool {
+		if !testutil.Eventually(3*time.Second, func() bool {
 			r, _ := s.Do("ZCARD", base+"r")
 			w, _ := s.Do("EXISTS", base+"w")
 			return r == "0" && w == "0"

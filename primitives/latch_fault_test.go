@@ -51,7 +51,7 @@ func countDownWhilePaused(t *testing.T, srv []*testutil.Server, late int, l *pri
 	time.Sleep(300*time.Millisecond - time.Since(paused))
 	srv[late].Resume()
 	ids := latchKeys(l.Name())[1]
-	if !semEventually(5*time.Second, func() bool {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		v, err := srv[late].Do("SISMEMBER", ids, id)
 		return err == nil && v == "1"
 	}) {
@@ -210,7 +210,7 @@ func TestLatchRealCallLaterThanMaxLateChangesNothing(t *testing.T) {
 	}
 	time.Sleep(primitives.LatchMaxLate + 500*time.Millisecond)
 	px.SetFault(testutil.Pass)
-	if !semEventually(5*time.Second, func() bool { return evalshaCalls(t, srv[2]) > calls }) {
+	if !testutil.Eventually(5*time.Second, func() bool { return evalshaCalls(t, srv[2]) > calls }) {
 		t.Fatal("the held count-down never ran on node 2: the fault was not reproduced")
 	}
 	keys := latchKeys(name)
@@ -236,6 +236,7 @@ func TestLatchRealCallLaterThanMaxLateChangesNothing(t *testing.T) {
 // servers' TIME from those replies and gets through at once; one an hour
 // ahead never sets an expiry beyond the TTL.
 func TestLatchMiniClientClockSkew(t *testing.T) {
+	t.Parallel()
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
 		ms := testutil.StartMinis(t, 3)
 		for _, m := range ms {
@@ -255,7 +256,7 @@ func TestLatchMiniClientClockSkew(t *testing.T) {
 		for i, m := range ms {
 			for _, k := range latchKeys("skew") {
 				// the urgent lane reaches the last node after the quorum
-				semEventually(time.Second, func() bool { return m.Exists(k) })
+				testutil.Eventually(time.Second, func() bool { return m.Exists(k) })
 				if ttl := m.TTL(k); ttl < primitives.LatchIdleTTL-time.Minute || ttl > primitives.LatchIdleTTL {
 					t.Errorf("servers %v ahead: node %d: %s TTL %v, want about %v", skew, i, k, ttl, primitives.LatchIdleTTL)
 				}

@@ -304,7 +304,7 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 	hb.Release(ctx)
 	for i, s := range srv {
 		// Release returns at a quorum; the third node deletes right after.
-		if !eventually(time.Second, func() bool { n, _ := s.Do("EXISTS", "redlock:{q}:q"); return n == "0" }) {
+		if !testutil.Eventually(time.Second, func() bool { n, _ := s.Do("EXISTS", "redlock:{q}:q"); return n == "0" }) {
 			t.Errorf("node %d: queue left after the last release", i)
 		}
 	}

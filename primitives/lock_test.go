@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +38,7 @@ func newCoord(t *testing.T, addrs []string, mut ...func(*coordinator.Config)) *c
 }
 
 func TestLockMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -72,7 +72,7 @@ func TestLockMiniBasic(t *testing.T) {
 	b.Release(ctx)
 	// Release returns at a quorum; the third node deletes right after.
 	for i, m := range ms {
-		if !eventually(time.Second, func() bool { return len(m.Keys()) == 1 }) { // only the fence counter stays
+		if !testutil.Eventually(time.Second, func() bool { return len(m.Keys()) == 1 }) { // only the fence counter stays
 			t.Errorf("node %d keys after release: %v", i, m.Keys())
 		}
 	}
@@ -81,8 +81,7 @@ func TestLockMiniBasic(t *testing.T) {
 func TestLockMiniContention(t *testing.T) {
 	ms := testutil.StartMinis(t, 3)
 	addrs := testutil.MiniAddrs(ms)
-	var inCS atomic.Bool
-	var total atomic.Int64
+	var cs testutil.CriticalSection
 	var wg sync.WaitGroup
 	for w := range 4 {
 		c := newCoord(t, addrs)
@@ -96,19 +95,16 @@ func TestLockMiniContention(t *testing.T) {
 					t.Errorf("worker %d: %v", w, err)
 					return
 				}
-				if !inCS.CompareAndSwap(false, true) {
-					t.Errorf("two holders")
-				}
+				exit := cs.Enter()
 				time.Sleep(time.Millisecond)
-				inCS.Store(false)
-				total.Add(1)
+				exit()
 				lease.Release(context.Background())
 			}
 		})
 	}
 	wg.Wait()
-	if total.Load() != 40 {
-		t.Fatalf("total %d", total.Load())
+	if cs.Violations() != 0 || cs.Entries() != 40 {
+		t.Fatalf("%d violations in %d critical sections, want 0 in 40", cs.Violations(), cs.Entries())
 	}
 }
 
@@ -117,8 +113,7 @@ func TestLockRealContention(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	for _, strat := range []coordinator.WaitStrategy{coordinator.WaitNotify, coordinator.WaitPolling} {
-		var inCS atomic.Bool
-		var total atomic.Int64
+		var cs testutil.CriticalSection
 		var wg sync.WaitGroup
 		for w := range 8 {
 			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })
@@ -132,19 +127,16 @@ func TestLockRealContention(t *testing.T) {
 						t.Errorf("worker %d: %v", w, err)
 						return
 					}
-					if !inCS.CompareAndSwap(false, true) {
-						t.Errorf("two holders")
-					}
+					exit := cs.Enter()
 					time.Sleep(time.Millisecond)
-					inCS.Store(false)
-					total.Add(1)
+					exit()
 					lease.Release(context.Background())
 				}
 			})
 		}
 		wg.Wait()
-		if total.Load() != 80 {
-			t.Fatalf("strategy %d: total %d", strat, total.Load())
+		if cs.Violations() != 0 || cs.Entries() != 80 {
+			t.Fatalf("strategy %d: %d violations in %d critical sections, want 0 in 80", strat, cs.Violations(), cs.Entries())
 		}
 	}
 }
@@ -160,19 +152,15 @@ func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
 	// TryAcquire returns at a quorum: the third node may see the grant a
 	// moment later.
 	var sts []primitives.NodeState
-	waitHeld := time.Now().Add(2 * time.Second)
-	for sts = l.Status(ctx); time.Now().Before(waitHeld); sts = l.Status(ctx) {
-		held := 0
+	testutil.Eventually(5*time.Second, func() bool {
+		sts = l.Status(ctx)
 		for _, st := range sts {
-			if st.State == "held" {
-				held++
+			if st.State != "held" {
+				return false
 			}
 		}
-		if held == len(sts) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true
+	})
 	for _, st := range sts {
 		if st.Err != nil || st.State != "held" || st.Holder != lease.Token()[:8]+"…" || st.TTL <= 0 {
 			t.Fatalf("status %+v", st)
@@ -189,6 +177,7 @@ func TestLockStatusShowsHolderPrefixOnly(t *testing.T) {
 // A panic in Do's function comes back as an error, and the lock is free at
 // once (not after its TTL).
 func TestDoRecoversAPanicAndReleases(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms), func(cfg *coordinator.Config) { cfg.DefaultTTL = time.Minute })
 	ctx := context.Background()

@@ -12,44 +12,10 @@ import (
 	"github.com/redlock-go/redlock/testutil"
 )
 
-// rwCheck counts readers and writers inside and flags any conflict.
-type rwCheck struct {
-	mu               sync.Mutex
-	readers, writers int
-	maxReaders       int
-	conflicts        int
-	reads, writes    atomic.Int64
-}
-
-func (c *rwCheck) enter(write bool) func() {
-	c.mu.Lock()
-	if write {
-		c.writers++
-		c.writes.Add(1)
-	} else {
-		c.readers++
-		c.reads.Add(1)
-		c.maxReaders = max(c.maxReaders, c.readers)
-	}
-	if c.writers > 1 || (c.writers == 1 && c.readers > 0) {
-		c.conflicts++
-	}
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		if write {
-			c.writers--
-		} else {
-			c.readers--
-		}
-		c.mu.Unlock()
-	}
-}
-
 // runRW runs readers and writers for at least dur, and longer (up to 30 s)
 // until each side has done a few operations: on a loaded 2-core machine a
 // fixed window can end before a side got a turn, which is not starvation.
-func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duration, dur time.Duration, chk *rwCheck) {
+func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duration, dur time.Duration, chk *testutil.ReadWrite) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,7 +23,7 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 	wg.Go(func() {
 		start := time.Now()
 		for ctx.Err() == nil {
-			if time.Since(start) >= dur && chk.reads.Load() >= 5 && chk.writes.Load() >= 5 {
+			if reads, writes := chk.Counts(); time.Since(start) >= dur && reads >= 5 && writes >= 5 {
 				cancel()
 				return
 			}
@@ -84,7 +50,7 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 					}
 					return
 				}
-				exit := chk.enter(write)
+				exit := chk.Enter(write)
 				time.Sleep(hold)
 				exit()
 				lease.Release(context.Background())
@@ -95,17 +61,18 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 }
 
 func TestRWLockMiniExclusionAndSharing(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
-	var chk rwCheck
+	var chk testutil.ReadWrite
 	runRW(t, addrs, 4, 2, 5*time.Millisecond, 2*time.Second, &chk)
-	if chk.conflicts != 0 {
-		t.Fatalf("%d reader/writer conflicts", chk.conflicts)
+	if chk.Conflicts() != 0 {
+		t.Fatalf("%d reader/writer conflicts", chk.Conflicts())
 	}
-	if chk.maxReaders < 2 {
-		t.Errorf("readers never shared the lock (max %d)", chk.maxReaders)
+	if chk.MaxReaders() < 2 {
+		t.Errorf("readers never shared the lock (max %d)", chk.MaxReaders())
 	}
-	if chk.writes.Load() == 0 || chk.reads.Load() == 0 {
-		t.Errorf("starvation: %d reads, %d writes", chk.reads.Load(), chk.writes.Load())
+	if reads, writes := chk.Counts(); writes == 0 || reads == 0 {
+		t.Errorf("starvation: %d reads, %d writes", reads, writes)
 	}
 }
 
@@ -113,7 +80,7 @@ func TestRWLockRealPhaseFair(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
-	var chk rwCheck
+	var chk testutil.ReadWrite
 	// 8 readers + 2 writers × 20 ms holds, with a node paused mid-run.
 	done := make(chan struct{})
 	go func() {
@@ -125,13 +92,14 @@ func TestRWLockRealPhaseFair(t *testing.T) {
 	}()
 	runRW(t, addrs, 8, 2, 20*time.Millisecond, 4*time.Second, &chk)
 	<-done
-	if chk.conflicts != 0 {
-		t.Fatalf("%d reader/writer conflicts", chk.conflicts)
+	if chk.Conflicts() != 0 {
+		t.Fatalf("%d reader/writer conflicts", chk.Conflicts())
 	}
-	if chk.writes.Load() < 5 || chk.reads.Load() < 5 {
-		t.Fatalf("a side starved: %d reads, %d writes in 30s", chk.reads.Load(), chk.writes.Load())
+	if reads, writes := chk.Counts(); writes < 5 || reads < 5 {
+		t.Fatalf("a side starved: %d reads, %d writes in 30s", reads, writes)
 	}
-	t.Logf("reads %d writes %d max concurrent readers %d", chk.reads.Load(), chk.writes.Load(), chk.maxReaders)
+	reads, writes := chk.Counts()
+	t.Logf("reads %d writes %d max concurrent readers %d", reads, writes, chk.MaxReaders())
 }
 
 func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
@@ -142,6 +110,7 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	// A steady stream of overlapping readers: the lock is never free of readers.
+	var reads atomic.Int64
 	for range 4 {
 		rw, _ := primitives.NewRWLock(newCoord(t, addrs), "stream")
 		wg.Go(func() {
@@ -150,12 +119,15 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 				if err != nil {
 					return
 				}
+				reads.Add(1)
 				time.Sleep(30 * time.Millisecond)
 				l.Release(context.Background())
 			}
 		})
 	}
-	time.Sleep(200 * time.Millisecond)
+	if !testutil.Eventually(10*time.Second, func() bool { return reads.Load() >= 8 }) { // the stream flows
+		t.Fatalf("readers stuck: %d reads in 10s", reads.Load())
+	}
 	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "stream")
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
@@ -169,6 +141,7 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 }
 
 func TestRWLockCrashedReaderExpires(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "crash", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
 	reader, err := rw.Reader().TryAcquire(context.Background())
@@ -190,6 +163,7 @@ func TestRWLockCrashedReaderExpires(t *testing.T) {
 }
 
 func TestRWLockDowngrade(t *testing.T) {
+	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
 	c := newCoord(t, addrs)
 	rw, _ := primitives.NewRWLock(c, "dg")
@@ -229,6 +203,7 @@ func TestRWLockDowngrade(t *testing.T) {
 }
 
 func TestRWLockBadInput(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
 	if _, err := primitives.NewRWLock(c, "x", primitives.WithOwner("o")); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Error(err)

@@ -27,20 +27,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-// semEventually polls cond every 5ms until it holds or timeout passes.
-func semEventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func mustSem(t *testing.T, c *coordinator.Coordinator, name string, permits int, opts ...primitives.Option) *primitives.Semaphore {
 	t.Helper()
 	s, err := primitives.NewSemaphore(c, name, permits, opts...)
@@ -58,7 +44,7 @@ func fillSem(t *testing.T, s *primitives.Semaphore, n int) []*primitives.Lease {
 	for range n {
 		var l *primitives.Lease
 		var err error
-		semEventually(2*time.Second, func() bool {
+		testutil.Eventually(2*time.Second, func() bool {
 			l, err = s.TryAcquire(context.Background())
 			return err == nil
 		})
@@ -77,6 +63,7 @@ func releaseAll(ls []*primitives.Lease) {
 }
 
 func TestSemaphoreMiniBasic(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -114,7 +101,7 @@ func TestSemaphoreMiniBasic(t *testing.T) {
 	releaseAll([]*primitives.Lease{held[0], held[2], again})
 	// S6: only the config hash (permits + per-slot fence counters) stays
 	// (Release returns at a quorum; the third node deletes right after)
-	eventually(time.Second, func() bool {
+	testutil.Eventually(time.Second, func() bool {
 		for _, m := range ms {
 			if len(m.Keys()) != 1 {
 				return false
@@ -135,6 +122,7 @@ func TestSemaphoreMiniBasic(t *testing.T) {
 }
 
 func TestSemaphoreMiniFencePerSlotIncreases(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	s := mustSem(t, c, "fenced", 1)
@@ -153,6 +141,7 @@ func TestSemaphoreMiniFencePerSlotIncreases(t *testing.T) {
 }
 
 func TestSemaphoreMiniStaleAndDoubleRelease(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -193,6 +182,7 @@ func TestSemaphoreMiniStaleAndDoubleRelease(t *testing.T) {
 }
 
 func TestSemaphoreMiniPermitMismatchAndResize(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -228,6 +218,7 @@ func TestSemaphoreMiniPermitMismatchAndResize(t *testing.T) {
 }
 
 func TestSemaphoreMiniShrinkWaitsForRemovedSlots(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 1)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ctx := context.Background()
@@ -275,6 +266,7 @@ func mustGet(m *miniredis.Miniredis, k string) string {
 }
 
 func TestSemaphoreMiniWrongType(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	c := newCoord(t, testutil.MiniAddrs(ms))
 	ms[0].Set("redlock:{wt}:sem", "a user's value")
@@ -298,6 +290,7 @@ func TestSemaphoreMiniWrongType(t *testing.T) {
 }
 
 func TestSemaphoreMiniBadInput(t *testing.T) {
+	t.Parallel()
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 1)))
 	cases := map[string]func() error{
 		"permits 0":        func() error { _, err := primitives.NewSemaphore(c, "x", 0); return err },
@@ -517,7 +510,7 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 	w := mustSem(t, cw, "deadwaiter", 1, primitives.WithTTL(ttl))
 	wdone := make(chan error, 1)
 	go func() { _, err := w.Acquire(ctx); wdone <- err }()
-	if !semEventually(5*time.Second, func() bool {
+	if !testutil.Eventually(5*time.Second, func() bool {
 		n, _ := srv[0].Do("ZCARD", "redlock:{deadwaiter}:sq")
 		return n == "1"
 	}) {

@@ -1,17 +1,31 @@
-// Package testutil starts real redis-server nodes and fault proxies for tests;
-// it is imported by tests only.
+// Package testutil gives redlock's tests, examples and benchmarks their
+// nodes, faults and safety checkers; it is imported by tests only.
 //
-// Three kinds of nodes are provided:
+// Nodes:
 //
 //   - [Server]: a real redis-server process on a free loopback port, which a
 //     test can kill -9, pause (SIGSTOP), resume and restart with or without
 //     its data. Admin commands go through [Server.Do], a tiny hand-written
 //     RESP2 client, so this package needs no Redis client library.
+//     [RequireRedis] skips a test without a redis-server (or fails it with
+//     REDLOCK_REQUIRE_REDIS=1); [ServerEnv] selects the binary.
+//   - [Cluster]: a real Redis Cluster of such servers, with replicas.
 //   - [Proxy]: an in-process TCP proxy in front of a node that injects
 //     per-connection faults (blackhole, dropped requests or replies, resets)
 //     and latency, with no privileges and deterministic behaviour.
-//   - miniredis nodes ([StartMinis]) for fast in-process tests.
+//   - miniredis nodes for fast in-process tests: [StartMinis] in a test,
+//     [Embedded] where there is no testing.TB (runnable examples).
 //
-// Every process and goroutine started here is stopped by a t.Cleanup, so
-// tests that use goleak stay clean.
+// Checkers (the properties of FAULTS.md), each safe for concurrent use
+// with a ready zero value: [CriticalSection] and [LeaseSection] (two
+// holders at once; the latter asks whether both leases were Valid, checks
+// fences and runs a lost-update probe, and Reports to a test),
+// [Concurrency] and [ReadWrite] (how many holders, of which kind),
+// [FencingStore] (stale or shared fencing tokens), [LostUpdate]; and
+// [Eventually], the bounded wait for state a request still in flight may
+// change.
+//
+// Every process and goroutine started in a test is stopped by a t.Cleanup,
+// so tests that use goleak stay clean ([LeakOptions] lists the goroutines
+// of dependencies to ignore).
 package testutil

@@ -28,3 +28,27 @@ func MiniAddrs(ms []*miniredis.Miniredis) []string {
 	}
 	return addrs
 }
+
+// Embedded starts n in-process miniredis nodes outside a test — for
+// runnable examples and demos — and returns their addresses and the
+// function that stops them all. On an error nothing is left running.
+//
+// In production the addresses are those of independent Redis masters.
+func Embedded(n int) (addrs []string, stop func(), err error) {
+	ms := make([]*miniredis.Miniredis, 0, n)
+	stop = func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	}
+	for range n {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		ms = append(ms, m)
+		addrs = append(addrs, m.Addr())
+	}
+	return addrs, stop, nil
+}

@@ -345,6 +345,7 @@ func TestProxyTargetDown(t *testing.T) {
 }
 
 func TestMinis(t *testing.T) {
+	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
 	addrs := testutil.MiniAddrs(ms)
 	if len(addrs) != 3 {

@@ -431,6 +431,7 @@ func TestSplitVoteRollsBackTheGrant(t *testing.T) {
 }
 
 func TestCancelledAttemptLeavesNothingWhenItReturns(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
 		w.nodes[1].set(func(f *fakeNode) { f.delay = 30 * time.Millisecond })
@@ -453,6 +454,7 @@ func TestCancelledAttemptLeavesNothingWhenItReturns(t *testing.T) {
 }
 
 func TestDuplicateRepliesCountOnce(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
 		// node 0 grants and answers twice, node 2 refuses 5 ms later, node
@@ -474,6 +476,7 @@ func TestDuplicateRepliesCountOnce(t *testing.T) {
 }
 
 func TestFullNodeFailsOnlyItself(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
 		w.nodes[2].set(func(f *fakeNode) { f.full = true })
@@ -495,6 +498,7 @@ func TestFullNodeFailsOnlyItself(t *testing.T) {
 }
 
 func TestFenceIsWrittenBackWhenFewerThanAQuorumHoldTheMax(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		// The last fence (9) is on a quorum (nodes 0 and 1); node 0 is
 		// silent, so the attempt decides on nodes 1 and 2 (9 and 5): 9 is
@@ -593,6 +597,7 @@ func TestReleaseReturnsAtQuorumAndStillReachesTheSlowNode(t *testing.T) {
 }
 
 func TestGatherEndsAtAWrongType(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
 		w.nodes[0].set(func(f *fakeNode) { f.delay = 10 * time.Millisecond })
@@ -647,6 +652,7 @@ func TestValidityIsCheckedAfterTheFenceRound(t *testing.T) {
 }
 
 func TestAnErrorAfterAWriteIsRolledBack(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
 		w.nodes[0].set(func(f *fakeNode) { f.errAfterWrite = true })
@@ -752,6 +758,7 @@ func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
 }
 
 func TestAMinorityOfBrokenNodesIsTreatedAsDown(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
 		oom := "OOM command not allowed when used memory > 'maxmemory'."

@@ -1,0 +1,122 @@
+package redlock_test
+
+// The Go snippets of README.md are quoted from the runnable examples
+// (example_test.go of each public package), so they compile and run: this
+// test fails when a snippet no longer appears in an example file.
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/redlock-go/redlock/testutil"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
+
+var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
+
+// snippets returns the ```go blocks of a Markdown text.
+func snippets(md string) []string {
+	var out []string
+	for _, m := range goBlock.FindAllStringSubmatch(md, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// lines splits src into lines with their indentation and trailing space
+// removed, so that a snippet quoted at another nesting depth still matches.
+func lines(src string) []string {
+	ls := strings.Split(strings.TrimRight(src, "\n"), "\n")
+	for i, l := range ls {
+		ls[i] = strings.TrimSpace(l)
+	}
+	return ls
+}
+
+// quoted reports whether every line of snippet appears, in order and
+// contiguous, in src (both compared without indentation).
+func quoted(snippet, src string) bool {
+	want, have := lines(snippet), lines(src)
+	for i := 0; i+len(want) <= len(have); i++ {
+		if equal(have[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+func equal(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+func TestReadmeSnippetsAreExamples(t *testing.T) {
+	t.Parallel()
+	md, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("*/example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var examples []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		examples = append(examples, string(b))
+	}
+	if len(examples) < 4 {
+		t.Fatalf("found %d example files (%v), want one per public package", len(examples), files)
+	}
+	snips := snippets(string(md))
+	if len(snips) < 3 {
+		t.Fatalf("found %d Go snippets in README.md, want at least 3: is the parser broken?", len(snips))
+	}
+	for _, s := range snips {
+		found := false
+		for _, e := range examples {
+			if quoted(s, e) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("README.md snippet not found in any */example_test.go (update the example and quote it):\n%s", s)
+		}
+	}
+}
+
+func TestQuoted(t *testing.T) {
+	t.Parallel()
+	src := "func ExampleX() {\n\tf := func() error {\n\t\tx, err := f()\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}\n\t\treturn use(x)\n\t}\n}\n"
+	for _, tc := range []struct {
+		snippet string
+		want    bool
+	}{
+		{"x, err := f()\nif err != nil {\n\treturn err\n}\n", true},
+		{"return use(x)\n", true},
+		{"x, err := f()\nreturn use(x)\n", false},               // not contiguous
+		{"x, err := g()\nif err != nil {\n", false},             // a changed line
+		{"if err != nil {\n\treturn err\n}\nreturn y\n", false}, // runs past the quote
+		{"return use(x)\n}\n}\nmore\n", false},                  // runs past the end
+	} {
+		if got := quoted(tc.snippet, src); got != tc.want {
+			t.Errorf("quoted(%q) = %v, want %v", tc.snippet, got, tc.want)
+		}
+	}
+	if n := len(snippets("text\n```go\na := 1\n```\n```sh\nls\n```\n```go\nb\n```\n")); n != 2 {
+		t.Errorf("snippets found %d Go blocks, want 2", n)
+	}
+}
