@@ -97,7 +97,7 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 			if err := lease.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			released := eventually(5*time.Second, func() bool { // the third node's release may be in flight
+			released := testutil.Eventually(5*time.Second, func() bool { // the third node's release may be in flight
 				for _, n := range count("evalsha", "eval") {
 					if n < 1 {
 						return false
