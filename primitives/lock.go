@@ -27,10 +27,19 @@ func init() {
 	scripts.Register("lock", lockLua)
 }
 
+// The fence counters' lifetime (docs/lock.md, "Fencing (S2)"): a counter
+// is kept fenceKeep after its last write, and never removed before its
+// node's clock reads (counter >> HLCShift) + fenceKeep; a counter started
+// fresh is at least (node TIME − fenceSkew) << HLCShift. fenceKeep >
+// fenceSkew makes a fresh counter exceed any expired one, so a counter the
+// hybrid clock has passed carries no information and can go. Variables
+// only so that tests can shorten them (export_test.go).
+var (
+	fenceKeep = time.Minute
+	fenceSkew = 10 * time.Second
+)
+
 const (
-	// FenceIdleTTL is how long a resource's fence counter survives without
-	// an acquisition; after that the next fence comes from the hybrid clock.
-	FenceIdleTTL = 7 * 24 * time.Hour
 	// queueEntryTTL is how long a waiter's queue entry outlives the
 	// waiter's longest sleep (its lock's TTL: it re-attempts at least that
 	// often, and every attempt refreshes the entry), so a crashed waiter
@@ -183,8 +192,8 @@ func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) no
 		enq = "1"
 	}
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(l.o.ttl + queueEntryTTL), ms(FenceIdleTTL), wid,
-			strconv.FormatInt(score, 10), fenceInit(l.c)}}
+		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(l.o.ttl + queueEntryTTL), ms(fenceKeep), wid,
+			strconv.FormatInt(score, 10), fenceInit(l.c), ms(fenceSkew)}}
 }
 
 // lockWaiter is one blocked Acquire: the Lock plus the waiter's queue score.
@@ -205,7 +214,7 @@ func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 
 func (l *Lock) fenceCall(f int64) nodeactor.Call {
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL), l.o.owner}}
+		Args: []string{"fence", strconv.FormatInt(f, 10), ms(fenceKeep), l.o.owner}}
 }
 
 func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
@@ -440,7 +449,7 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"force", ms(l.c.Settings().HandoffWindow), l.channel}}
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"force", ms(l.c.Settings().HandoffWindow), l.channel, ms(fenceKeep), ms(fenceSkew)}}
 	parse := func(rep nodeactor.Reply) ([]rueidis.RedisMessage, error) {
 		if rep.Err != nil {
 			return nil, rep.Err

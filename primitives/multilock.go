@@ -121,7 +121,7 @@ func (m *MultiLock) acquireCall(token, _ string, watch bool) nodeactor.Call {
 	if watch {
 		w = "1"
 	}
-	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), w, fenceInit(m.c), "0")
+	return m.call("acquire", token, ms(m.o.ttl), ms(fenceKeep), w, fenceInit(m.c), ms(fenceSkew), "0")
 }
 
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
@@ -131,7 +131,7 @@ func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
 }
 
 func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
-	return m.call("fence", "", strconv.FormatInt(f, 10), ms(FenceIdleTTL))
+	return m.call("fence", "", strconv.FormatInt(f, 10), ms(fenceKeep))
 }
 
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }

@@ -31,6 +31,14 @@ for i = 1, n do
   vals[i], fences[i] = v, f
 end
 
+-- fence counters: kept `keep` ms after their last write and never before
+-- (c >> 10) + keep on this node's clock; a fresh start is at least
+-- (TIME - skew) << 10 (see lock.lua and docs/lock.md, "Fencing (S2)")
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
+end
+
 local function channel(i) return ARGV[#ARGV - n + i] end
 
 -- free a name: reserve it for the longest live Lock waiter (overwriting the
@@ -57,9 +65,9 @@ local function free(i, window, self)
 end
 
 if op == 'acquire' then
-  -- ARGV: 3 ttl ms, 4 fence idle ms, 5 watch "1"/"0" (a blocked Acquire
-  -- asks releases of these names to wake it), 6 fence for missing counters,
-  -- 7 floor: the fence already chosen by the slot groups taken before this
+  -- ARGV: 3 ttl ms, 4 fence keep ms, 5 watch "1"/"0" (a blocked Acquire
+  -- asks releases of these names to wake it), 6 fence for missing counters
+  -- (the caller's hybrid clock), 7 fence skew ms, 8 floor: the fence already chosen by the slot groups taken before this
   -- one on a Redis Cluster node ("0" otherwise)
   for i = 1, n do
     local v = vals[i]
@@ -75,13 +83,14 @@ if op == 'acquire' then
   for i = 1, n do
     if fences[i] then present = present + 1; m = math.max(m, tonumber(fences[i])) end
   end
-  -- max + 1 over the names' counters; a missing counter is unknown, so with
-  -- some missing the caller's hybrid-clock value is a floor, and with none
-  -- present and no such value the node's answer is unknown (0)
+  -- max + 1 over the names' counters; a missing counter is unknown (or
+  -- expired, and then below (TIME - skew) << 10), so with some missing the
+  -- caller's hybrid-clock value and that bound are floors
   local f = 0
   if present > 0 then f = m + 1 end
-  if present < n then f = math.max(f, tonumber(ARGV[6]) or 0) end
-  f = math.max(f, tonumber(ARGV[7]) or 0)
+  if present < n then f = math.max(f, tonumber(ARGV[6]) or 0, (now - (tonumber(ARGV[7]) or 0)) * 1024) end
+  f = math.max(f, tonumber(ARGV[8]) or 0)
+  local fs, fttl = string.format('%.0f', f), fence_ttl(f, ARGV[4])
   for i = 1, n do
     local b = 5 * (i - 1)
     if vals[i] == mine then
@@ -91,7 +100,7 @@ if op == 'acquire' then
       redis.call('SET', KEYS[b + 1], mine, 'PX', ARGV[3])
     end
     if redis.call('ZREM', KEYS[b + 3], tok) == 1 then redis.call('HDEL', KEYS[b + 4], tok) end
-    if f > 0 then redis.call('SET', KEYS[b + 2], f, 'PX', ARGV[4]) end
+    redis.call('SET', KEYS[b + 2], fs, 'PX', fttl)
   end
   return {1, f, now, 0}
 
@@ -131,11 +140,11 @@ elseif op == 'renew' then
   return 1 + retaken
 
 elseif op == 'fence' then
-  -- ARGV: 3 fence, 4 idle ms
+  -- ARGV: 3 fence, 4 keep ms
   local f = tonumber(ARGV[3])
   for i = 1, n do
     if not fences[i] or tonumber(fences[i]) < f then
-      redis.call('SET', KEYS[5 * (i - 1) + 2], ARGV[3], 'PX', ARGV[4])
+      redis.call('SET', KEYS[5 * (i - 1) + 2], ARGV[3], 'PX', fence_ttl(f, ARGV[4]))
     end
   end
   return 1
