@@ -57,6 +57,7 @@ type Lock struct {
 	keys    []string
 	topic   string
 	channel string
+	meta    string // "~label~host~pid" (meta.go)
 
 	// contended records that the last Acquire had to wait: the next one
 	// queues at once (see waitLoopFrom) instead of first trying alone.
@@ -76,7 +77,8 @@ func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
+	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch",
+		meta: holderMeta(o.label)}, nil
 }
 
 func lockKeys(c *engine.Engine, name string) []string {
@@ -103,7 +105,8 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
-	token := newToken()
+	// The waiter id carries the holder metadata (meta.go) for a status.
+	token := newToken() + l.meta
 	// The waiter's queue score is the server TIME of its first refusal, the
 	// same value on every node: all nodes order their queues alike, so a
 	// release on every node reserves for the same waiter.
@@ -223,13 +226,20 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
-		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
+		Keys: []string{l.name}, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
 		Protocol: newLockProto(l, token, wid, fence),
 	})
 }
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
+
+func (l *Lock) attemptToken(wid string, enqueue bool) string {
+	if !enqueue {
+		wid = ""
+	}
+	return holdValue(l.meta, time.Now(), wid)
+}
 
 func (l *Lock) attempt(ctx context.Context, wid string, enqueue bool) attemptResult {
 	return attemptExclusive(ctx, l.c, l, wid, enqueue)
@@ -340,15 +350,42 @@ type NodeState struct {
 	Fence   string        // counter value, "" if missing
 	Waiters int64         // queued waiters on this node
 
+	// Lock (and the names of a MultiLock) only:
+	Info  HolderInfo   // the holder (held, owner) or the waiter a handoff reserved it for, as recorded with it
+	Queue []HolderInfo // the first MaxStatusWaiters queued waiters, longest waiting first (Since: when it queued)
+
 	value string // the raw key value (a capability: never exported)
 }
 
 // Status reads the lock's state on every node (one read-only script each).
 func (l *Lock) Status(ctx context.Context) []NodeState {
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status"}}
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status", strconv.Itoa(MaxStatusWaiters)}}
 	return readStatus(ctx, l.c, call, 4, func(arr []rueidis.RedisMessage, st *NodeState) {
 		st.Waiters, _ = arr[3].AsInt64()
 		st.describe("rl1:L:", "rl1:O:", "rl1:R:")
+		switch st.State {
+		case "held", "reserved":
+			st.Info = parseHolder(st.value[6:])
+		case "owner":
+			st.Info = HolderInfo{ID: st.Holder, raw: st.value}
+			if len(arr) > 5 {
+				if h, _ := arr[5].ToString(); h != "" {
+					info := parseHolder(h)
+					info.ID, info.raw = st.Holder, st.value
+					st.Info = info
+				}
+			}
+		}
+		if len(arr) > 4 {
+			q, _ := arr[4].ToArray()
+			for i := 0; i+1 < len(q); i += 2 {
+				id, _ := q[i].ToString()
+				score, _ := q[i+1].AsFloat64()
+				w := parseHolder(id)
+				w.Since = time.UnixMilli(int64(score))
+				st.Queue = append(st.Queue, w)
+			}
+		}
 	})
 }
 

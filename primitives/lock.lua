@@ -109,7 +109,7 @@ end
 -- back by keep - skew), so a counter the hybrid clock has passed can go.
 local function fence_ttl(c, keep)
   keep = tonumber(keep)
-  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
+  return math.max(keep, math.floor(c / 1024) + keep - now)
 end
 local function fence_floor(skew)
   return (now - (tonumber(skew or '0') or 0)) * 1024
@@ -146,8 +146,10 @@ if op == 'acquire' then
       redis.call('PEXPIRE', KEYS[2], fence_ttl(c, ARGV[7]))
       return c
     end
-    local init = math.max(tonumber(ARGV[10] or '0') or 0, fence_floor(ARGV[11]))
-    redis.call('SET', KEYS[2], string.format('%.0f', init), 'PX', fence_ttl(init, ARGV[7]))
+    local init, s = tonumber(ARGV[10] or '0') or 0, ARGV[10]
+    local floor = fence_floor(ARGV[11])
+    if init < floor then init, s = floor, string.format('%.0f', floor) end
+    redis.call('SET', KEYS[2], s, 'PX', fence_ttl(init, ARGV[7]))
     return init
   end
   -- A waiter (enqueue "1") takes its place in the queue whether this node
@@ -307,7 +309,17 @@ elseif op == 'force' then
   return {1, v, f}
 
 elseif op == 'status' then
-  -- read-only view for `redlock status`: {value, pttl, fence, waiters}
-  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3])}
+  -- read-only view for `redlock status`: {value, pttl, fence, waiters,
+  -- the first ARGV[2] waiters with their scores (queued since, server ms),
+  -- the latest hold (owner mode: its token carries the holder's metadata)}
+  local n = tonumber(ARGV[2] or '0') or 0
+  local q = {}
+  if n > 0 then q = redis.call('ZRANGE', KEYS[3], 0, n - 1, 'WITHSCORES') end
+  local h = ''
+  if v and string.sub(v, 1, 6) == 'rl1:O:' then
+    local top = redis.call('ZRANGE', KEYS[5], -1, -1)
+    if #top > 0 then h = top[1] end
+  end
+  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3]), q, h}
 end
 return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

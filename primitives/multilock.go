@@ -33,6 +33,7 @@ type MultiLock struct {
 	topics   []string
 	channels []string
 	groups   [][]int // indexes into names, one group per hash slot, in slot order
+	meta     string  // "~label~host~pid" (meta.go)
 }
 
 var _ Locker = (*MultiLock)(nil)
@@ -56,7 +57,7 @@ func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option
 	if len(set) > MaxMultiNames {
 		return nil, fmt.Errorf("%w: %d names exceed %d", ErrInvalidArgument, len(set), MaxMultiNames)
 	}
-	m := &MultiLock{c: c, names: set, o: o}
+	m := &MultiLock{c: c, names: set, o: o, meta: holderMeta(o.label)}
 	for _, name := range set {
 		if err := coordinator.ValidateName(name); err != nil {
 			return nil, err
@@ -136,9 +137,15 @@ func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
 
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
 
+// attemptToken: a MultiLock's values are Lock values, with the holder's
+// metadata (meta.go); it never queues.
+func (m *MultiLock) attemptToken(string, bool) string {
+	return holdValue(m.meta, time.Now(), "")
+}
+
 func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return m.c.NewHold(engine.HoldSpec{
-		Keys: slices.Clone(m.names), Token: token, Fence: fence, TTL: m.o.ttl, Start: start,
+		Keys: slices.Clone(m.names), Token: bareToken(token), Fence: fence, TTL: m.o.ttl, Start: start,
 		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold, Heartbeat: m.o.heartbeat,
 		Protocol: &multiProto{m: m, token: token},
 	})
