@@ -38,6 +38,13 @@ func perNode(x any, call nodeactor.Call) func(int) nodeactor.Call {
 	return func(int) nodeactor.Call { return call }
 }
 
+// tokener is implemented by primitives whose attempt tokens carry holder
+// metadata (Lock, MultiLock: see meta.go): attemptToken returns the value
+// an attempt writes; enqueue tells whether the attempt queues wid.
+type tokener interface {
+	attemptToken(wid string, enqueue bool) string
+}
+
 // claimer is implemented by primitives whose waiters queue on the nodes and
 // must drop their entries as soon as they win (FairLock): after a won
 // quorum, claimCall is sent to every node. (Lock drops its entry with the
@@ -64,7 +71,12 @@ func fenceInit(c *engine.Engine) string {
 // so a rollback of an earlier attempt that reaches a node late can never
 // delete a later attempt's grant.
 func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue bool) attemptResult {
-	token := newToken()
+	token := ""
+	if tk, ok := x.(tokener); ok {
+		token = tk.attemptToken(wid, enqueue)
+	} else {
+		token = newToken()
+	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
 		Acquire:  perNode(x, x.acquireCall(token, wid, enqueue)),
 		Rollback: perNode(x, x.rollbackCall(token, wid)),

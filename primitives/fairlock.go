@@ -189,7 +189,7 @@ func (w *fairWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 	}
 	return nodeactor.Call{Script: fairScript, Keys: f.keys,
 		Args: []string{"acquire", token, ms(f.o.ttl), f.o.owner, wid, ticket,
-			ms(f.wt), ms(f.ticketTTL()), ms(FenceIdleTTL), f.channel}}
+			ms(f.wt), ms(f.ticketTTL()), ms(fenceKeep), f.channel}}
 }
 
 func (w *fairWaiter) rollbackCall(token, _ string) nodeactor.Call {
@@ -201,7 +201,7 @@ func (w *fairWaiter) rollbackCall(token, _ string) nodeactor.Call {
 func (w *fairWaiter) fenceCall(fence int64) nodeactor.Call {
 	f := w.f
 	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"fence", strconv.FormatInt(fence, 10), ms(FenceIdleTTL), f.o.owner}}
+		Args: []string{"fence", strconv.FormatInt(fence, 10), ms(fenceKeep), f.o.owner}}
 }
 
 func (w *fairWaiter) leaseTTL() time.Duration { return w.f.o.ttl }

@@ -18,10 +18,19 @@ import (
 
 var lockScript = nodeactor.NewScript("lock", scripts.Lock)
 
+// The fence counters' lifetime (docs/lock.md, "Fencing (S2)"): a counter
+// is kept fenceKeep after its last write, and never removed before its
+// node's clock reads (counter >> HLCShift) + fenceKeep; a counter started
+// fresh is at least (node TIME − fenceSkew) << HLCShift. fenceKeep >
+// fenceSkew makes a fresh counter exceed any expired one, so a counter the
+// hybrid clock has passed carries no information and can go. Variables
+// only so that tests can shorten them (export_test.go).
+var (
+	fenceKeep = time.Minute
+	fenceSkew = 10 * time.Second
+)
+
 const (
-	// FenceIdleTTL is how long a resource's fence counter survives without
-	// an acquisition; after that the next fence comes from the hybrid clock.
-	FenceIdleTTL = 7 * 24 * time.Hour
 	// queueEntryTTL is how long a waiter's queue entry outlives the
 	// waiter's longest sleep (its lock's TTL: it re-attempts at least that
 	// often, and every attempt refreshes the entry), so a crashed waiter
@@ -39,6 +48,7 @@ type Lock struct {
 	keys    []string
 	topic   string
 	channel string
+	meta    string // "~label~host~pid" (meta.go)
 
 	// contended records that the last Acquire had to wait: the next one
 	// queues at once (see waitLoopFrom) instead of first trying alone.
@@ -58,7 +68,8 @@ func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
+	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch",
+		meta: holderMeta(o.label)}, nil
 }
 
 func lockKeys(c *engine.Engine, name string) []string {
@@ -84,7 +95,8 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
-	token := newToken()
+	// The waiter id carries the holder metadata (meta.go) for a status.
+	token := newToken() + l.meta
 	// The waiter's queue score is the server TIME of its first refusal, the
 	// same value on every node: all nodes order their queues alike, so a
 	// release on every node reserves for the same waiter.
@@ -173,8 +185,8 @@ func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) no
 		enq = "1"
 	}
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(l.o.ttl + queueEntryTTL), ms(FenceIdleTTL), wid,
-			strconv.FormatInt(score, 10), fenceInit(l.c)}}
+		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(l.o.ttl + queueEntryTTL), ms(fenceKeep), wid,
+			strconv.FormatInt(score, 10), fenceInit(l.c), ms(fenceSkew)}}
 }
 
 // lockWaiter is one blocked Acquire: the Lock plus the waiter's queue score.
@@ -195,7 +207,7 @@ func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 
 func (l *Lock) fenceCall(f int64) nodeactor.Call {
 	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL), l.o.owner}}
+		Args: []string{"fence", strconv.FormatInt(f, 10), ms(fenceKeep), l.o.owner}}
 }
 
 func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
@@ -204,13 +216,20 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
-		Keys: []string{l.name}, Token: token, Fence: fence, TTL: l.o.ttl, Start: start,
+		Keys: []string{l.name}, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
 		Protocol: newLockProto(l, token, wid, fence),
 	})
 }
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
+
+func (l *Lock) attemptToken(wid string, enqueue bool) string {
+	if !enqueue {
+		wid = ""
+	}
+	return holdValue(l.meta, time.Now(), wid)
+}
 
 func (l *Lock) attempt(ctx context.Context, wid string, enqueue bool) attemptResult {
 	return attemptExclusive(ctx, l.c, l, wid, enqueue)
@@ -321,15 +340,42 @@ type NodeState struct {
 	Fence   string        // counter value, "" if missing
 	Waiters int64         // queued waiters on this node
 
+	// Lock (and the names of a MultiLock) only:
+	Info  HolderInfo   // the holder (held, owner) or the waiter a handoff reserved it for, as recorded with it
+	Queue []HolderInfo // the first MaxStatusWaiters queued waiters, longest waiting first (Since: when it queued)
+
 	value string // the raw key value (a capability: never exported)
 }
 
 // Status reads the lock's state on every node (one read-only script each).
 func (l *Lock) Status(ctx context.Context) []NodeState {
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status"}}
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status", strconv.Itoa(MaxStatusWaiters)}}
 	return readStatus(ctx, l.c, call, 4, func(arr []rueidis.RedisMessage, st *NodeState) {
 		st.Waiters, _ = arr[3].AsInt64()
 		st.describe("rl1:L:", "rl1:O:", "rl1:R:")
+		switch st.State {
+		case "held", "reserved":
+			st.Info = parseHolder(st.value[6:])
+		case "owner":
+			st.Info = HolderInfo{ID: st.Holder, raw: st.value}
+			if len(arr) > 5 {
+				if h, _ := arr[5].ToString(); h != "" {
+					info := parseHolder(h)
+					info.ID, info.raw = st.Holder, st.value
+					st.Info = info
+				}
+			}
+		}
+		if len(arr) > 4 {
+			q, _ := arr[4].ToArray()
+			for i := 0; i+1 < len(q); i += 2 {
+				id, _ := q[i].ToString()
+				score, _ := q[i+1].AsFloat64()
+				w := parseHolder(id)
+				w.Since = time.UnixMilli(int64(score))
+				st.Queue = append(st.Queue, w)
+			}
+		}
 	})
 }
 
@@ -430,7 +476,7 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"force", ms(l.c.Settings().HandoffWindow), l.channel}}
+	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"force", ms(l.c.Settings().HandoffWindow), l.channel, ms(fenceKeep), ms(fenceSkew)}}
 	parse := func(rep nodeactor.Reply) ([]rueidis.RedisMessage, error) {
 		if rep.Err != nil {
 			return nil, rep.Err

@@ -30,6 +30,7 @@ type MultiLock struct {
 	topics   []string
 	channels []string
 	groups   [][]int // indexes into names, one group per hash slot, in slot order
+	meta     string  // "~label~host~pid" (meta.go)
 }
 
 var _ Locker = (*MultiLock)(nil)
@@ -53,7 +54,7 @@ func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option
 	if len(set) > MaxMultiNames {
 		return nil, fmt.Errorf("%w: %d names exceed %d", ErrInvalidArgument, len(set), MaxMultiNames)
 	}
-	m := &MultiLock{c: c, names: set, o: o}
+	m := &MultiLock{c: c, names: set, o: o, meta: holderMeta(o.label)}
 	for _, name := range set {
 		if err := coordinator.ValidateName(name); err != nil {
 			return nil, err
@@ -107,7 +108,7 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
-	token := newToken()
+	token := newToken() + m.meta // the waiter id carries the metadata too (meta.go)
 	w := &multiWaiter{MultiLock: m, wid: token}
 	return waitLoop(ctx, m.c, waitSpec{topics: m.topics, token: token, recheckMax: m.o.ttl,
 		try: func(enqueue bool) attemptResult {
@@ -152,8 +153,8 @@ func (m *MultiLock) acquireCall(token, wid string, enqueue bool) nodeactor.Call 
 // every name (score 0: the node's TIME). The floor (the last argument) is
 // "0" here; a Redis Cluster node's program sets it per slot group.
 func (m *MultiLock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
-	return m.call("acquire", token, ms(m.o.ttl), ms(FenceIdleTTL), flag(enqueue), fenceInit(m.c),
-		wid, strconv.FormatInt(score, 10), ms(m.o.ttl+queueEntryTTL), "0")
+	return m.call("acquire", token, ms(m.o.ttl), ms(fenceKeep), flag(enqueue), fenceInit(m.c),
+		wid, strconv.FormatInt(score, 10), ms(m.o.ttl+queueEntryTTL), ms(fenceSkew), "0")
 }
 
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
@@ -163,10 +164,19 @@ func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
 }
 
 func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
-	return m.call("fence", "", strconv.FormatInt(f, 10), ms(FenceIdleTTL))
+	return m.call("fence", "", strconv.FormatInt(f, 10), ms(fenceKeep))
 }
 
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
+
+// attemptToken: a MultiLock's values are Lock values, with the holder's
+// metadata (meta.go) and, for a queued attempt, its waiter id.
+func (m *MultiLock) attemptToken(wid string, enqueue bool) string {
+	if !enqueue {
+		wid = ""
+	}
+	return holdValue(m.meta, time.Now(), wid)
+}
 
 func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return m.newHoldWid(token, "", fence, start)
@@ -174,7 +184,7 @@ func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engin
 
 func (m *MultiLock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return m.c.NewHold(engine.HoldSpec{
-		Keys: slices.Clone(m.names), Token: token, Fence: fence, TTL: m.o.ttl, Start: start,
+		Keys: slices.Clone(m.names), Token: bareToken(token), Fence: fence, TTL: m.o.ttl, Start: start,
 		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold, Heartbeat: m.o.heartbeat,
 		Protocol: &multiProto{m: m, token: token, wid: wid},
 	})

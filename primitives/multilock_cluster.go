@@ -84,7 +84,7 @@ func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 			}
 			// A failed raise answers its error; the caller treats the node
 			// as failed and rolls it back (every group is ours).
-			f := []string{"fence", "", strconv.FormatInt(x.fence, 10), ms(FenceIdleTTL)}
+			f := []string{"fence", "", strconv.FormatInt(x.fence, 10), ms(fenceKeep)}
 			return m.seq(low, func(int) []string { return f }, r, failed)
 		}
 		return c

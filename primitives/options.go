@@ -18,6 +18,7 @@ type options struct {
 	heartbeat time.Duration
 	owner     string
 	ownerSet  bool
+	label     string // Lock, MultiLock: the holder's label (WithLabel)
 
 	waiterTimeout time.Duration // FairLock only
 	resize        bool          // Semaphore only
@@ -129,6 +130,8 @@ func kindOptions(c *engine.Engine, opts []Option, k kind) (options, error) {
 	switch {
 	case o.ownerSet && k != kindLock && k != kindFairLock:
 		return o, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
+	case o.label != "" && k != kindLock && k != kindMultiLock:
+		return o, fmt.Errorf("%w: WithLabel is only supported by Lock and MultiLock", ErrInvalidArgument)
 	case o.waiterTimeout != 0 && k != kindFairLock:
 		return o, fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
 	case o.resize && k != kindSemaphore:

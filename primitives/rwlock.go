@@ -180,7 +180,7 @@ func (s *rwSide) acquireCallScore(token, wid string, enqueue bool, score int64) 
 	if s.write {
 		op = "wacquire"
 	}
-	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(FenceIdleTTL), strconv.FormatInt(score, 10))
+	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(fenceKeep), strconv.FormatInt(score, 10))
 }
 
 // rollbackCall undoes one attempt's grant; a queued writer keeps its entry
@@ -216,7 +216,7 @@ func (w *rwWaiter) newHold(token string, fence uint64, start time.Time) (*engine
 }
 
 func (s *rwSide) fenceCall(f int64) nodeactor.Call {
-	return s.rw.call("fence", strconv.FormatInt(f, 10), ms(FenceIdleTTL))
+	return s.rw.call("fence", strconv.FormatInt(f, 10), ms(fenceKeep))
 }
 
 func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }

@@ -424,7 +424,7 @@ func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	}
 	entryTTL := max(2*s.o.ttl, 2*time.Second)
 	return s.call("acquire", token, strconv.Itoa(x.slot), strconv.Itoa(s.permits), resize,
-		ms(s.o.ttl), ms(FenceIdleTTL), strconv.Itoa(rand.IntN(s.permits)), strconv.Itoa(semMaxFree),
+		ms(s.o.ttl), ms(max(fenceKeep, s.o.ttl)), strconv.Itoa(rand.IntN(s.permits)), strconv.Itoa(semMaxFree),
 		wid, enq, ms(entryTTL), strconv.FormatInt(x.score, 10), ms(s.c.Settings().HandoffWindow), s.channel)
 }
 
@@ -433,7 +433,7 @@ func (x semSlot) rollbackCall(token, _ string) nodeactor.Call {
 }
 
 func (x semSlot) fenceCall(f int64) nodeactor.Call {
-	return x.s.call("fence", strconv.Itoa(x.slot), strconv.FormatInt(f, 10), ms(FenceIdleTTL), strconv.Itoa(x.s.permits))
+	return x.s.call("fence", strconv.Itoa(x.slot), strconv.FormatInt(f, 10), ms(fenceKeep), strconv.Itoa(x.s.permits))
 }
 
 func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
@@ -455,7 +455,7 @@ type semProto struct {
 
 func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
 	s := p.x.s
-	return s.call("renew", p.token, strconv.Itoa(p.x.slot), ms(ttl), ms(FenceIdleTTL), strconv.Itoa(s.permits), flag(retake))
+	return s.call("renew", p.token, strconv.Itoa(p.x.slot), ms(ttl), ms(max(fenceKeep, ttl)), strconv.Itoa(s.permits), flag(retake))
 }
 
 func (p *semProto) ReleaseCall(int) nodeactor.Call {

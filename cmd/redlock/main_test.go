@@ -310,3 +310,76 @@ func TestCLIReleaseForce(t *testing.T) {
 		t.Fatalf("second force: exit %d out %q", code, out)
 	}
 }
+
+// `redlock status NAME` prints the holder's label, host, pid and
+// acquisition time per node, a quorum line and the waiters in queue order
+// (real servers); no whole token, in text or JSON.
+func TestCLIStatusShowsHolderAndWaiters(t *testing.T) {
+	testutil.RequireRedis(t)
+	addrs := testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{}))
+	nodes := strings.Join(addrs, ",")
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, _ := primitives.NewLock(c, "job", primitives.WithLabel("worker-7"))
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	done := make(chan struct{}, 2)
+	for i := range 2 {
+		w, _ := primitives.NewLock(c, "job", primitives.WithLabel(fmt.Sprintf("waiter-%d", i+1)))
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if wl, err := w.Acquire(ctx); err == nil {
+				_ = wl.Release(context.Background())
+			}
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(primitives.QuorumOf(l.Status(ctx), c.Quorum()).Waiters) != i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d not queued", i+1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	defer func() { cancel(); <-done; <-done }()
+	host, _ := os.Hostname()
+	var out string
+	want := fmt.Sprintf("quorum (2 of 3): held by worker-7 on %s pid %d since ", host, os.Getpid())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var code int
+		var stderr string
+		code, out, stderr = cli(t, nil, "status", "--nodes", nodes, "job")
+		if code != 0 {
+			t.Fatalf("exit %d stderr %q", code, stderr)
+		}
+		if strings.Count(out, "worker-7") == 4 && strings.Contains(out, want) && strings.Contains(out, fmt.Sprintf(", fence %d, 2 waiting\n", lease.Fence())) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status output:\n%s\nwant 3 rows and the line %q… fence %d, 2 waiting", out, want, lease.Fence())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w1 := strings.Index(out, "  waiter 1: waiter-1 (")
+	w2 := strings.Index(out, "  waiter 2: waiter-2 (")
+	if w1 < 0 || w2 < w1 || !strings.Contains(out[w1:], "waiting since ") {
+		t.Fatalf("waiters not listed in order:\n%s", out)
+	}
+	if strings.Contains(out, lease.Token()) || !strings.Contains(out, lease.Token()[:8]+"…") {
+		t.Fatalf("want the token's prefix only:\n%s", out)
+	}
+	code, js, _ := cli(t, nil, "status", "--json", "--nodes", nodes, "job")
+	if code != 0 || !strings.Contains(js, `"label": "worker-7"`) || !strings.Contains(js, `"label": "waiter-2"`) ||
+		!strings.Contains(js, `"summary": "held by worker-7 on `) || strings.Contains(js, lease.Token()) {
+		t.Fatalf("json: exit %d\n%s", code, js)
+	}
+	t.Logf("redlock status job:\n%s", out)
+}

@@ -55,6 +55,7 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var states []primitives.NodeState
+	var quorum *primitives.QuorumState // Lock only
 	switch *kind {
 	case "lock":
 		l, err := primitives.NewLock(c, key)
@@ -62,6 +63,8 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		states = l.Status(ctx)
+		q := primitives.QuorumOf(states, c.Quorum())
+		quorum = &q
 	case "fairlock":
 		l, err := primitives.NewFairLock(c, key)
 		if err != nil {
@@ -103,37 +106,101 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	health := c.Nodes()
 	if *asJSON {
 		type row struct {
-			Node      string `json:"node"`
-			Up        bool   `json:"up"`
-			LatencyUs int64  `json:"latency_us"`
-			State     string `json:"state,omitempty"`
-			Holder    string `json:"holder,omitempty"`
-			TTLMs     int64  `json:"ttl_ms"`
-			Fence     string `json:"fence,omitempty"`
-			Waiters   int64  `json:"waiters"`
-			Error     string `json:"error,omitempty"`
+			Node      string       `json:"node"`
+			Up        bool         `json:"up"`
+			LatencyUs int64        `json:"latency_us"`
+			State     string       `json:"state,omitempty"`
+			Holder    string       `json:"holder,omitempty"`
+			Info      *holderJSON  `json:"holder_info,omitempty"`
+			TTLMs     int64        `json:"ttl_ms"`
+			Fence     string       `json:"fence,omitempty"`
+			Waiters   int64        `json:"waiters"`
+			Queue     []holderJSON `json:"queue,omitempty"`
+			Error     string       `json:"error,omitempty"`
 		}
 		rows := make([]row, len(states))
 		for i, s := range states {
 			rows[i] = row{Node: s.Node, Up: health[i].Up, LatencyUs: health[i].Latency.Microseconds(), State: s.State,
-				Holder: s.Holder, TTLMs: s.TTL.Milliseconds(), Fence: s.Fence, Waiters: s.Waiters}
+				Holder: s.Holder, Info: infoJSON(s.Info), TTLMs: s.TTL.Milliseconds(), Fence: s.Fence, Waiters: s.Waiters,
+				Queue: queueJSON(s.Queue)}
 			if s.Err != nil {
 				rows[i].Error = s.Err.Error()
 			}
 		}
+		doc := map[string]any{"key": key, "quorum": c.Quorum(), "nodes": rows}
+		if quorum != nil {
+			doc["view"] = map[string]any{"state": quorum.State, "holder": infoJSON(quorum.Holder), "nodes": quorum.Nodes,
+				"fence": quorum.Fence, "waiters": queueJSON(quorum.Waiters), "summary": quorum.String()}
+		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"key": key, "quorum": c.Quorum(), "nodes": rows})
+		return enc.Encode(doc)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODE\tUP\tLATENCY\tSTATE\tHOLDER\tTTL\tFENCE\tWAITERS\n")
+	fmt.Fprintf(tw, "NODE\tUP\tLATENCY\tSTATE\tHOLDER\tLABEL\tHOST\tPID\tSINCE\tTTL\tFENCE\tWAITERS\n")
 	for i, s := range states {
 		if s.Err != nil {
-			fmt.Fprintf(tw, "%s\t%v\t%s\terror: %v\t\t\t\t\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond), s.Err)
+			fmt.Fprintf(tw, "%s\t%v\t%s\terror: %v\t\t\t\t\t\t\t\t\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond), s.Err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond),
-			s.State, s.Holder, s.TTL.Round(time.Millisecond), s.Fence, s.Waiters)
+		pid, since := "", ""
+		if s.Info.PID > 0 {
+			pid = fmt.Sprint(s.Info.PID)
+		}
+		if !s.Info.Since.IsZero() {
+			since = s.Info.Since.Format("15:04:05")
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond),
+			s.State, s.Holder, s.Info.Label, s.Info.Host, pid, since, s.TTL.Round(time.Millisecond), s.Fence, s.Waiters)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if quorum != nil {
+		fmt.Fprintf(out, "quorum (%d of %d): %s\n", c.Quorum(), len(states), quorum)
+		for i, w := range quorum.Waiters {
+			fmt.Fprintf(out, "  waiter %d: %s (%s)%s waiting since %s\n", i+1, w.Name(), w.ID, onHost(w), w.Since.Format("15:04:05"))
+		}
+	}
+	return nil
+}
+
+type holderJSON struct {
+	ID    string `json:"id"`
+	Label string `json:"label,omitempty"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	Since string `json:"since,omitempty"`
+}
+
+func infoJSON(h primitives.HolderInfo) *holderJSON {
+	if h.ID == "" {
+		return nil
+	}
+	j := &holderJSON{ID: h.ID, Label: h.Label, Host: h.Host, PID: h.PID}
+	if !h.Since.IsZero() {
+		j.Since = h.Since.UTC().Format(time.RFC3339Nano)
+	}
+	return j
+}
+
+func queueJSON(q []primitives.HolderInfo) []holderJSON {
+	var out []holderJSON
+	for _, h := range q {
+		if j := infoJSON(h); j != nil {
+			out = append(out, *j)
+		}
+	}
+	return out
+}
+
+func onHost(h primitives.HolderInfo) string {
+	s := ""
+	if h.Host != "" {
+		s += " on " + h.Host
+	}
+	if h.PID > 0 {
+		s += fmt.Sprintf(" pid %d", h.PID)
+	}
+	return s
 }

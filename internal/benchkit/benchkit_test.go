@@ -53,3 +53,23 @@ func TestRunOnMiniredis(t *testing.T) {
 		t.Errorf("bad svg: %.200s", svg)
 	}
 }
+
+// Churn measures what a churn of distinct names leaves on each node (real
+// servers): right after it, every name's fence counter is there; keys and
+// used_memory are sampled before, right after and until the wait ends.
+func TestChurnSamplesKeysAndMemory(t *testing.T) {
+	testutil.RequireRedis(t)
+	addrs := testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{}))
+	res, err := Churn(context.Background(), ChurnOptions{Addrs: addrs, Names: 300, MaxWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range addrs {
+		if res.Before[i].Keys != 0 || res.During[i].Keys < 300 || res.Before[i].UsedMemory <= 0 || res.During[i].UsedMemory <= 0 {
+			t.Fatalf("node %d: before %+v, right after %+v\n%s", i, res.Before[i], res.During[i], res.Markdown())
+		}
+	}
+	if md := res.Markdown(); !strings.Contains(md, "| 3 | 0 | ") || !strings.Contains(md, "Not back to the baseline") {
+		t.Fatalf("report:\n%s", md)
+	}
+}

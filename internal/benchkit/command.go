@@ -64,6 +64,8 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		settle   = fs.Duration("settle", 10*time.Millisecond, "W2: how long the waiter waits before the holder releases; CountDownLatch: the waiters' head start")
 		burst    = fs.Int("burst", 0, "instead of the table: hold this many leases (TTL 10s) in one process and release them from --releasers goroutines while their renewals are due; report errors and keys left")
 		rels     = fs.Int("releasers", 256, "--burst: goroutines that release")
+		churn    = fs.Int("churn", 0, "instead of the table: lock and release this many distinct names once each, then report keys and used_memory per node before, right after, and once back at the baseline (helper keys expire: fence counters about 1 min after their last write)")
+		churnMax = fs.Duration("churn-wait", 3*time.Minute, "--churn: how long to wait for the baseline")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -112,6 +114,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if *burst != 0 {
 		return c.runBurst(ctx, *burst, *rels, *nodes, *embedded, stdout)
+	}
+	if *churn != 0 {
+		return c.runChurn(ctx, *churn, *churnMax, *nodes, *embedded, stdout, stderr)
 	}
 	if *duration <= 0 || *warmup < 0 || *handoffs <= 0 || *hmax <= 0 || *settle <= 0 || *repeat < 1 {
 		return usageErr("--duration, --handoffs, --handoff-max, --settle and --repeat must be positive, --warmup not negative")

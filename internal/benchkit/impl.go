@@ -231,9 +231,9 @@ func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) 
 	tok := token()
 	// The argument layout of primitives.Lock's 'acquire' call (keep in sync
 	// with primitives/lock.go acquireCall): token, ttl ms, owner, enqueue,
-	// queue entry ttl ms, fence idle ms, waiter id, queue score, fence init.
-	// One attempt: waiter id = token.
-	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "3000", "604800000", tok, "0", "0"})
+	// queue entry ttl ms, fence keep ms, waiter id, queue score, fence init,
+	// fence skew ms. One attempt: waiter id = token.
+	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "3000", "60000", tok, "0", "0", "10000"})
 	ok := 0
 	var errs []error
 	for _, r := range res {

@@ -12,6 +12,13 @@
 local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- fence counters: kept `keep` ms after their last write and never before
+-- (c >> 10) + keep on this node's clock, so that the coordinator's hybrid
+-- clock (TIME << 10) is above any counter that expired (docs/lock.md)
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
+end
 
 local function wrong(k, what)
   return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock ' .. what)
@@ -89,7 +96,7 @@ end
 if op == 'acquire' then
   -- ARGV: 2 token (new for every attempt), 3 ttl ms, 4 owner, 5 waiter id
   -- (stable across one Acquire), 6 ticket ("0": try only, leave no entry),
-  -- 7 waiter timeout ms, 8 ticket counter ttl ms, 9 fence idle ms, 10 channel
+  -- 7 waiter timeout ms, 8 ticket counter ttl ms, 9 fence keep ms, 10 channel
   local tok, ttl, owner, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
   local ticket = tonumber(ARGV[6])
   if ticket > 0 then
@@ -113,7 +120,7 @@ if op == 'acquire' then
   local function fence_next()
     if fv then
       local c = redis.call('INCR', KEYS[2])
-      redis.call('PEXPIRE', KEYS[2], ARGV[9])
+      redis.call('PEXPIRE', KEYS[2], fence_ttl(c, ARGV[9]))
       return c
     end
     return 0 -- unknown: the coordinator decides
@@ -256,10 +263,10 @@ elseif op == 'renew' then
   return 0
 
 elseif op == 'fence' then
-  -- write back a fence decided by the coordinator. ARGV: 2 fence, 3 idle ms, 4 owner
+  -- write back a fence decided by the coordinator. ARGV: 2 fence, 3 keep ms, 4 owner
   local f = ARGV[2]
   if not fv or tonumber(fv) < tonumber(f) then
-    redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+    redis.call('SET', KEYS[2], f, 'PX', fence_ttl(tonumber(f), ARGV[3]))
   end
   if ARGV[4] ~= '' and v == 'rl1:FO:' .. ARGV[4] then
     redis.call('SET', KEYS[7], f, 'KEEPTTL')

@@ -108,6 +108,20 @@ local function free(window, ch, self)
   end
 end
 
+-- Fence counters (docs/lock.md, "Fencing (S2)"): a counter c is kept
+-- `keep` ms after its last write and never expires before this node's clock
+-- reads (c >> 10) + keep; a counter started fresh is at least
+-- (TIME - skew) << 10. With keep > skew a fresh counter is above any
+-- counter that expired on this node (as long as its clock does not step
+-- back by keep - skew), so a counter the hybrid clock has passed can go.
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return math.max(keep, math.floor(c / 1024) + keep - now)
+end
+local function fence_floor(skew)
+  return (now - (tonumber(skew or '0') or 0)) * 1024
+end
+
 local function pexpire_max(k, ttl)
   if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
 end
@@ -125,24 +139,25 @@ end
 
 if op == 'acquire' then
   -- ARGV: 2 token (new for every attempt), 3 ttl ms, 4 owner, 5 enqueue "1"/"0",
-  -- 6 queue entry ttl ms, 7 fence idle ms, 8 waiter id (stable across one
+  -- 6 queue entry ttl ms, 7 fence keep ms, 8 waiter id (stable across one
   -- Acquire's attempts: the queue entry and a handoff reservation are for it),
   -- 9 queue score (chosen once by the waiter from a server TIME, the same on
-  -- every node), 10 fence for a missing counter (hybrid clock, 0 = unknown)
+  -- every node), 10 fence for a missing counter (the caller's hybrid clock,
+  -- the same on every node; 0 = unknown), 11 fence skew ms (a missing
+  -- counter starts at least at (TIME - skew) << 10)
   local tok, ttl, owner, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[8]
   local rsv = 'rl1:R:' .. wid
   local function fence_next()
     if fv then
       local c = redis.call('INCR', KEYS[2])
-      redis.call('PEXPIRE', KEYS[2], ARGV[7])
+      redis.call('PEXPIRE', KEYS[2], fence_ttl(c, ARGV[7]))
       return c
     end
-    local init = tonumber(ARGV[10] or '0') or 0
-    if init > 0 then
-      redis.call('SET', KEYS[2], ARGV[10], 'PX', ARGV[7])
-      return init
-    end
-    return 0 -- unknown: the coordinator decides
+    local init, s = tonumber(ARGV[10] or '0') or 0, ARGV[10]
+    local floor = fence_floor(ARGV[11])
+    if init < floor then init, s = floor, string.format('%.0f', floor) end
+    redis.call('SET', KEYS[2], s, 'PX', fence_ttl(init, ARGV[7]))
+    return init
   end
   -- A waiter (enqueue "1") takes its place in the queue whether this node
   -- grants or refuses: if the attempt fails elsewhere, its rollback here
@@ -274,10 +289,10 @@ elseif op == 'renew' then
   return 0
 
 elseif op == 'fence' then
-  -- write back a fence decided by the coordinator. ARGV: 2 fence, 3 idle ms, 4 owner
+  -- write back a fence decided by the coordinator. ARGV: 2 fence, 3 keep ms, 4 owner
   local f = ARGV[2]
   if not fv or tonumber(fv) < tonumber(f) then
-    redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+    redis.call('SET', KEYS[2], f, 'PX', fence_ttl(tonumber(f), ARGV[3]))
   end
   if ARGV[4] ~= '' and v == 'rl1:O:' .. ARGV[4] then
     redis.call('SET', KEYS[6], f, 'KEEPTTL')
@@ -286,7 +301,7 @@ elseif op == 'fence' then
 
 elseif op == 'force' then
   -- an operator's forced release (`redlock release --force`). ARGV: 2
-  -- handoff window ms, 3 channel. Deletes the hold whoever holds it (owner
+  -- handoff window ms, 3 channel, 4 fence keep ms, 5 fence skew ms. Deletes the hold whoever holds it (owner
   -- mode: every hold of the owner), steps the fence counter (if any) so
   -- that every later grant's fence is above the forced holder's, and hands
   -- the lock to the longest live waiter as a release does. The forced
@@ -295,14 +310,31 @@ elseif op == 'force' then
   if not v or (string.sub(v, 1, 6) ~= 'rl1:L:' and string.sub(v, 1, 6) ~= 'rl1:O:') then
     return {0, v or '', tonumber(fv or '0')}
   end
-  local f = 0
-  if fv then f = redis.call('INCR', KEYS[2]) end
+  local f
+  if fv then
+    f = redis.call('INCR', KEYS[2])
+  else
+    -- expired here: a fresh start is above it (see fence_ttl)
+    f = fence_floor(ARGV[5])
+    redis.call('SET', KEYS[2], string.format('%.0f', f))
+  end
+  redis.call('PEXPIRE', KEYS[2], fence_ttl(f, ARGV[4]))
   redis.call('DEL', KEYS[5], KEYS[6])
   free(ARGV[2], ARGV[3], '')
   return {1, v, f}
 
 elseif op == 'status' then
-  -- read-only view for `redlock status`: {value, pttl, fence, waiters}
-  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3])}
+  -- read-only view for `redlock status`: {value, pttl, fence, waiters,
+  -- the first ARGV[2] waiters with their scores (queued since, server ms),
+  -- the latest hold (owner mode: its token carries the holder's metadata)}
+  local n = tonumber(ARGV[2] or '0') or 0
+  local q = {}
+  if n > 0 then q = redis.call('ZRANGE', KEYS[3], 0, n - 1, 'WITHSCORES') end
+  local h = ''
+  if v and string.sub(v, 1, 6) == 'rl1:O:' then
+    local top = redis.call('ZRANGE', KEYS[5], -1, -1)
+    if #top > 0 then h = top[1] end
+  end
+  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', redis.call('ZCARD', KEYS[3]), q, h}
 end
 return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

@@ -35,6 +35,14 @@ end
 
 local function channel(i) return ARGV[#ARGV - n + i] end
 
+-- fence counters: kept `keep` ms after their last write and never before
+-- (c >> 10) + keep on this node's clock; a fresh start is at least
+-- (TIME - skew) << 10 (see lock.lua and docs/lock.md, "Fencing (S2)")
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
+end
+
 -- head is name i's longest live waiter (id, entry expiry), dropping dead
 -- entries on the way; nil when none of the first 32 lives (as lock.lua).
 local function head(i)
@@ -93,12 +101,13 @@ local function free(i, window, self)
 end
 
 if op == 'acquire' then
-  -- ARGV: 3 ttl ms, 4 fence idle ms, 5 wait "1"/"0" (a blocked Acquire:
+  -- ARGV: 3 ttl ms, 4 fence keep ms, 5 wait "1"/"0" (a blocked Acquire:
   -- queue on every name and set the watch flags), 6 fence for missing
-  -- counters, 7 waiter id (stable across one Acquire's attempts), 8 queue
-  -- score (chosen once by the waiter, the same on every node), 9 queue
-  -- entry ttl ms, 10 floor: the fence already chosen by the slot groups
-  -- taken before this one on a Redis Cluster node ("0" otherwise)
+  -- counters (the caller's hybrid clock), 7 waiter id (stable across one
+  -- Acquire's attempts), 8 queue score (chosen once by the waiter, the same
+  -- on every node), 9 queue entry ttl ms, 10 fence skew ms, 11 floor: the
+  -- fence already chosen by the slot groups taken before this one on a
+  -- Redis Cluster node ("0" otherwise)
   local ttl, wid = tonumber(ARGV[3]), ARGV[7]
   local waiting = ARGV[5] == '1'
   local rsv = 'rl1:R:' .. wid
@@ -151,13 +160,14 @@ if op == 'acquire' then
   for i = 1, n do
     if fences[i] then present = present + 1; m = math.max(m, tonumber(fences[i])) end
   end
-  -- max + 1 over the names' counters; a missing counter is unknown, so with
-  -- some missing the caller's hybrid-clock value is a floor, and with none
-  -- present and no such value the node's answer is unknown (0)
+  -- max + 1 over the names' counters; a missing counter is unknown (or
+  -- expired, and then below (TIME - skew) << 10), so with some missing the
+  -- caller's hybrid-clock value and that bound are floors
   local f = 0
   if present > 0 then f = m + 1 end
-  if present < n then f = math.max(f, tonumber(ARGV[6]) or 0) end
-  f = math.max(f, tonumber(ARGV[10]) or 0)
+  if present < n then f = math.max(f, tonumber(ARGV[6]) or 0, (now - (tonumber(ARGV[10]) or 0)) * 1024) end
+  f = math.max(f, tonumber(ARGV[11]) or 0)
+  local fs, fttl = string.format('%.0f', f), fence_ttl(f, ARGV[4])
   for i = 1, n do
     if vals[i] == mine then
       -- the same attempt again: never shorten (an Extend may have run)
@@ -165,7 +175,7 @@ if op == 'acquire' then
     else
       redis.call('SET', K(i, 1), mine, 'PX', ttl)
     end
-    if f > 0 then redis.call('SET', K(i, 2), f, 'PX', ARGV[4]) end
+    redis.call('SET', K(i, 2), fs, 'PX', fttl)
   end
   return {1, f, now, 0}
 
@@ -222,11 +232,11 @@ elseif op == 'renew' then
   return 1 + retaken
 
 elseif op == 'fence' then
-  -- ARGV: 3 fence, 4 idle ms
+  -- ARGV: 3 fence, 4 keep ms
   local f = tonumber(ARGV[3])
   for i = 1, n do
     if not fences[i] or tonumber(fences[i]) < f then
-      redis.call('SET', K(i, 2), ARGV[3], 'PX', ARGV[4])
+      redis.call('SET', K(i, 2), ARGV[3], 'PX', fence_ttl(f, ARGV[4]))
     end
   end
   return 1

@@ -8,6 +8,13 @@
 local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- fence counters: kept `keep` ms after their last write and never before
+-- (c >> 10) + keep on this node's clock, so that the coordinator's hybrid
+-- clock (TIME << 10) is above any counter that expired (docs/lock.md)
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
+end
 
 local want = {'string', 'zset', 'zset', 'hash', 'zset', 'zset', 'string', 'string'}
 for i = 1, 8 do
@@ -104,7 +111,7 @@ if op == 'racquire' then
 
 elseif op == 'wacquire' then
   -- ARGV: 2 token, 3 ttl ms, 4 enqueue, 5 entry ttl ms, 6 waiter id, 7 fence
-  -- idle ms, 8 queue score (chosen once by the waiter, the same on every
+  -- keep ms, 8 queue score (chosen once by the waiter, the same on every
   -- node, so every node orders the waiting writers alike; "0": not known
   -- yet, this node's now until the waiter's next attempt carries one)
   local tok, ttl, wid = ARGV[2], tonumber(ARGV[3]), ARGV[6]
@@ -123,7 +130,7 @@ elseif op == 'wacquire' then
     local f = 0
     if fv then
       f = redis.call('INCR', KEYS[7])
-      redis.call('PEXPIRE', KEYS[7], ARGV[7])
+      redis.call('PEXPIRE', KEYS[7], fence_ttl(f, ARGV[7]))
     end
     return {1, f, now, 0}
   end
@@ -239,9 +246,9 @@ elseif op == 'leave' then
   return 1
 
 elseif op == 'fence' then
-  -- ARGV: 2 fence, 3 idle ms
+  -- ARGV: 2 fence, 3 keep ms
   if not fv or tonumber(fv) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[7], ARGV[2], 'PX', ARGV[3])
+    redis.call('SET', KEYS[7], ARGV[2], 'PX', fence_ttl(tonumber(ARGV[2]), ARGV[3]))
   end
   return 1
 

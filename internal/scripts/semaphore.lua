@@ -47,6 +47,15 @@ local function pexpire_max(k, ttl)
   if redis.call('PTTL', k) < tonumber(ttl) then redis.call('PEXPIRE', k, ttl) end
 end
 
+-- fence fields: the config hash is kept `keep` ms after a fence's write and
+-- never before (f >> 10) + keep on this node's clock, so that the
+-- coordinator's hybrid clock (TIME << 10) is above any fence that expired
+-- with it (docs/lock.md, "Fencing (S2)")
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
+end
+
 -- touch creates the config where missing (or where it lost its permits)
 -- and keeps it alive for the idle time.
 local function touch(p, idle)
@@ -110,7 +119,7 @@ end
 
 if op == 'acquire' then
   -- ARGV: 3 token (fresh per attempt), 4 slot, 5 permits, 6 resize "1"/"0",
-  -- 7 ttl ms, 8 idle ms, 9 scan start, 10 max free slots returned,
+  -- 7 ttl ms, 8 idle ms (at least the fence keep), 9 scan start, 10 max free slots returned,
   -- 11 waiter id (stable across one Acquire), 12 enqueue "1"/"0",
   -- 13 queue entry ttl ms, 14 queue score (server ms the waiter first saw
   -- refused; "0": this node's now), 15 handoff window ms, 16 channel.
@@ -181,6 +190,7 @@ if op == 'acquire' then
     unqueue(ARGV[11], ARGV[15], ARGV[16])
     if redis.call('HEXISTS', cfg, 'f' .. s) == 1 then
       out[2] = redis.call('HINCRBY', cfg, 'f' .. s, 1)
+      pexpire_max(cfg, fence_ttl(out[2], ARGV[8]))
     end
   elseif ARGV[12] == '1' and busy < 0 then
     local ettl = tonumber(ARGV[13])
@@ -251,6 +261,7 @@ elseif op == 'fence' then
   local cur = tonumber(redis.call('HGET', cfg, fk) or '0')
   if cur < tonumber(ARGV[4]) then redis.call('HSET', cfg, fk, ARGV[4]) end
   touch(ARGV[6], ARGV[5])
+  pexpire_max(cfg, fence_ttl(math.max(cur, tonumber(ARGV[4])), ARGV[5]))
   return 1
 
 elseif op == 'info' then

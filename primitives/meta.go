@@ -1,0 +1,256 @@
+package primitives
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Holder metadata (docs/operations.md, "Who holds it"): a Lock (and a
+// MultiLock, whose keys are Lock keys) carries a small description of its
+// holder inside the values its script already writes, so that it costs no
+// extra key and no extra command:
+//
+//	lock value  rl1:L:<token>~<label>~<host>~<pid>~<acquired ms>~<waiter>
+//	waiter id   <id>~<label>~<host>~<pid>
+//
+// <token> and <id> are 32 hex digits (a whole token is a capability and is
+// never shown); <waiter> is the first 8 hex digits of the waiter id whose
+// queue entry the hold keeps until its release ("" for TryAcquire), so a
+// status can leave the holder out of the waiters. The script treats the
+// whole string as the token: it compares it whole, and so does a native
+// SET … IFEQ renewal.
+
+// MaxLabelLen bounds a label (WithLabel) and the host name recorded with a
+// hold (longer host names are cut).
+const MaxLabelLen = 64
+
+// MaxStatusWaiters bounds the waiters a status reads per node.
+const MaxStatusWaiters = 32
+
+const metaSep = "~"
+
+// WithLabel names the holder for operators: Lock.Status and `redlock
+// status` show it with the host, pid and time of the acquisition
+// ("held by worker-7 on host-a since 12:03:04"), and for a waiter, with the
+// time it queued. 1..MaxLabelLen bytes of printable ASCII without spaces
+// and '~'. Lock and MultiLock take it; other primitives reject it with
+// ErrInvalidArgument. Without it the label is empty and a status names the
+// holder by its token's first 8 hex digits.
+func WithLabel(label string) Option {
+	return func(o *options) error {
+		if err := validLabel(label); err != nil {
+			return err
+		}
+		o.label = label
+		return nil
+	}
+}
+
+func validLabel(s string) error {
+	if s == "" || len(s) > MaxLabelLen {
+		return fmt.Errorf("%w: label must be 1..%d bytes, got %d", ErrInvalidArgument, MaxLabelLen, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '~' {
+			return fmt.Errorf("%w: label %q: byte %d (%#x) is not printable ASCII, or is a space or '~'", ErrInvalidArgument, s, i, c)
+		}
+	}
+	return nil
+}
+
+// holderMeta is the part of the metadata fixed per primitive: "~label~host~pid".
+func holderMeta(label string) string {
+	return metaSep + label + metaSep + hostLabel() + metaSep + strconv.Itoa(os.Getpid())
+}
+
+var hostLabel = func() func() string {
+	h, _ := os.Hostname()
+	b := []byte(h)
+	for i, c := range b {
+		if c <= ' ' || c > '~' || c == '~' {
+			b[i] = '_'
+		}
+	}
+	if len(b) > MaxLabelLen {
+		b = b[:MaxLabelLen]
+	}
+	s := string(b)
+	return func() string { return s }
+}()
+
+// holdValue is the token an attempt writes: a fresh token with the holder's
+// metadata, the acquisition time and the waiter it queued as (wid, "" for none).
+func holdValue(meta string, at time.Time, wid string) string {
+	return newToken() + meta + metaSep + strconv.FormatInt(at.UnixMilli(), 10) + metaSep + prefixN(wid, 8)
+}
+
+// bareToken is the 32 hex digits of a token with metadata.
+func bareToken(tok string) string {
+	t, _, _ := strings.Cut(tok, metaSep)
+	return t
+}
+
+func prefixN(s string, n int) string {
+	s = bareToken(s)
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// HolderInfo describes a holder or a waiter, as recorded with it.
+type HolderInfo struct {
+	ID    string    // the first 8 hex digits of the token or waiter id (a whole token is a capability); an owner's id in owner mode
+	Label string    // WithLabel, "" if none was given
+	Host  string    // the holder's host name (cut to MaxLabelLen)
+	PID   int       // the holder's process id
+	Since time.Time // a holder: when its attempt started (its own clock); a waiter: when it first queued (the server's TIME)
+
+	waiter string // a holder: the waiter id prefix whose entry it keeps
+	raw    string // the whole value (a capability: never exported)
+}
+
+// Name is the label, or the ID when there is none.
+func (h HolderInfo) Name() string {
+	if h.Label != "" {
+		return h.Label
+	}
+	return h.ID
+}
+
+// parseHolder reads "<hex>~label~host~pid[~ms~waiter]"; a value without
+// metadata (an older client) gives the ID only.
+func parseHolder(s string) HolderInfo {
+	f := strings.Split(s, metaSep)
+	h := HolderInfo{ID: prefix8(f[0]), raw: s}
+	if len(f) >= 4 {
+		h.Label, h.Host = f[1], f[2]
+		h.PID, _ = strconv.Atoi(f[3])
+	}
+	if len(f) >= 6 {
+		if ms, err := strconv.ParseInt(f[4], 10, 64); err == nil && ms > 0 {
+			h.Since = time.UnixMilli(ms)
+		}
+		h.waiter = f[5]
+	}
+	return h
+}
+
+// QuorumState is what a quorum of nodes agrees on about a Lock: the holder
+// (or free), the fence counter and the ordered waiters.
+type QuorumState struct {
+	State   string       // "held", "owner", "reserved", "free", or "no quorum" when no state is on a quorum of the answering nodes
+	Holder  HolderInfo   // the holder (held, owner) or the waiter a handoff reserved it for
+	Nodes   int          // nodes that agree on State and Holder
+	Fence   string       // the fence counter a quorum of nodes has reached (the quorum-th highest; while a lock is held, its holder's fence) ("" if fewer have one)
+	Waiters []HolderInfo // waiters queued on a quorum, in queue order (the holder's own entry left out)
+}
+
+// QuorumOf is the quorum's view of per-node states (Lock.Status): the
+// state and holder on at least quorum nodes, and the waiters queued on at
+// least quorum nodes, longest waiting first.
+func QuorumOf(states []NodeState, quorum int) QuorumState {
+	type group struct {
+		st NodeState
+		n  int
+	}
+	var groups []*group
+	var fences []int64
+	for _, st := range states {
+		if st.Err != nil {
+			continue
+		}
+		var g *group
+		for _, x := range groups {
+			if x.st.State == st.State && x.st.value == st.value {
+				g = x
+			}
+		}
+		if g == nil {
+			g = &group{st: st}
+			groups = append(groups, g)
+		}
+		g.n++
+		if f, err := strconv.ParseInt(st.Fence, 10, 64); err == nil {
+			fences = append(fences, f)
+		}
+	}
+	out := QuorumState{State: "no quorum"}
+	for _, g := range groups {
+		if g.n >= quorum {
+			out.State, out.Holder, out.Nodes = g.st.State, g.st.Info, g.n
+		}
+	}
+	// the counter a quorum has reached: a node whose grant came after the
+	// decision may have started its counter a little higher
+	if quorum > 0 && len(fences) >= quorum {
+		slices.Sort(fences)
+		out.Fence = strconv.FormatInt(fences[len(fences)-quorum], 10)
+	}
+	// waiters on a quorum of nodes, by (since, id) as every node orders them
+	count := map[string]int{}
+	first := map[string]HolderInfo{}
+	for _, st := range states {
+		if st.Err != nil {
+			continue
+		}
+		for _, w := range st.Queue {
+			count[w.raw]++
+			if _, ok := first[w.raw]; !ok {
+				first[w.raw] = w
+			}
+		}
+	}
+	for raw, n := range count {
+		w := first[raw]
+		if n >= quorum && (out.Holder.waiter == "" || prefixN(w.raw, 8) != out.Holder.waiter) {
+			out.Waiters = append(out.Waiters, w)
+		}
+	}
+	slices.SortFunc(out.Waiters, func(a, b HolderInfo) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.raw, b.raw)
+	})
+	return out
+}
+
+// String is the quorum line of `redlock status`: "held by worker-7 on
+// host-a since 12:03:04, fence 981, 3 waiting".
+func (q QuorumState) String() string {
+	var b strings.Builder
+	switch q.State {
+	case "held", "owner":
+		fmt.Fprintf(&b, "held by %s", q.Holder.Name())
+		if q.State == "owner" {
+			b.Reset()
+			fmt.Fprintf(&b, "held by owner %s", q.Holder.ID)
+			if q.Holder.Label != "" {
+				fmt.Fprintf(&b, " (%s)", q.Holder.Label)
+			}
+		}
+		if q.Holder.Host != "" {
+			fmt.Fprintf(&b, " on %s", q.Holder.Host)
+		}
+		if q.Holder.PID > 0 {
+			fmt.Fprintf(&b, " pid %d", q.Holder.PID)
+		}
+		if !q.Holder.Since.IsZero() {
+			fmt.Fprintf(&b, " since %s", q.Holder.Since.Format("15:04:05"))
+		}
+	case "reserved":
+		fmt.Fprintf(&b, "reserved for %s (handoff)", q.Holder.Name())
+	default:
+		b.WriteString(q.State)
+	}
+	if q.Fence != "" {
+		fmt.Fprintf(&b, ", fence %s", q.Fence)
+	}
+	fmt.Fprintf(&b, ", %d waiting", len(q.Waiters))
+	return b.String()
+}
