@@ -86,6 +86,7 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
 			return x.newHold(token, fence, start)
 		},
+		Queue: enqueue, // a waiter's place on every node, also a slow one
 	})
 	if res.Hold != nil {
 		if cl, ok := x.(claimer); ok && enqueue {

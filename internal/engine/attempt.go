@@ -45,6 +45,11 @@ type AttemptSpec struct {
 	// Late, if set, also sees every reply that arrives after the attempt
 	// stopped waiting for it (on an actor goroutine: it must not block).
 	Late func(nodeactor.Reply)
+	// Queue marks a waiter's attempt that takes its place in the nodes'
+	// queues: when it fails, its requests still queued unsent are sent
+	// anyway (their replies handled as late ones), so that the waiter is
+	// queued on every node, not only on those that answered in time.
+	Queue bool
 }
 
 // Result is the outcome of one attempt.
@@ -139,7 +144,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	}
 	fail := func(err error) Result {
 		lg.settle(nil)
-		e.rollbackAttempt(ctx, r, s.Rollback, mayHold)
+		e.rollbackAttempt(ctx, r, s.Rollback, mayHold, s.Queue)
 		res.Err = err
 		return res
 	}
@@ -199,7 +204,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 }
 
 // rollbackAttempt is the one rollback rule of a failed quorum attempt
-// (every primitive's): it drops the requests still queued unsent and rolls
+// (every primitive's): it drops the requests still queued unsent (unless
+// queue: a waiter's enqueue must reach every node while it still waits;
+// those replies come to the late handler, which rolls back a grant) and rolls
 // back every node that answered a reply that may hold something (mayHold:
 // a grant, an error — a script error can follow a write, a program on a
 // Redis Cluster node can fail after taking some slot groups — or a
@@ -212,8 +219,10 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 // left when the call returns (a rollback where the attempt holds nothing is
 // a no-op; this path is rare).
 func (e *Engine) rollbackAttempt(ctx context.Context, r *Round,
-	rollback func(node int) nodeactor.Call, mayHold func(nodeactor.Reply) bool) {
-	r.Abort()
+	rollback func(node int) nodeactor.Call, mayHold func(nodeactor.Reply) bool, queue bool) {
+	if !queue || ctx.Err() != nil {
+		r.Abort()
+	}
 	var undo []int
 	for i, rep := range r.Replies {
 		if r.Answered[i] && mayHold(rep) {

@@ -430,6 +430,36 @@ func TestSplitVoteRollsBackTheGrant(t *testing.T) {
 	})
 }
 
+// A waiter's queued attempt that a quorum refused keeps its request to a
+// node that had not taken it yet: that request is the waiter's place in
+// the node's queue (the waiter then sleeps until a message or its holder's
+// TTL, so a dropped enqueue left it out of that node's order for a whole
+// TTL). Its reply is handled as a late one: a grant is rolled back.
+func TestQueuedAttemptStillReachesTheSlowNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[1].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[2].pause() // busy: the request waits unsent
+		spec := w.spec("A", time.Second)
+		spec.Queue = true
+		res := w.e.Attempt(t.Context(), spec)
+		if !errors.Is(res.Err, ErrNotAcquired) {
+			t.Fatalf("attempt: err %v, want a refusal", res.Err)
+		}
+		w.nodes[2].resume()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		_, _, ops := w.nodes[2].state()
+		if count(ops, "acquire A") != 1 {
+			t.Fatalf("node 2 ops %v: the queued attempt's request was dropped unsent", ops)
+		}
+		if o := w.owners(); o[2] != "" {
+			t.Fatalf("owners %v: its late grant was not rolled back", o)
+		}
+	})
+}
+
 func TestCancelledAttemptLeavesNothingWhenItReturns(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
