@@ -102,8 +102,8 @@ func BenchmarkMultiLockCluster(b *testing.B) {
 	})
 }
 
-// BenchmarkServerCostPerOp measures the server CPU of each Lock script op
-// on one real node, from INFO commandstats (usec of evalsha/eval per call):
+// BenchmarkServerCostPerOp measures the server CPU of each script op of a
+// Lock, FairLock, RWLock reader and Semaphore on one real node, from INFO commandstats (usec of evalsha/eval per call):
 // b.N leases are acquired, then extended (the renew op), then released,
 // each phase read separately. Reported as server-µs/acquire, /renew,
 // /release beside the wall time.
@@ -140,34 +140,57 @@ func BenchmarkServerCostPerOp(b *testing.B) {
 		}
 		return calls, us
 	}
-	phase := func(name string, f func(i int)) {
-		c0, u0 := usec()
-		for i := range b.N {
-			f(i)
-		}
-		c1, u1 := usec()
-		if c1 > c0 {
-			b.ReportMetric((u1-u0)/(c1-c0), "server-µs/"+name)
-		}
+	kinds := []struct {
+		name string
+		lk   func(i int) primitives.Locker
+	}{
+		{"lock", func(i int) primitives.Locker {
+			l, _ := primitives.NewLock(c, "cost-"+strconv.Itoa(i), primitives.WithAutoRenew(false), primitives.WithTTL(time.Minute))
+			return l
+		}},
+		{"fairlock", func(i int) primitives.Locker {
+			l, _ := primitives.NewFairLock(c, "fcost-"+strconv.Itoa(i), primitives.WithAutoRenew(false), primitives.WithTTL(time.Minute))
+			return l
+		}},
+		{"rwlock.reader", func(i int) primitives.Locker {
+			l, _ := primitives.NewRWLock(c, "rwcost-"+strconv.Itoa(i), primitives.WithAutoRenew(false), primitives.WithTTL(time.Minute))
+			return l.Reader()
+		}},
+		{"semaphore", func(i int) primitives.Locker {
+			l, _ := primitives.NewSemaphore(c, "scost-"+strconv.Itoa(i), 3, primitives.WithAutoRenew(false), primitives.WithTTL(time.Minute))
+			return l
+		}},
 	}
-	leases := make([]*primitives.Lease, b.N)
-	b.ResetTimer()
-	phase("acquire", func(i int) {
-		l, _ := primitives.NewLock(c, "cost-"+strconv.Itoa(i), primitives.WithAutoRenew(false), primitives.WithTTL(time.Minute))
-		lease, err := l.TryAcquire(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		leases[i] = lease
-	})
-	phase("renew", func(i int) {
-		if err := leases[i].Extend(ctx, time.Minute); err != nil {
-			b.Fatal(err)
-		}
-	})
-	phase("release", func(i int) {
-		if err := leases[i].Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	})
+	for _, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			leases := make([]*primitives.Lease, b.N)
+			phase := func(name string, f func(i int)) {
+				c0, u0 := usec()
+				for i := range b.N {
+					f(i)
+				}
+				c1, u1 := usec()
+				if c1 > c0 {
+					b.ReportMetric((u1-u0)/(c1-c0), "server-µs/"+name)
+				}
+			}
+			phase("acquire", func(i int) {
+				lease, err := k.lk(i).TryAcquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				leases[i] = lease
+			})
+			phase("renew", func(i int) {
+				if err := leases[i].Extend(ctx, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			})
+			phase("release", func(i int) {
+				if err := leases[i].Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
 }

@@ -33,6 +33,7 @@ type FairLock struct {
 	keys    []string
 	topic   string
 	channel string
+	meta    string // "~label~host~pid" (meta.go)
 }
 
 var _ Locker = (*FairLock)(nil)
@@ -76,7 +77,8 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 		wt = o.waiterTimeout
 	}
 	topic := c.Topic(name) + ":f"
-	return &FairLock{c: c, name: name, o: o, wt: wt, keys: fairKeys(c, name), topic: topic, channel: topic + ":ch"}, nil
+	return &FairLock{c: c, name: name, o: o, wt: wt, keys: fairKeys(c, name), topic: topic, channel: topic + ":ch",
+		meta: holderMeta(o.label)}, nil
 }
 
 // heartbeatGap bounds the time between two attempts of a live waiter: the
@@ -102,7 +104,7 @@ func (f *FairLock) WaiterTimeout() time.Duration { return f.wt }
 // Lock.TryAcquire.
 func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
-	w := &fairWaiter{f: f, wid: newToken()}
+	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	r := attemptExclusive(ctx, f.c, w, w.wid, false)
 	f.c.Instruments().RecordAcquire("fairlock", start, r.err)
 	return r.lease, r.err
@@ -114,7 +116,7 @@ func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
 func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
-	w := &fairWaiter{f: f, wid: newToken()}
+	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	first := true
 	lease, err = waitLoop(ctx, f.c, waitSpec{topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
 		if first && !enqueue {
@@ -206,6 +208,15 @@ func (w *fairWaiter) fenceCall(fence int64) nodeactor.Call {
 
 func (w *fairWaiter) leaseTTL() time.Duration { return w.f.o.ttl }
 
+// attemptToken carries the holder metadata and, when the attempt queues,
+// the waiter whose entry the hold keeps (meta.go).
+func (w *fairWaiter) attemptToken(wid string, enqueue bool) string {
+	if !enqueue || w.ticket == 0 {
+		wid = ""
+	}
+	return holdValue(w.f.meta, time.Now(), wid)
+}
+
 // claimCall drops the waiter's entry on a node that did not grant, once the
 // attempt won a quorum elsewhere (it no longer waits).
 func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
@@ -215,7 +226,7 @@ func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
 func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	f := w.f
 	return f.c.NewHold(engine.HoldSpec{
-		Keys: []string{f.name}, Token: token, Fence: fence, TTL: f.o.ttl, Start: start,
+		Keys: []string{f.name}, Token: bareToken(token), Fence: fence, TTL: f.o.ttl, Start: start,
 		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat,
 		Protocol: newFairProto(f, token, fence, w.wid),
 	})
@@ -262,13 +273,20 @@ func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 func (p *fairProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
 
 // Status reads the fair lock's state on every node (one read-only script
-// each). Waiters counts the live queue entries (a holder's entry may still
-// be counted for up to one TTL after its grant).
+// each): the holder as recorded with it (Info) and the first
+// MaxStatusWaiters live waiters in ticket order (Queue; Since is when each
+// one's Acquire started). Waiters counts the live queue entries (a
+// holder's entry may still be counted for up to one TTL after its grant;
+// QuorumOf leaves it out). QuorumOf gives the quorum's view.
 func (f *FairLock) Status(ctx context.Context) []NodeState {
-	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"status"}}
+	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"status", strconv.Itoa(MaxStatusWaiters)}}
 	return readStatus(ctx, f.c, call, 5, func(arr []rueidis.RedisMessage, st *NodeState) {
 		ids, _ := arr[3].ToArray()
 		st.Waiters = int64(len(ids))
 		st.describe("rl1:F:", "rl1:FO:", "")
+		st.holderInfo(arr, 5)
+		if len(arr) > 6 {
+			st.Queue = parseQueue(arr[6], false)
+		}
 	})
 }

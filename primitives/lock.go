@@ -340,9 +340,13 @@ type NodeState struct {
 	Fence   string        // counter value, "" if missing
 	Waiters int64         // queued waiters on this node
 
-	// Lock (and the names of a MultiLock) only:
+	// Lock (and the names of a MultiLock), FairLock; Semaphore: Queue only
 	Info  HolderInfo   // the holder (held, owner) or the waiter a handoff reserved it for, as recorded with it
-	Queue []HolderInfo // the first MaxStatusWaiters queued waiters, longest waiting first (Since: when it queued)
+	Queue []HolderInfo // the first MaxStatusWaiters queued waiters in queue order (Since: when it queued)
+
+	// Semaphore only:
+	Permits []PermitHolder // the taken slots: each one's holder, or the waiter a handoff reserved it for
+	stored  int            // the stored permit count (0: not stored)
 
 	value string // the raw key value (a capability: never exported)
 }
@@ -353,30 +357,49 @@ func (l *Lock) Status(ctx context.Context) []NodeState {
 	return readStatus(ctx, l.c, call, 4, func(arr []rueidis.RedisMessage, st *NodeState) {
 		st.Waiters, _ = arr[3].AsInt64()
 		st.describe("rl1:L:", "rl1:O:", "rl1:R:")
-		switch st.State {
-		case "held", "reserved":
-			st.Info = parseHolder(st.value[6:])
-		case "owner":
-			st.Info = HolderInfo{ID: st.Holder, raw: st.value}
-			if len(arr) > 5 {
-				if h, _ := arr[5].ToString(); h != "" {
-					info := parseHolder(h)
-					info.ID, info.raw = st.Holder, st.value
-					st.Info = info
-				}
-			}
-		}
+		st.holderInfo(arr, 5)
 		if len(arr) > 4 {
-			q, _ := arr[4].ToArray()
-			for i := 0; i+1 < len(q); i += 2 {
-				id, _ := q[i].ToString()
-				score, _ := q[i+1].AsFloat64()
-				w := parseHolder(id)
-				w.Since = time.UnixMilli(int64(score))
-				st.Queue = append(st.Queue, w)
-			}
+			st.Queue = parseQueue(arr[4], true)
 		}
 	})
+}
+
+// holderInfo fills Info from the value describe read (held, reserved) or,
+// in owner mode, from the latest hold's token at arr[at] (if any).
+func (st *NodeState) holderInfo(arr []rueidis.RedisMessage, at int) {
+	_, rest, _ := strings.Cut(strings.TrimPrefix(st.value, "rl1:"), ":")
+	switch st.State {
+	case "held", "reserved":
+		st.Info = parseHolder(rest)
+	case "owner":
+		st.Info = HolderInfo{ID: st.Holder, raw: st.value}
+		if len(arr) > at {
+			if h, _ := arr[at].ToString(); h != "" {
+				info := parseHolder(h)
+				info.ID, info.raw = st.Holder, st.value
+				st.Info = info
+			}
+		}
+	}
+}
+
+// parseQueue reads a queue listed as {id, score, ...} (the first
+// MaxStatusWaiters); scoreIsSince: the score is the server ms the waiter
+// queued (else the id carries its since).
+func parseQueue(m rueidis.RedisMessage, scoreIsSince bool) []HolderInfo {
+	q, _ := m.ToArray()
+	var out []HolderInfo
+	for i := 0; i+1 < len(q) && len(out) < MaxStatusWaiters; i += 2 {
+		id, _ := q[i].ToString()
+		score, _ := q[i+1].AsFloat64()
+		w := parseHolder(id)
+		w.rank = score
+		if scoreIsSince {
+			w.Since = time.UnixMilli(int64(score))
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // readStatus runs a primitive's read-only status call on every node. Each

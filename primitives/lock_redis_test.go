@@ -51,7 +51,7 @@ func TestFairLockRenewalRetakesVanishedKey(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv))
-	f, _ := primitives.NewFairLock(c, "fretake", primitives.WithTTL(600*time.Millisecond))
+	f, _ := primitives.NewFairLock(c, "fretake", primitives.WithTTL(600*time.Millisecond), primitives.WithLabel("fair-1"))
 	lease, err := f.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,8 @@ func TestFairLockRenewalRetakesVanishedKey(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		v, err := srv[0].Do("GET", "redlock:{fretake}:flock")
-		if err == nil && v == "rl1:F:"+lease.Token() {
+		// the value is the token with the holder's metadata (meta.go)
+		if err == nil && strings.HasPrefix(v, "rl1:F:"+lease.Token()+"~") {
 			break
 		}
 		if time.Now().After(deadline) {

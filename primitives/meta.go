@@ -9,20 +9,24 @@ import (
 	"time"
 )
 
-// Holder metadata (docs/operations.md, "Who holds it"): a Lock (and a
-// MultiLock, whose keys are Lock keys) carries a small description of its
+// Holder metadata (docs/operations.md, "Who holds it"): a Lock, MultiLock,
+// FairLock, RWLock and Semaphore hold carries a small description of its
 // holder inside the values its script already writes, so that it costs no
 // extra key and no extra command:
 //
-//	lock value  rl1:L:<token>~<label>~<host>~<pid>~<acquired ms>~<waiter>
-//	waiter id   <id>~<label>~<host>~<pid>
+//	hold token  <token>~<label>~<host>~<pid>~<acquired ms>~<waiter>
+//	waiter id   <id>~<label>~<host>~<pid>            (Lock, Semaphore: the queue score is the waiting-since)
+//	waiter id   <id>~<label>~<host>~<pid>~<ms>~      (FairLock, RWLock: <ms> is when the Acquire started)
 //
+// (the hold token is what follows "rl1:L:", "rl1:F:", "rl1:W:", "rl1:S:" in
+// a key's value, or the member of an RWLock's readers or an owner's holds).
+
 // <token> and <id> are 32 hex digits (a whole token is a capability and is
 // never shown); <waiter> is the first 8 hex digits of the waiter id whose
 // queue entry the hold keeps until its release ("" for TryAcquire), so a
 // status can leave the holder out of the waiters. The script treats the
-// whole string as the token: it compares it whole, and so does a native
-// SET … IFEQ renewal.
+// whole string as the token: it compares it whole (and never parses it),
+// and so does a native SET … IFEQ renewal. CountDownLatch has no holder.
 
 // MaxLabelLen bounds a label (WithLabel) and the host name recorded with a
 // hold (longer host names are cut).
@@ -37,9 +41,10 @@ const metaSep = "~"
 // status` show it with the host, pid and time of the acquisition
 // ("held by worker-7 on host-a since 12:03:04"), and for a waiter, with the
 // time it queued. 1..MaxLabelLen bytes of printable ASCII without spaces
-// and '~'. Lock and MultiLock take it; other primitives reject it with
-// ErrInvalidArgument. Without it the label is empty and a status names the
-// holder by its token's first 8 hex digits.
+// and '~'. Lock, MultiLock, FairLock, RWLock and Semaphore take it;
+// CountDownLatch (which has no holder) rejects it with ErrInvalidArgument.
+// Without it the label is empty and a status names the holder by its
+// token's first 8 hex digits.
 func WithLabel(label string) Option {
 	return func(o *options) error {
 		if err := validLabel(label); err != nil {
@@ -88,6 +93,13 @@ func holdValue(meta string, at time.Time, wid string) string {
 	return newToken() + meta + metaSep + strconv.FormatInt(at.UnixMilli(), 10) + metaSep + prefixN(wid, 8)
 }
 
+// waiterID is a fresh waiter id carrying the metadata and the time its
+// Acquire started, for the primitives whose queue score is not a time
+// (FairLock: a ticket; RWLock readers: an expiry).
+func waiterID(meta string) string {
+	return newToken() + meta + metaSep + strconv.FormatInt(time.Now().UnixMilli(), 10) + metaSep
+}
+
 // bareToken is the 32 hex digits of a token with metadata.
 func bareToken(tok string) string {
 	t, _, _ := strings.Cut(tok, metaSep)
@@ -108,10 +120,26 @@ type HolderInfo struct {
 	Label string    // WithLabel, "" if none was given
 	Host  string    // the holder's host name (cut to MaxLabelLen)
 	PID   int       // the holder's process id
-	Since time.Time // a holder: when its attempt started (its own clock); a waiter: when it first queued (the server's TIME)
+	Since time.Time // a holder: when its attempt started (its own clock); a waiter: when it first queued (Lock, Semaphore, RWLock writers: the server's TIME; FairLock, RWLock readers: when its Acquire started, its own clock)
 
-	waiter string // a holder: the waiter id prefix whose entry it keeps
-	raw    string // the whole value (a capability: never exported)
+	waiter string  // a holder: the waiter id prefix whose entry it keeps
+	raw    string  // the whole value (a capability: never exported)
+	rank   float64 // a waiter: its queue score on the nodes (they order by (score, id))
+}
+
+// String describes the holder: "worker-7 on host-a pid 12 since 12:03:04".
+func (h HolderInfo) String() string {
+	s := h.Name()
+	if h.Host != "" {
+		s += " on " + h.Host
+	}
+	if h.PID > 0 {
+		s += " pid " + strconv.Itoa(h.PID)
+	}
+	if !h.Since.IsZero() {
+		s += " since " + h.Since.Format("15:04:05")
+	}
+	return s
 }
 
 // Name is the label, or the ID when there is none.
@@ -191,27 +219,45 @@ func QuorumOf(states []NodeState, quorum int) QuorumState {
 		slices.Sort(fences)
 		out.Fence = strconv.FormatInt(fences[len(fences)-quorum], 10)
 	}
-	// waiters on a quorum of nodes, by (since, id) as every node orders them
+	var queues [][]HolderInfo
+	for _, st := range states {
+		if st.Err == nil {
+			queues = append(queues, st.Queue)
+		}
+	}
+	out.Waiters = onQuorum(queues, quorum, out.Holder.waiter)
+	return out
+}
+
+// onQuorum returns the entries (holders or waiters) listed on at least
+// quorum of the nodes' lists, leaving out the waiter whose id starts with
+// skip (a holder's own queue entry), in the nodes' order: by (score, id),
+// then by since.
+func onQuorum(lists [][]HolderInfo, quorum int, skip string) []HolderInfo {
 	count := map[string]int{}
 	first := map[string]HolderInfo{}
-	for _, st := range states {
-		if st.Err != nil {
-			continue
-		}
-		for _, w := range st.Queue {
+	for _, l := range lists {
+		for _, w := range l {
 			count[w.raw]++
 			if _, ok := first[w.raw]; !ok {
 				first[w.raw] = w
 			}
 		}
 	}
+	var out []HolderInfo
 	for raw, n := range count {
 		w := first[raw]
-		if n >= quorum && (out.Holder.waiter == "" || prefixN(w.raw, 8) != out.Holder.waiter) {
-			out.Waiters = append(out.Waiters, w)
+		if n >= quorum && (skip == "" || prefixN(w.raw, 8) != skip) {
+			out = append(out, w)
 		}
 	}
-	slices.SortFunc(out.Waiters, func(a, b HolderInfo) int {
+	slices.SortFunc(out, func(a, b HolderInfo) int {
+		if a.rank != b.rank {
+			if a.rank < b.rank {
+				return -1
+			}
+			return 1
+		}
 		if c := a.Since.Compare(b.Since); c != 0 {
 			return c
 		}

@@ -26,14 +26,33 @@ func TestWithLabelIsValidated(t *testing.T) {
 		if _, err := primitives.NewMultiLock(c, []string{"a", "b"}, primitives.WithLabel(bad)); !errors.Is(err, primitives.ErrInvalidArgument) {
 			t.Errorf("NewMultiLock label %q: %v, want ErrInvalidArgument", bad, err)
 		}
+		if _, err := primitives.NewFairLock(c, "k", primitives.WithLabel(bad)); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("NewFairLock label %q: %v, want ErrInvalidArgument", bad, err)
+		}
+		if _, err := primitives.NewRWLock(c, "k", primitives.WithLabel(bad)); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("NewRWLock label %q: %v, want ErrInvalidArgument", bad, err)
+		}
+		if _, err := primitives.NewSemaphore(c, "k", 3, primitives.WithLabel(bad)); !errors.Is(err, primitives.ErrInvalidArgument) {
+			t.Errorf("NewSemaphore label %q: %v, want ErrInvalidArgument", bad, err)
+		}
 	}
 	for _, good := range []string{"worker-7", strings.Repeat("z", primitives.MaxLabelLen), "job:42/shard=3"} {
 		if _, err := primitives.NewLock(c, "k", primitives.WithLabel(good)); err != nil {
 			t.Errorf("label %q: %v", good, err)
 		}
+		if _, err := primitives.NewFairLock(c, "k", primitives.WithLabel(good)); err != nil {
+			t.Errorf("FairLock label %q: %v", good, err)
+		}
+		if _, err := primitives.NewRWLock(c, "k", primitives.WithLabel(good)); err != nil {
+			t.Errorf("RWLock label %q: %v", good, err)
+		}
+		if _, err := primitives.NewSemaphore(c, "k", 3, primitives.WithLabel(good)); err != nil {
+			t.Errorf("Semaphore label %q: %v", good, err)
+		}
 	}
-	if _, err := primitives.NewFairLock(c, "k", primitives.WithLabel("x")); !errors.Is(err, primitives.ErrInvalidArgument) {
-		t.Errorf("FairLock with a label: %v, want ErrInvalidArgument", err)
+	// a latch has no holder to describe
+	if _, err := primitives.NewCountDownLatch(c, "k", 2, primitives.WithLabel("x")); !errors.Is(err, primitives.ErrInvalidArgument) {
+		t.Errorf("CountDownLatch with a label: %v, want ErrInvalidArgument", err)
 	}
 	for _, m := range ms {
 		if n := len(m.Keys()); n != 0 {

@@ -18,7 +18,7 @@ type options struct {
 	heartbeat time.Duration
 	owner     string
 	ownerSet  bool
-	label     string // Lock, MultiLock: the holder's label (WithLabel)
+	label     string // the holder's label (WithLabel; not CountDownLatch)
 
 	waiterTimeout time.Duration // FairLock only
 	resize        bool          // Semaphore only
@@ -130,8 +130,8 @@ func kindOptions(c *engine.Engine, opts []Option, k kind) (options, error) {
 	switch {
 	case o.ownerSet && k != kindLock && k != kindFairLock:
 		return o, fmt.Errorf("%w: WithOwner is only supported by Lock and FairLock", ErrInvalidArgument)
-	case o.label != "" && k != kindLock && k != kindMultiLock:
-		return o, fmt.Errorf("%w: WithLabel is only supported by Lock and MultiLock", ErrInvalidArgument)
+	case o.label != "" && k == kindLatch:
+		return o, fmt.Errorf("%w: WithLabel is not supported by CountDownLatch (it has no holder)", ErrInvalidArgument)
 	case o.waiterTimeout != 0 && k != kindFairLock:
 		return o, fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
 	case o.resize && k != kindSemaphore:

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
@@ -33,6 +37,7 @@ type RWLock struct {
 	keys    []string
 	topic   string
 	channel string
+	meta    string // "~label~host~pid" (meta.go)
 }
 
 // NewRWLock returns the readers–writer lock called name; it validates its
@@ -47,7 +52,7 @@ func NewRWLock(coord *coordinator.Coordinator, name string, opts ...Option) (*RW
 		return nil, err
 	}
 	return &RWLock{c: c, name: name, o: o, topic: c.Topic(name), channel: c.Topic(name) + ":ch",
-		keys: scripts.Keys(c.Topic(name), scripts.RWLockKeys)}, nil
+		keys: scripts.Keys(c.Topic(name), scripts.RWLockKeys), meta: holderMeta(o.label)}, nil
 }
 
 // Reader returns the Locker of read leases (shared).
@@ -92,7 +97,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 		return nil, fmt.Errorf("redlock: downgrade not confirmed by a quorum; lease released: %w", err)
 	}
 	read, err := rw.c.NewHold(engine.HoldSpec{
-		Keys: []string{rw.name}, Token: p.token, Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
+		Keys: []string{rw.name}, Token: bareToken(p.token), Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: p.token, write: false},
 	})
@@ -133,7 +138,7 @@ func (s *rwSide) kind() string {
 
 func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
-	r := attemptExclusive(ctx, s.rw.c, s, newToken(), false)
+	r := attemptExclusive(ctx, s.rw.c, s, waiterID(s.rw.meta), false)
 	s.rw.c.Instruments().RecordAcquire(s.kind(), start, r.err)
 	return r.lease, r.err
 }
@@ -144,8 +149,8 @@ func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
 func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
-	wid := newToken()
 	rw := s.rw
+	wid := waiterID(rw.meta)
 	// A writer's queue score is chosen once, by the writer, and is the same
 	// on every node (the estimated server time, else the TIME of its first
 	// refusal): every node orders the waiting writers alike.
@@ -221,6 +226,16 @@ func (s *rwSide) fenceCall(f int64) nodeactor.Call {
 
 func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }
 
+// attemptToken carries the holder metadata and, for a queued writer, the
+// waiter whose entry the hold keeps (meta.go); a reader's entry goes with
+// its grant.
+func (s *rwSide) attemptToken(wid string, enqueue bool) string {
+	if !enqueue || !s.write {
+		wid = ""
+	}
+	return holdValue(s.rw.meta, time.Now(), wid)
+}
+
 func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return s.newHoldWid(token, "", fence, start)
 }
@@ -228,7 +243,7 @@ func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.H
 func (s *rwSide) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	rw := s.rw
 	return rw.c.NewHold(engine.HoldSpec{
-		Keys: []string{rw.name}, Token: token, Fence: fence, TTL: rw.o.ttl, Start: start,
+		Keys: []string{rw.name}, Token: bareToken(token), Fence: fence, TTL: rw.o.ttl, Start: start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: token, wid: wid, write: s.write},
 	})
@@ -265,31 +280,131 @@ type RWNodeState struct {
 	WaitingWriters int64
 	WaitingReaders int64
 	Fence          string
+
+	WriterInfo    HolderInfo   // the writer as recorded with it (ID "" if none)
+	ReaderInfo    []HolderInfo // the first MaxStatusWaiters readers, as recorded with each
+	WriterQueue   []HolderInfo // the first MaxStatusWaiters live waiting writers in queue order (Since: when each queued)
+	ReaderWaiters []HolderInfo // the first MaxStatusWaiters waiting readers (admitted ones not yet in too; Since: when each one's Acquire started)
 }
 
-// Status reads the lock's state on every node (one read-only script each).
+// Status reads the lock's state on every node (one read-only script
+// each); RWQuorumOf gives the quorum's view.
 func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
-	r := rw.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return rw.call("status") }, nil, nil)
+	call := rw.call("status", strconv.Itoa(MaxStatusWaiters))
+	r := rw.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := rw.c.Nodes()
 	out := make([]RWNodeState, len(r.Replies))
 	for i, rep := range r.Replies {
 		st := RWNodeState{Node: nodes[i].Addr, Err: rep.Err}
 		if rep.Err == nil {
 			arr, err := rep.Msg.ToArray()
-			if err != nil || len(arr) < 5 {
+			if err != nil || len(arr) < 8 {
 				st.Err = fmt.Errorf("redlock: unexpected status reply")
 			} else {
 				w, _ := arr[0].ToString()
 				if len(w) > 6 {
 					st.Writer = prefix8(w[6:])
+					st.WriterInfo = parseHolder(w[6:])
 				}
 				st.Readers, _ = arr[1].AsInt64()
 				st.WaitingWriters, _ = arr[2].AsInt64()
 				st.WaitingReaders, _ = arr[3].AsInt64()
 				st.Fence, _ = arr[4].ToString()
+				st.ReaderInfo = parseList(arr[5])
+				st.WriterQueue = parseQueue(arr[6], true)
+				st.ReaderWaiters = parseList(arr[7])
 			}
 		}
 		out[i] = st
 	}
 	return out
+}
+
+// parseList reads a list of tokens or waiter ids.
+func parseList(m rueidis.RedisMessage) []HolderInfo {
+	ids, _ := m.ToArray()
+	var out []HolderInfo
+	for _, x := range ids {
+		if id, _ := x.ToString(); id != "" && len(out) < MaxStatusWaiters {
+			out = append(out, parseHolder(id))
+		}
+	}
+	return out
+}
+
+// RWQuorum is what a quorum of nodes agrees on about an RWLock.
+type RWQuorum struct {
+	State          string       // "write", "read", "free", or "no quorum" when no writer (or none) is on a quorum
+	Writer         HolderInfo   // the writer (State "write")
+	Readers        []HolderInfo // readers holding on a quorum, the longest-held first
+	Fence          string       // the fence counter a quorum has reached ("" if fewer have one)
+	WaitingWriters []HolderInfo // writers queued on a quorum, in queue order (the writer's own entry left out)
+	WaitingReaders []HolderInfo // readers waiting on a quorum, the longest waiting first
+}
+
+// RWQuorumOf is the quorum's view of per-node RWLock states (RWLock.Status).
+func RWQuorumOf(states []RWNodeState, quorum int) RWQuorum {
+	var qs []NodeState
+	var readers, ww, wr [][]HolderInfo
+	for _, st := range states {
+		if st.Err != nil {
+			continue
+		}
+		ns := NodeState{State: "free", Fence: st.Fence, value: st.WriterInfo.raw, Info: st.WriterInfo}
+		if st.WriterInfo.raw != "" {
+			ns.State = "write"
+		}
+		qs = append(qs, ns)
+		readers = append(readers, st.ReaderInfo)
+		ww = append(ww, st.WriterQueue)
+		wr = append(wr, st.ReaderWaiters)
+	}
+	q := QuorumOf(qs, quorum)
+	out := RWQuorum{State: q.State, Writer: q.Holder, Fence: q.Fence,
+		Readers:        onQuorum(readers, quorum, ""),
+		WaitingWriters: onQuorum(ww, quorum, q.Holder.waiter),
+		WaitingReaders: onQuorum(wr, quorum, "")}
+	slices.SortFunc(out.Readers, func(a, b HolderInfo) int { return a.Since.Compare(b.Since) })
+	if out.State == "free" && len(out.Readers) > 0 {
+		out.State = "read"
+	}
+	return out
+}
+
+// String is the quorum line of `redlock status --kind rwlock`: "read by 3
+// (worker-1 on host-a pid 12 since 12:03:04, …), fence 7, 1 writer
+// waiting" or "written by worker-7 on host-a pid 12 since 12:03:04, fence
+// 8, 0 writers waiting, 2 readers waiting".
+func (q RWQuorum) String() string {
+	var b strings.Builder
+	switch q.State {
+	case "write":
+		fmt.Fprintf(&b, "written by %s", q.Writer)
+	case "read":
+		fmt.Fprintf(&b, "read by %d (", len(q.Readers))
+		for i, r := range q.Readers {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(r.String())
+		}
+		b.WriteString(")")
+	default:
+		b.WriteString(q.State)
+	}
+	if q.Fence != "" {
+		fmt.Fprintf(&b, ", fence %s", q.Fence)
+	}
+	fmt.Fprintf(&b, ", %d %s waiting", len(q.WaitingWriters), plural(len(q.WaitingWriters), "writer"))
+	if len(q.WaitingReaders) > 0 {
+		fmt.Fprintf(&b, ", %d %s waiting", len(q.WaitingReaders), plural(len(q.WaitingReaders), "reader"))
+	}
+	return b.String()
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }

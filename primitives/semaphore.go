@@ -54,6 +54,7 @@ type Semaphore struct {
 	prefix  string   // slot key prefix "<p>{name}:s:"
 	topic   string
 	channel string
+	meta    string // "~label~host~pid" (meta.go)
 }
 
 var _ Locker = (*Semaphore)(nil)
@@ -78,7 +79,7 @@ func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts
 	}
 	return &Semaphore{c: c, name: name, permits: permits, o: o, resize: resize,
 		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Key(name, scripts.SemaphoreSlotPrefix),
-		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
+		topic: c.Topic(name), channel: c.Topic(name) + ":ch", meta: holderMeta(o.label)}, nil
 }
 
 // Name returns the resource name.
@@ -109,7 +110,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
 	pr := newProposer(s.permits)
-	wid := newToken()
+	wid := newToken() + s.meta // its queue score is its waiting-since (meta.go)
 	return waitLoop(ctx, s.c, waitSpec{topics: []string{s.topic}, token: wid,
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
@@ -311,7 +312,8 @@ func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 // to pr. retry reports that another proposal may succeed at once.
 func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid string, enqueue bool) (attemptResult, bool) {
 	x := semSlot{s: s, slot: slot, score: pr.score}
-	token := newToken()
+	// a granted waiter leaves the queue at once: no waiter in the token
+	token := holdValue(s.meta, time.Now(), "")
 	call := x.acquireCall(token, wid, enqueue)
 	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Settings().HandoffWindow), s.channel)}
 	spec := engine.AttemptSpec{
@@ -441,7 +443,7 @@ func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
 func (x semSlot) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	s := x.s
 	return s.c.NewHold(engine.HoldSpec{
-		Keys: []string{s.name}, Token: token, Fence: fence, TTL: s.o.ttl, Start: start,
+		Keys: []string{s.name}, Token: bareToken(token), Fence: fence, TTL: s.o.ttl, Start: start,
 		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold, Heartbeat: s.o.heartbeat,
 		Protocol: &semProto{x: x, token: token},
 	})

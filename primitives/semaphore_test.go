@@ -226,7 +226,7 @@ func TestSemaphoreMiniShrinkWaitsForRemovedSlots(t *testing.T) {
 	held := fillSem(t, s4, 4)
 	slotOf := func(l *primitives.Lease) int {
 		for i := range 4 {
-			if ms[0].Exists("redlock:{shrink}:s:"+strconv.Itoa(i)) && strings.HasSuffix(mustGet(ms[0], "redlock:{shrink}:s:"+strconv.Itoa(i)), l.Token()) {
+			if ms[0].Exists("redlock:{shrink}:s:"+strconv.Itoa(i)) && strings.HasPrefix(mustGet(ms[0], "redlock:{shrink}:s:"+strconv.Itoa(i)), "rl1:S:"+l.Token()+"~") {
 				return i
 			}
 		}

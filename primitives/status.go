@@ -3,6 +3,8 @@ package primitives
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,27 +14,124 @@ import (
 // Status reads the semaphore's state on every node (one read-only script
 // each): State is "taken k/p [slots]" (a slot reserved by a handoff counts
 // as taken), "free 0/p", or "missing" where the semaphore is not stored;
-// Waiters is the node's queue. It does not check the permit count this
-// Semaphore was created with, so any count will do for reading.
+// Permits lists each taken slot's holder as recorded with it (or the
+// waiter a handoff reserved it for); Waiters is the node's queue length and
+// Queue its first MaxStatusWaiters live waiters, longest waiting first.
+// SemaphoreQuorumOf gives the quorum's view. It does not check the permit
+// count this Semaphore was created with, so any count will do for reading.
 func (s *Semaphore) Status(ctx context.Context) []NodeState {
-	return readEach(ctx, s.c, s.call("info"), 2, func(arr []rueidis.RedisMessage, st *NodeState) {
+	return readEach(ctx, s.c, s.call("info", strconv.Itoa(MaxStatusWaiters)), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
 		stored, _ := arr[0].AsInt64()
 		st.Waiters, _ = arr[1].AsInt64()
+		st.stored = int(stored)
 		if stored == 0 {
 			st.State = "missing"
 			return
 		}
+		taken, _ := arr[2].ToArray()
+		vals, _ := arr[3].ToArray()
 		var slots []string
-		for _, m := range arr[2:] {
-			i, _ := m.AsInt64()
-			slots = append(slots, fmt.Sprint(i))
+		for i, m := range taken {
+			n, _ := m.AsInt64()
+			slots = append(slots, fmt.Sprint(n))
+			if i < len(vals) {
+				v, _ := vals[i].ToString()
+				p := PermitHolder{Slot: int(n)}
+				if r, ok := strings.CutPrefix(v, "rl1:R:"); ok {
+					p.Reserved, p.Holder = true, parseHolder(r)
+				} else {
+					p.Holder = parseHolder(strings.TrimPrefix(v, "rl1:S:"))
+				}
+				st.Permits = append(st.Permits, p)
+			}
 		}
+		st.Queue = parseQueue(arr[4], true)
 		if len(slots) == 0 {
 			st.State = fmt.Sprintf("free 0/%d", stored)
 			return
 		}
 		st.State = fmt.Sprintf("taken %d/%d [%s]", len(slots), stored, strings.Join(slots, " "))
 	})
+}
+
+// PermitHolder is one taken permit (a semaphore slot) on a node.
+type PermitHolder struct {
+	Slot     int
+	Reserved bool       // reserved by a handoff for the waiter Holder (it has not taken it yet)
+	Holder   HolderInfo // the holder as recorded with it, or the waiter it is reserved for
+}
+
+// SemaphoreQuorum is what a quorum of nodes agrees on about a Semaphore:
+// the permit holders and the ordered waiters.
+type SemaphoreQuorum struct {
+	Permits int            // the stored permit count on a quorum (0: not stored, or no agreement)
+	Holders []PermitHolder // slots whose holder (or reservation) is the same on a quorum, by slot
+	Waiters []HolderInfo   // waiters queued on a quorum, longest waiting first
+}
+
+// SemaphoreQuorumOf is the quorum's view of per-node semaphore states
+// (Semaphore.Status).
+func SemaphoreQuorumOf(states []NodeState, quorum int) SemaphoreQuorum {
+	var out SemaphoreQuorum
+	stored := map[int]int{}
+	type key struct {
+		slot int
+		raw  string
+	}
+	count := map[key]int{}
+	first := map[key]PermitHolder{}
+	var queues [][]HolderInfo
+	for _, st := range states {
+		if st.Err != nil {
+			continue
+		}
+		stored[st.stored]++
+		for _, p := range st.Permits {
+			k := key{p.Slot, p.Holder.raw}
+			if count[k]++; count[k] == 1 {
+				first[k] = p
+			}
+		}
+		queues = append(queues, st.Queue)
+	}
+	for p, n := range stored {
+		if n >= quorum {
+			out.Permits = p
+		}
+	}
+	for k, n := range count {
+		if n >= quorum {
+			out.Holders = append(out.Holders, first[k])
+		}
+	}
+	slices.SortFunc(out.Holders, func(a, b PermitHolder) int { return a.Slot - b.Slot })
+	out.Waiters = onQuorum(queues, quorum, "")
+	return out
+}
+
+// String is the quorum line of `redlock status --kind semaphore`: "2 of 3
+// permits: worker-7 on host-a pid 12 since 12:03:04, …; 4 waiting".
+func (q SemaphoreQuorum) String() string {
+	var b strings.Builder
+	if q.Permits == 0 && len(q.Holders) == 0 {
+		b.WriteString("not stored")
+	} else {
+		fmt.Fprintf(&b, "%d of %d permits", len(q.Holders), q.Permits)
+		for i, p := range q.Holders {
+			sep := ", "
+			if i == 0 {
+				sep = ": "
+			}
+			b.WriteString(sep)
+			if p.Reserved {
+				fmt.Fprintf(&b, "reserved for %s (handoff)", p.Holder.Name())
+			} else {
+				b.WriteString(p.Holder.String())
+			}
+		}
+	}
+	fmt.Fprintf(&b, "; %d waiting", len(q.Waiters))
+	return b.String()
 }
 
 // Status reads the latch's state on every node (one read-only script

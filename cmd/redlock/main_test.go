@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -382,4 +383,82 @@ func TestCLIStatusShowsHolderAndWaiters(t *testing.T) {
 		t.Fatalf("json: exit %d\n%s", code, js)
 	}
 	t.Logf("redlock status job:\n%s", out)
+}
+
+// status of a fair lock, an rwlock and a semaphore prints each node's
+// holders and a quorum line with labels, hosts and waiters (text and
+// JSON), never a whole token.
+func TestCLIStatusKindsShowHoldersAndWaiters(t *testing.T) {
+	testutil.RequireRedis(t)
+	addrs := testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{}))
+	nodes := strings.Join(addrs, ",")
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	host, pid := regexp.QuoteMeta(func() string { h, _ := os.Hostname(); return h }()), os.Getpid()
+	fair, _ := primitives.NewFairLock(c, "fjob", primitives.WithLabel("worker-7"))
+	rwW, _ := primitives.NewRWLock(c, "rwjob", primitives.WithLabel("writer-1"))
+	rwR, _ := primitives.NewRWLock(c, "rwjob", primitives.WithLabel("reader-1"))
+	sem, _ := primitives.NewSemaphore(c, "semjob", 2, primitives.WithLabel("worker-7"))
+	semW, _ := primitives.NewSemaphore(c, "semjob", 2, primitives.WithLabel("waiter-1"))
+	fairW, _ := primitives.NewFairLock(c, "fjob", primitives.WithLabel("waiter-1"))
+	var leases []*primitives.Lease
+	for _, lk := range []primitives.Locker{fair, rwW.Writer(), sem, sem} {
+		l, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	done := make(chan struct{}, 3)
+	for _, lk := range []primitives.Locker{fairW, rwR.Reader(), semW} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if l, err := lk.Acquire(ctx); err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		for range 3 {
+			<-done
+		}
+		for _, l := range leases {
+			_ = l.Release(context.Background())
+		}
+	}()
+	for _, tc := range []struct{ kind, key, line, json string }{
+		{"fairlock", "fjob", fmt.Sprintf(`quorum \(2 of 3\): held by worker-7 on %s pid %d since \d\d:\d\d:\d\d, fence %d, 1 waiting\n  waiter 1: waiter-1 \(`, host, pid, leases[0].Fence()),
+			`"summary": "held by worker-7 on `},
+		{"rwlock", "rwjob", fmt.Sprintf(`quorum \(2 of 3\): written by writer-1 on %s pid %d since \d\d:\d\d:\d\d, fence %d, 0 writers waiting, 1 reader waiting\n  waiting reader 1: reader-1 \(`, host, pid, leases[1].Fence()),
+			`"summary": "written by writer-1 on `},
+		{"semaphore", "semjob", fmt.Sprintf(`quorum \(2 of 3\): 2 of 2 permits: worker-7 on %[1]s pid %[2]d since \d\d:\d\d:\d\d, worker-7 on %[1]s pid %[2]d since \d\d:\d\d:\d\d; 1 waiting\n  permit slot \d: worker-7 \(`, host, pid),
+			`"summary": "2 of 2 permits: worker-7 on `},
+	} {
+		want := regexp.MustCompile(tc.line)
+		var out string
+		if !testutil.Eventually(10*time.Second, func() bool {
+			var code int
+			code, out, _ = cli(t, nil, "status", "--kind", tc.kind, "--nodes", nodes, tc.key)
+			return code == 0 && want.MatchString(out)
+		}) {
+			t.Fatalf("%s status:\n%s\nwant %s", tc.kind, out, want)
+		}
+		if strings.Count(out, "worker-7")+strings.Count(out, "writer-1") < 4 {
+			t.Fatalf("%s: want the holder on every node row:\n%s", tc.kind, out)
+		}
+		code, js, stderr := cli(t, nil, "status", "--kind", tc.kind, "--json", "--nodes", nodes, tc.key)
+		if code != 0 || !strings.Contains(js, tc.json) || !strings.Contains(js, `"label": "`) {
+			t.Fatalf("%s --json: exit %d stderr %q\n%s", tc.kind, code, stderr, js)
+		}
+		for _, l := range leases {
+			if strings.Contains(out, l.Token()) || strings.Contains(js, l.Token()) {
+				t.Fatalf("%s: a whole token is printed", tc.kind)
+			}
+		}
+	}
 }

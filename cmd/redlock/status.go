@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -55,7 +56,10 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var states []primitives.NodeState
-	var quorum *primitives.QuorumState // Lock only
+	var quorum *primitives.QuorumState // Lock, FairLock
+	var rwq *primitives.RWQuorum
+	var semq *primitives.SemaphoreQuorum
+	var rwStates []primitives.RWNodeState
 	switch *kind {
 	case "lock":
 		l, err := primitives.NewLock(c, key)
@@ -71,14 +75,19 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		states = l.Status(ctx)
+		q := primitives.QuorumOf(states, c.Quorum())
+		quorum = &q
 	case "rwlock":
 		rw, err := primitives.NewRWLock(c, key)
 		if err != nil {
 			return err
 		}
-		for _, st := range rw.Status(ctx) {
+		rwStates = rw.Status(ctx)
+		q := primitives.RWQuorumOf(rwStates, c.Quorum())
+		rwq = &q
+		for _, st := range rwStates {
 			ns := primitives.NodeState{Node: st.Node, Err: st.Err, State: "free", Holder: st.Writer, Fence: st.Fence,
-				Waiters: st.WaitingWriters + st.WaitingReaders}
+				Waiters: st.WaitingWriters + st.WaitingReaders, Info: st.WriterInfo}
 			switch {
 			case st.Writer != "":
 				ns.State = "write"
@@ -94,6 +103,8 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		states = s.Status(ctx)
+		q := primitives.SemaphoreQuorumOf(states, c.Quorum())
+		semq = &q
 	case "latch":
 		l, err := primitives.NewCountDownLatch(c, key, 0)
 		if err != nil {
@@ -116,13 +127,20 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 			Fence     string       `json:"fence,omitempty"`
 			Waiters   int64        `json:"waiters"`
 			Queue     []holderJSON `json:"queue,omitempty"`
+			Readers   []holderJSON `json:"readers,omitempty"`         // rwlock
+			ReadQueue []holderJSON `json:"waiting_readers,omitempty"` // rwlock
+			Permits   []permitJSON `json:"permits,omitempty"`         // semaphore
 			Error     string       `json:"error,omitempty"`
 		}
 		rows := make([]row, len(states))
 		for i, s := range states {
 			rows[i] = row{Node: s.Node, Up: health[i].Up, LatencyUs: health[i].Latency.Microseconds(), State: s.State,
 				Holder: s.Holder, Info: infoJSON(s.Info), TTLMs: s.TTL.Milliseconds(), Fence: s.Fence, Waiters: s.Waiters,
-				Queue: queueJSON(s.Queue)}
+				Queue: queueJSON(s.Queue), Permits: permitsJSON(s.Permits)}
+			if rwStates != nil {
+				st := rwStates[i]
+				rows[i].Queue, rows[i].Readers, rows[i].ReadQueue = queueJSON(st.WriterQueue), queueJSON(st.ReaderInfo), queueJSON(st.ReaderWaiters)
+			}
 			if s.Err != nil {
 				rows[i].Error = s.Err.Error()
 			}
@@ -131,6 +149,15 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		if quorum != nil {
 			doc["view"] = map[string]any{"state": quorum.State, "holder": infoJSON(quorum.Holder), "nodes": quorum.Nodes,
 				"fence": quorum.Fence, "waiters": queueJSON(quorum.Waiters), "summary": quorum.String()}
+		}
+		if rwq != nil {
+			doc["view"] = map[string]any{"state": rwq.State, "writer": infoJSON(rwq.Writer), "readers": queueJSON(rwq.Readers),
+				"fence": rwq.Fence, "waiting_writers": queueJSON(rwq.WaitingWriters), "waiting_readers": queueJSON(rwq.WaitingReaders),
+				"summary": rwq.String()}
+		}
+		if semq != nil {
+			doc["view"] = map[string]any{"permits": semq.Permits, "holders": permitsJSON(semq.Holders),
+				"waiters": queueJSON(semq.Waiters), "summary": semq.String()}
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -150,19 +177,71 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		if !s.Info.Since.IsZero() {
 			since = s.Info.Since.Format("15:04:05")
 		}
+		holder, label := s.Holder, s.Info.Label
+		// several holders (semaphore permits, rwlock readers): their names
+		var names []string
+		for _, p := range s.Permits {
+			names = append(names, p.Holder.Name())
+		}
+		if rwStates != nil && s.Holder == "" {
+			for _, r := range rwStates[i].ReaderInfo {
+				names = append(names, r.Name())
+			}
+		}
+		if len(names) > 0 {
+			holder, label = strings.Join(names, ","), ""
+		}
 		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Node, health[i].Up, health[i].Latency.Round(time.Microsecond),
-			s.State, s.Holder, s.Info.Label, s.Info.Host, pid, since, s.TTL.Round(time.Millisecond), s.Fence, s.Waiters)
+			s.State, holder, label, s.Info.Host, pid, since, s.TTL.Round(time.Millisecond), s.Fence, s.Waiters)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if quorum != nil {
-		fmt.Fprintf(out, "quorum (%d of %d): %s\n", c.Quorum(), len(states), quorum)
-		for i, w := range quorum.Waiters {
-			fmt.Fprintf(out, "  waiter %d: %s (%s)%s waiting since %s\n", i+1, w.Name(), w.ID, onHost(w), w.Since.Format("15:04:05"))
+	waiters := func(what string, ws []primitives.HolderInfo) {
+		for i, w := range ws {
+			fmt.Fprintf(out, "  %s %d: %s (%s)%s waiting since %s\n", what, i+1, w.Name(), w.ID, onHost(w), w.Since.Format("15:04:05"))
 		}
 	}
+	switch {
+	case quorum != nil:
+		fmt.Fprintf(out, "quorum (%d of %d): %s\n", c.Quorum(), len(states), quorum)
+		waiters("waiter", quorum.Waiters)
+	case rwq != nil:
+		fmt.Fprintf(out, "quorum (%d of %d): %s\n", c.Quorum(), len(states), rwq)
+		for i, r := range rwq.Readers {
+			fmt.Fprintf(out, "  reader %d: %s (%s)%s since %s\n", i+1, r.Name(), r.ID, onHost(r), r.Since.Format("15:04:05"))
+		}
+		waiters("waiting writer", rwq.WaitingWriters)
+		waiters("waiting reader", rwq.WaitingReaders)
+	case semq != nil:
+		fmt.Fprintf(out, "quorum (%d of %d): %s\n", c.Quorum(), len(states), semq)
+		for _, p := range semq.Holders {
+			h := p.Holder
+			if p.Reserved {
+				fmt.Fprintf(out, "  permit slot %d: reserved for %s (%s)%s (handoff)\n", p.Slot, h.Name(), h.ID, onHost(h))
+				continue
+			}
+			fmt.Fprintf(out, "  permit slot %d: %s (%s)%s since %s\n", p.Slot, h.Name(), h.ID, onHost(h), h.Since.Format("15:04:05"))
+		}
+		waiters("waiter", semq.Waiters)
+	}
 	return nil
+}
+
+type permitJSON struct {
+	Slot     int        `json:"slot"`
+	Reserved bool       `json:"reserved,omitempty"`
+	Holder   holderJSON `json:"holder"`
+}
+
+func permitsJSON(ps []primitives.PermitHolder) []permitJSON {
+	var out []permitJSON
+	for _, p := range ps {
+		if j := infoJSON(p.Holder); j != nil {
+			out = append(out, permitJSON{Slot: p.Slot, Reserved: p.Reserved, Holder: *j})
+		}
+	}
+	return out
 }
 
 type holderJSON struct {

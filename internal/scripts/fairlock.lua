@@ -8,7 +8,8 @@
 --       8 departed waiters (zset waiter id -> server ms until which its stale
 --         attempts are refused)
 -- Values of KEYS[1]: "rl1:F:<token>" (held), "rl1:FO:<owner>" (held by a
--- reentrant owner).
+-- reentrant owner). Tokens and waiter ids carry the holder's metadata
+-- (primitives/meta.go): they are compared whole, never parsed.
 local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -274,11 +275,22 @@ elseif op == 'fence' then
   return 1
 
 elseif op == 'status' then
-  -- read-only view: {value, pttl, fence, live queue ids in order, ticket counter}
-  local ids, live = redis.call('ZRANGE', KEYS[3], 0, -1), {}
-  for _, id in ipairs(ids) do
-    if (tonumber(redis.call('HGET', KEYS[4], id) or '0') or 0) > now then table.insert(live, id) end
+  -- read-only view: {value, pttl, fence, live queue ids in order, ticket
+  -- counter, the latest hold (owner mode: its token carries the holder's
+  -- metadata), the first ARGV[2] live ids with their tickets}
+  local ids, live, q = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES'), {}, {}
+  local n = tonumber(ARGV[2] or '0') or 0
+  for i = 1, #ids, 2 do
+    if (tonumber(redis.call('HGET', KEYS[4], ids[i]) or '0') or 0) > now then
+      table.insert(live, ids[i])
+      if #live <= n then table.insert(q, ids[i]); table.insert(q, ids[i + 1]) end
+    end
   end
-  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', live, tv or ''}
+  local h = ''
+  if v and string.sub(v, 1, 7) == 'rl1:FO:' then
+    local top = redis.call('ZRANGE', KEYS[6], -1, -1)
+    if #top > 0 then h = top[1] end
+  end
+  return {v or '', redis.call('PTTL', KEYS[1]), fv or '', live, tv or '', h, q}
 end
 return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

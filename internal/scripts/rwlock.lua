@@ -5,6 +5,8 @@
 --       3 waiting writers (zset wid -> first enqueue ms), 4 waiting-writer expiry (hash),
 --       5 waiting readers (zset wid -> expiry ms), 6 admitted readers (zset wid -> expiry ms),
 --       7 fence counter, 8 marker (string "rl1:rw")
+-- Tokens and waiter ids carry the holder's metadata (primitives/meta.go):
+-- they are compared whole, never parsed.
 local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -253,6 +255,23 @@ elseif op == 'fence' then
   return 1
 
 elseif op == 'status' then
-  return {w or '', redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[5]), fv or ''}
+  -- {writer, readers, waiting writers, waiting readers, fence, then the
+  -- first ARGV[2] of: reader tokens, live waiting writers with their
+  -- scores, waiting (and admitted, not yet acquired) reader ids}
+  local n = tonumber(ARGV[2] or '0') or 0
+  local rd, ww, wr = {}, {}, {}
+  if n > 0 then
+    rd = redis.call('ZRANGE', KEYS[2], 0, n - 1)
+    local ids = redis.call('ZRANGE', KEYS[3], 0, n - 1, 'WITHSCORES')
+    for i = 1, #ids, 2 do
+      if tonumber(redis.call('HGET', KEYS[4], ids[i]) or '0') > now then
+        ww[#ww + 1] = ids[i]; ww[#ww + 1] = ids[i + 1]
+      end
+    end
+    for _, k in ipairs({KEYS[5], KEYS[6]}) do
+      for _, id in ipairs(redis.call('ZRANGE', k, 0, n - 1)) do wr[#wr + 1] = id end
+    end
+  end
+  return {w or '', redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[5]), fv or '', rd, ww, wr}
 end
 return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

@@ -12,7 +12,8 @@
 --          r:<id> -> the slot reserved for it here, a:<id> -> it made no
 --          attempt since that reservation)
 -- Slot values: "rl1:S:<token>" held, "rl1:R:<waiter id>" reserved for that
--- waiter by a handoff.
+-- waiter by a handoff. Tokens and waiter ids carry the holder's metadata
+-- (primitives/meta.go): they are compared whole, never parsed.
 local op, prefix = ARGV[1], ARGV[2]
 local cfg = KEYS[1]
 local t = redis.call('TIME')
@@ -266,16 +267,26 @@ elseif op == 'fence' then
 
 elseif op == 'info' then
   -- read-only view for `redlock status`: {stored permits (0 if none),
-  -- queued waiters, taken slots...} (a reserved slot is taken)
+  -- queued waiters, {taken slots}, {their values}, {the first ARGV[3] live
+  -- waiters with their scores}} (a reserved slot is taken)
   local hi = 0
   if ct == 'hash' then hi = tonumber(redis.call('HGET', cfg, 'hi') or '0') end
-  local out = {cp or 0, redis.call('ZCARD', KEYS[2])}
+  local taken, vals, q = {}, {}, {}
   for i = 0, math.max(hi, cp or 0) - 1 do
     local x, e = slot(i)
     if e then return e end
-    if x then out[#out + 1] = i end
+    if x then taken[#taken + 1] = i; vals[#vals + 1] = x end
   end
-  return out
+  local n = tonumber(ARGV[3] or '0') or 0
+  if n > 0 then
+    local ids = redis.call('ZRANGE', KEYS[2], 0, n - 1, 'WITHSCORES')
+    for i = 1, #ids, 2 do
+      if tonumber(redis.call('HGET', KEYS[3], ids[i]) or '0') > now then
+        q[#q + 1] = ids[i]; q[#q + 1] = ids[i + 1]
+      end
+    end
+  end
+  return {cp or 0, redis.call('ZCARD', KEYS[2]), taken, vals, q}
 
 elseif op == 'status' then
   -- read-only: {stored permits (0 if none), taken slots...} over
