@@ -556,6 +556,17 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 			retry = append(retry, i)
 			continue
 		}
+		if live[i].Call.ReadOnly && cannotRunReadOnly(rr.Error()) {
+			// a server before Redis 7.0 has no EVALSHA_RO, and miniredis
+			// counts TIME as a write: the op never writes, so plain EVALSHA
+			// runs it alike
+			live[i].Call.ReadOnly = false
+			res[i] = cl.Do(ctx, a.build(cl, live[i].Call, false, caps))
+			if e, ok := rueidis.IsRedisErr(res[i].Error()); ok && e.IsNoScript() {
+				retry = append(retry, i)
+			}
+			continue
+		}
 		if rr.NonRedisError() != nil {
 			netFail = true
 		}
@@ -566,7 +577,12 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 			again[j] = a.build(cl, live[i].Call, true, caps)
 		}
 		for j, rr := range cl.DoMulti(ctx, again...) {
-			res[retry[j]] = rr
+			i := retry[j]
+			if live[i].Call.ReadOnly && cannotRunReadOnly(rr.Error()) {
+				live[i].Call.ReadOnly = false // as above
+				rr = cl.Do(ctx, a.build(cl, live[i].Call, true, caps))
+			}
+			res[i] = rr
 		}
 	}
 	if netFail {
@@ -662,10 +678,25 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	if a.opt.Cluster {
 		s = s.sharded
 	}
-	if eval {
+	switch {
+	case eval && c.ReadOnly:
+		return cl.B().EvalRo().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	case eval:
 		return cl.B().Eval().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	case c.ReadOnly:
+		return cl.B().EvalshaRo().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
 	}
 	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+}
+
+// cannotRunReadOnly tells whether err says that the server cannot run a
+// read-only script: it has no EVALSHA_RO ("unknown command"), or it
+// refuses a command the script calls as a write although Redis counts it
+// as a read (miniredis: TIME).
+func cannotRunReadOnly(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && (strings.HasPrefix(e.Error(), "ERR unknown command") ||
+		strings.Contains(e.Error(), "not allowed in read-only scripts"))
 }
 
 func (a *Actor) markUp(rtt time.Duration) {

@@ -43,6 +43,12 @@ type Call struct {
 	Keys   []string
 	Args   []string
 
+	// ReadOnly runs the script as a read-only one (EVALSHA_RO, EVAL_RO after
+	// NOSCRIPT): the op never writes, so a user allowed only to read may
+	// run it, and a server that supports it may run it on a replica. A
+	// server without the _RO commands (before Redis 7.0) gets EVALSHA.
+	ReadOnly bool
+
 	// Next, when set, makes the call the first step of a program run on
 	// this node alone (a MultiLock on a Redis Cluster node takes one slot
 	// group per step). The actor passes each step's reply to Next, which

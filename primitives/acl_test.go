@@ -97,3 +97,55 @@ func aclLockers(c *coordinator.Coordinator) map[string]primitives.Locker {
 	lockers["semaphore"] = s
 	return lockers
 }
+
+// The status ops never write and run as read-only scripts (EVALSHA_RO): a
+// user that may only read the keys (%R~) can watch a lock and a latch.
+func TestStatusRunsReadOnly(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	acl := strings.Fields(`ACL SETUSER watcher on >pw %R~redlock:* &redlock:* ` +
+		`+@scripting +@read +@pubsub +@connection +time -@dangerous`)
+	for _, s := range srv {
+		if _, err := s.Do(acl...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	owner := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(owner, "watched")
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	latch, _ := primitives.NewCountDownLatch(owner, "watched", 2)
+	if err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	watcher := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+		cfg.Username, cfg.Password = "watcher", "pw"
+		cfg.Keyspace = coordinator.KeyspaceOff
+	})
+	wl, _ := primitives.NewLock(watcher, "watched")
+	for _, st := range wl.Status(ctx) {
+		if st.Err != nil || st.State != "held" {
+			t.Errorf("lock status on %s = %q, %v; want held", st.Node, st.State, st.Err)
+		}
+	}
+	wlatch, _ := primitives.NewCountDownLatch(watcher, "watched", 2)
+	for _, st := range wlatch.Status(ctx) {
+		if st.Err != nil || st.State != "counted 1/2" {
+			t.Errorf("latch status on %s = %q, %v; want counted 1/2", st.Node, st.State, st.Err)
+		}
+	}
+	for _, s := range srv {
+		out, err := s.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "cmdstat_evalsha_ro:") && !strings.Contains(out, "cmdstat_eval_ro:") {
+			t.Errorf("%s ran no read-only script:\n%s", s.Addr(), out)
+		}
+	}
+}

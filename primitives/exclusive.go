@@ -22,6 +22,34 @@ type exclusive interface {
 	leaseTTL() time.Duration
 }
 
+// queued is an exclusive primitive whose blocked Acquire keeps a place in
+// a queue: its acquire call carries the waiter's queue score and its hold
+// names the waiter (whose queue entries the release drops).
+type queued interface {
+	exclusive
+	acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call
+	newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error)
+}
+
+// waiter is one blocked Acquire of a Lock, MultiLock or RWLock side: the
+// primitive plus the waiter's id and queue score (chosen once, the same on
+// every node; 0 until known). Only its Acquire goroutine touches it.
+// attemptExclusive asks the primitive, not the waiter, for the optional
+// nodeAdapter, tokener and claimer.
+type waiter struct {
+	queued
+	wid   string
+	score int64
+}
+
+func (w *waiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return w.acquireCallScore(token, wid, enqueue, w.score)
+}
+
+func (w *waiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+	return w.newHoldWid(token, w.wid, fence, start)
+}
+
 // nodeAdapter is implemented by primitives whose calls must change per node:
 // a MultiLock on a Redis Cluster node runs one step per slot group. forNode
 // returns a fresh call each time (a program keeps per-run state).
@@ -56,12 +84,14 @@ type claimer interface {
 // fenceInit is the value a node with no fence counter starts it from: the
 // hybrid clock (estimated server ms << engine.HLCShift), or 0 when no server TIME
 // has been seen yet (the coordinator then decides and writes back).
-func fenceInit(c *engine.Engine) string {
+func fenceInit(c *engine.Engine) string { return strconv.FormatInt(fenceInitValue(c), 10) }
+
+func fenceInitValue(c *engine.Engine) int64 {
 	est := c.EstimateServerMs()
 	if est <= 0 {
-		return "0"
+		return 0
 	}
-	return strconv.FormatInt(est<<engine.HLCShift, 10)
+	return est << engine.HLCShift
 }
 
 // attemptExclusive makes one quorum attempt of x through the engine's one
@@ -71,25 +101,29 @@ func fenceInit(c *engine.Engine) string {
 // so a rollback of an earlier attempt that reaches a node late can never
 // delete a later attempt's grant.
 func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue bool) attemptResult {
+	var base any = x // the primitive, for its optional interfaces
+	if w, ok := x.(*waiter); ok {
+		base = w.queued
+	}
 	token := ""
-	if tk, ok := x.(tokener); ok {
+	if tk, ok := base.(tokener); ok {
 		token = tk.attemptToken(wid, enqueue)
 	} else {
 		token = newToken()
 	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
-		Acquire:  perNode(x, x.acquireCall(token, wid, enqueue)),
-		Rollback: perNode(x, x.rollbackCall(token, wid)),
+		Acquire:  perNode(base, x.acquireCall(token, wid, enqueue)),
+		Rollback: perNode(base, x.rollbackCall(token, wid)),
 		Classify: lockVote,
 		TTL:      x.leaseTTL(),
-		Fence:    func(f int64) func(int) nodeactor.Call { return perNode(x, x.fenceCall(f)) },
+		Fence:    func(f int64) func(int) nodeactor.Call { return perNode(base, x.fenceCall(f)) },
 		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
 			return x.newHold(token, fence, start)
 		},
 		Queue: enqueue, // a waiter's place on every node, also a slow one
 	})
 	if res.Hold != nil {
-		if cl, ok := x.(claimer); ok && enqueue {
+		if cl, ok := base.(claimer); ok && enqueue {
 			// Drop the waiter's queue entries everywhere (grants keep them so a
 			// split attempt keeps its place).
 			claim := cl.claimCall(token, wid)

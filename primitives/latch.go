@@ -115,7 +115,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 			backoff = min(2*backoff, l.c.Settings().MaxRetryDelay)
 		}
 		var v *latchRound
-		v, err = l.round(ctx, l.call("countdown", id, l.channel, ms(LatchOpenTTL)))
+		v, err = l.round(ctx, l.call(scripts.LatchCountDown{LatchHead: l.head(LatchIdleTTL), ID: id, Channel: l.channel, OpenTTL: LatchOpenTTL}))
 		if err == nil {
 			// Recorded on a quorum: the count-down is done. Opening is
 			// best effort here; waiters re-check (the script told one per
@@ -136,7 +136,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
 	if l.count == 0 {
 		return 0, nil
 	}
-	v, err := l.round(ctx, l.call("get"))
+	v, err := l.round(ctx, l.call(scripts.LatchGet{LatchHead: l.head(LatchIdleTTL)}))
 	if err != nil {
 		return 0, err
 	}
@@ -195,17 +195,17 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	}
 }
 
-func (l *CountDownLatch) call(op string, args ...string) nodeactor.Call {
-	ttl := LatchIdleTTL
-	if op == "open" {
-		ttl = LatchOpenTTL
-	}
-	return l.callTTL(op, ttl, args...)
+// head is what every latch op but status starts with: the initial count,
+// ttl, a fresh send time and the lateness bound.
+func (l *CountDownLatch) head(ttl time.Duration) scripts.LatchHead {
+	return scripts.LatchHead{Count: l.count, TTL: ttl, Sent: l.sent(), Late: LatchMaxLate}
 }
 
-func (l *CountDownLatch) callTTL(op string, ttl time.Duration, args ...string) nodeactor.Call {
-	return nodeactor.Call{Script: latchScript, Keys: l.keys,
-		Args: append([]string{op, strconv.Itoa(l.count), ms(ttl), l.sent(), ms(LatchMaxLate)}, args...)}
+// call is latch.lua's op on this latch's keys; status runs as a read-only
+// script.
+func (l *CountDownLatch) call(op scripts.Op) nodeactor.Call {
+	_, ro := op.(scripts.LatchStatus)
+	return nodeactor.Call{Script: latchScript, Keys: l.keys, Args: op.Args(), ReadOnly: ro}
 }
 
 // sent is the call's send time as the nodes' clocks read it: the engine's
@@ -213,18 +213,18 @@ func (l *CountDownLatch) callTTL(op string, ttl time.Duration, args ...string) n
 // or before any was seen this process's wall clock. Every node gets the same
 // value, so each expiry the call sets is one absolute instant (sent + TTL)
 // on every node, whenever the node runs it.
-func (l *CountDownLatch) sent() string {
+func (l *CountDownLatch) sent() int64 {
 	est := l.c.EstimateServerMs()
 	if est <= 0 {
 		est = time.Now().UnixMilli()
 	}
-	return strconv.FormatInt(est, 10)
+	return est
 }
 
 // restamp returns call with a fresh send time.
 func (l *CountDownLatch) restamp(call nodeactor.Call) nodeactor.Call {
 	args := append([]string(nil), call.Args...)
-	args[3] = l.sent()
+	args[3] = strconv.FormatInt(l.sent(), 10) // LatchHead.Sent
 	call.Args = args
 	return call
 }
@@ -260,9 +260,9 @@ func parseLatch(rep nodeactor.Reply) (st latchState, mismatch, now int64, err er
 		return st, 0, 0, fmt.Errorf("redlock: unexpected latch reply %v: %w", rep.Msg, err)
 	}
 	switch code {
-	case -2:
+	case scripts.LatchOtherCount:
 		return st, size, now, nil
-	case -3:
+	case scripts.LatchTooLate:
 		return st, 0, now, errLatchLate
 	}
 	st = latchState{size: size, opened: op > 0, openTTL: time.Duration(op) * time.Millisecond, digest: dg, existed: ex == 1}
@@ -368,7 +368,7 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 				rest = min(rest, st.openTTL)
 			}
 		}
-		_, err := l.round(ctx, l.callTTL("open", rest, l.channel))
+		_, err := l.round(ctx, l.call(scripts.LatchOpen{LatchHead: l.head(rest), Channel: l.channel}))
 		return 0, err
 	}
 	size, err := l.union(ctx, v)
@@ -397,7 +397,7 @@ func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) 
 	if same {
 		return int(v.states[0].size), nil
 	}
-	m, err := l.round(ctx, l.call("members"))
+	m, err := l.round(ctx, l.call(scripts.LatchMembers{LatchHead: l.head(LatchIdleTTL)}))
 	if err != nil {
 		return 0, err
 	}
@@ -423,7 +423,7 @@ func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) 
 	for id := range set {
 		ids = append(ids, id)
 	}
-	if _, err := l.round(ctx, l.call("add", ids...)); err != nil {
+	if _, err := l.round(ctx, l.call(scripts.LatchAdd{LatchHead: l.head(LatchIdleTTL), IDs: ids})); err != nil {
 		return 0, err
 	}
 	return len(set), nil
@@ -432,6 +432,6 @@ func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) 
 // open writes the open marker to every node (each node publishes "a",
 // waking every waiter) and succeeds once a quorum confirmed it.
 func (l *CountDownLatch) open(ctx context.Context) error {
-	_, err := l.round(ctx, l.call("open", l.channel))
+	_, err := l.round(ctx, l.call(scripts.LatchOpen{LatchHead: l.head(LatchOpenTTL), Channel: l.channel}))
 	return err
 }

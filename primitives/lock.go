@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -100,7 +99,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	// The waiter's queue score is the server TIME of its first refusal, the
 	// same value on every node: all nodes order their queues alike, so a
 	// release on every node reserves for the same waiter.
-	w := &lockWaiter{Lock: l, wid: token}
+	w := &waiter{queued: l, wid: token}
 	// Expecting contention, queue at once with the estimated server time as
 	// the score (one value for every node, like a refusal's TIME).
 	queued := false
@@ -122,7 +121,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 		},
 		leave: func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"leave", token, ms(l.c.Settings().HandoffWindow), l.channel}}
+				return l.call(scripts.LockLeave{Waiter: token, Window: l.c.Settings().HandoffWindow, Channel: l.channel})
 			})
 		}})
 }
@@ -137,77 +136,10 @@ type attemptResult struct {
 	err   error
 }
 
-func ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
-
-type grant struct {
-	ok        bool
-	fence     int64
-	now       int64
-	reentrant bool
-	pttl      int64
-}
-
-func parseGrant(rep nodeactor.Reply) (grant, error) {
-	if rep.Err != nil {
-		return grant{}, rep.Err
-	}
-	arr, err := rep.Msg.ToArray()
-	if err != nil || len(arr) < 4 {
-		return grant{}, fmt.Errorf("redlock: unexpected reply %v", rep.Msg)
-	}
-	var v [4]int64
-	for i := range v {
-		if v[i], err = arr[i].AsInt64(); err != nil {
-			return grant{}, err
-		}
-	}
-	g := grant{ok: v[0] == 1, now: v[2], reentrant: v[3] == 1}
-	if g.ok {
-		g.fence = v[1]
-	} else {
-		g.pttl = v[1]
-	}
-	return g, nil
-}
-
-func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
-	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"rollback", token, l.o.owner, ms(l.c.Settings().HandoffWindow), l.channel, wid}}
-}
-
-func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
-	return l.acquireCallScore(token, wid, enqueue, 0)
-}
-
-func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
-	enq := "0"
-	if enqueue {
-		enq = "1"
-	}
-	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"acquire", token, ms(l.o.ttl), l.o.owner, enq, ms(l.o.ttl + queueEntryTTL), ms(fenceKeep), wid,
-			strconv.FormatInt(score, 10), fenceInit(l.c), ms(fenceSkew)}}
-}
-
-// lockWaiter is one blocked Acquire: the Lock plus the waiter's queue score.
-// Only its Acquire goroutine touches it.
-type lockWaiter struct {
-	*Lock
-	wid   string
-	score int64
-}
-
-func (w *lockWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return w.newHoldWid(token, w.wid, fence, start)
-}
-
-func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
-	return w.acquireCallScore(token, wid, enqueue, w.score)
-}
+func ms(d time.Duration) string { return scripts.Ms(d) }
 
 func (l *Lock) fenceCall(f int64) nodeactor.Call {
-	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"fence", strconv.FormatInt(f, 10), ms(fenceKeep), l.o.owner}}
+	return l.call(scripts.LockFence{Fence: f, Keep: fenceKeep, Owner: l.o.owner})
 }
 
 func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
@@ -246,8 +178,7 @@ type lockProto struct {
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
-	script := nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"renew", p.token, ms(ttl), l.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
+	script := l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
 	if l.o.owner == "" && !retake && l.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
 		v := "rl1:L:" + p.token
 		// A nil reply means "missing" or "not ours": the script (without
@@ -281,52 +212,16 @@ func (t *ttlHigh) nativeOK(ttl time.Duration) bool {
 	return true
 }
 
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
+func flag(b bool) string { return scripts.Flag(b) }
 
 func (p *lockProto) ReleaseCall(int) nodeactor.Call {
 	l := p.l
-	return nodeactor.Call{Script: lockScript, Keys: l.keys,
-		Args: []string{"release", p.token, l.o.owner, ms(l.c.Settings().HandoffWindow), l.channel, p.wid}}
+	return l.call(scripts.LockRelease{Token: p.token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
+		Channel: l.channel, Waiter: p.wid})
 }
 
 func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 	return classifyRenew(rep)
-}
-
-// classifyRenew maps a renewal reply: 1 (renewed) or "OK" (native SET IFEQ)
-// confirm; 3 means the key is missing and 2 that a missing key was re-taken
-// (neither counts toward the quorum: a key that vanished from a majority is
-// lost); 0, nil or WRONGTYPE mean another owner.
-func classifyRenew(rep nodeactor.Reply) engine.Outcome {
-	if rep.Err != nil {
-		if isWrongType(rep.Err) {
-			return engine.OutcomeNotOwner
-		}
-		return engine.OutcomeError
-	}
-	if rep.Msg.IsNil() {
-		return engine.OutcomeNotOwner
-	}
-	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
-		return engine.OutcomeOK
-	}
-	if v, err := rep.Msg.AsInt64(); err == nil {
-		switch {
-		case v == 3:
-			return engine.OutcomeMissing
-		case v == 2:
-			return engine.OutcomeRetaken
-		case v > 0:
-			return engine.OutcomeOK
-		}
-		return engine.OutcomeNotOwner
-	}
-	return engine.OutcomeError
 }
 
 // NodeState is one node's view of a lock, for operators (`redlock status`).
@@ -353,15 +248,8 @@ type NodeState struct {
 
 // Status reads the lock's state on every node (one read-only script each).
 func (l *Lock) Status(ctx context.Context) []NodeState {
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"status", strconv.Itoa(MaxStatusWaiters)}}
-	return readStatus(ctx, l.c, call, 4, func(arr []rueidis.RedisMessage, st *NodeState) {
-		st.Waiters, _ = arr[3].AsInt64()
-		st.describe("rl1:L:", "rl1:O:", "rl1:R:")
-		st.holderInfo(arr, 5)
-		if len(arr) > 4 {
-			st.Queue = parseQueue(arr[4], true)
-		}
-	})
+	call := l.call(scripts.LockStatus{MaxWaiters: MaxStatusWaiters})
+	return readStatus(ctx, l.c, call, 4, parseLockStatus)
 }
 
 // holderInfo fills Info from the value describe read (held, reserved) or,
@@ -499,41 +387,26 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
-	call := nodeactor.Call{Script: lockScript, Keys: l.keys, Args: []string{"force", ms(l.c.Settings().HandoffWindow), l.channel, ms(fenceKeep), ms(fenceSkew)}}
-	parse := func(rep nodeactor.Reply) ([]rueidis.RedisMessage, error) {
-		if rep.Err != nil {
-			return nil, rep.Err
-		}
-		arr, err := rep.Msg.ToArray()
-		if err != nil || len(arr) < 3 {
-			return nil, fmt.Errorf("redlock: unexpected force reply %v", rep.Msg)
-		}
-		return arr, nil
-	}
+	call := l.call(scripts.LockForce{Window: l.c.Settings().HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
 	r, err := l.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
-		func(rep nodeactor.Reply) error { _, err := parse(rep); return err })
+		func(rep nodeactor.Reply) error { _, err := parseForce(rep); return err })
 	if err != nil {
 		return ForcedRelease{}, fmt.Errorf("redlock: force release of %q: %w", l.name, err)
 	}
 	var out ForcedRelease
 	for i, rep := range r.Replies {
-		arr, err := parse(rep)
+		f, err := parseForce(rep)
 		if !r.Answered[i] || err != nil {
 			continue
 		}
-		if held, _ := arr[0].AsInt64(); held == 1 {
+		if f.deleted {
 			out.Nodes++
-			if v, _ := arr[1].ToString(); out.Holder == "" {
-				switch {
-				case strings.HasPrefix(v, "rl1:L:"):
-					out.Holder = prefix8(strings.TrimPrefix(v, "rl1:L:"))
-				case strings.HasPrefix(v, "rl1:O:"):
-					out.Holder = "owner " + strings.TrimPrefix(v, "rl1:O:")
-				}
+			if out.Holder == "" {
+				out.Holder = holderOf(f.value)
 			}
 		}
-		if f, _ := arr[2].AsInt64(); f > 0 {
-			out.Fence = max(out.Fence, uint64(f))
+		if f.fence > 0 {
+			out.Fence = max(out.Fence, uint64(f.fence))
 		}
 	}
 	out.Held = out.Nodes >= l.c.Quorum()

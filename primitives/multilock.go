@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
@@ -109,7 +108,7 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken() + m.meta // the waiter id carries the metadata too (meta.go)
-	w := &multiWaiter{MultiLock: m, wid: token}
+	w := &waiter{queued: m, wid: token}
 	return waitLoop(ctx, m.c, waitSpec{topics: m.topics, token: token, recheckMax: m.o.ttl,
 		try: func(enqueue bool) attemptResult {
 			r := attemptExclusive(ctx, m.c, w, token, enqueue)
@@ -119,30 +118,15 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 			return r
 		},
 		leave: func() {
-			leave := m.call("leave", token, ms(m.c.Settings().HandoffWindow))
+			leave := m.call(scripts.MultiLeave{Waiter: token, Window: m.c.Settings().HandoffWindow})
 			m.c.Broadcast(ctx, func(i int) nodeactor.Call { return m.forNode(i, leave) })
 		}})
 }
 
-// multiWaiter is one blocked Acquire: the MultiLock plus the waiter's queue
-// score (the server TIME of its first refusal). Only its Acquire goroutine
-// touches it.
-type multiWaiter struct {
-	*MultiLock
-	wid   string
-	score int64
-}
-
-func (w *multiWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
-	return w.acquireCallScore(token, wid, enqueue, w.score)
-}
-
-func (w *multiWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return w.newHoldWid(token, w.wid, fence, start)
-}
-
-func (m *MultiLock) call(args ...string) nodeactor.Call {
-	return nodeactor.Call{Script: multiScript, Keys: m.keys, Args: append(args, m.channels...)}
+// call is multilock.lua's op over the whole set (forNode adapts it to a
+// Redis Cluster node).
+func (m *MultiLock) call(op scripts.Op) nodeactor.Call {
+	return nodeactor.Call{Script: multiScript, Keys: m.keys, Args: append(op.Args(), m.channels...)}
 }
 
 func (m *MultiLock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
@@ -150,21 +134,29 @@ func (m *MultiLock) acquireCall(token, wid string, enqueue bool) nodeactor.Call 
 }
 
 // acquireCallScore: enqueue asks a blocked Acquire's attempt to queue on
-// every name (score 0: the node's TIME). The floor (the last argument) is
-// "0" here; a Redis Cluster node's program sets it per slot group.
+// every name (score 0: the node's TIME). The floor is 0 here; a Redis
+// Cluster node's program sets it per slot group.
 func (m *MultiLock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
-	return m.call("acquire", token, ms(m.o.ttl), ms(fenceKeep), flag(enqueue), fenceInit(m.c),
-		wid, strconv.FormatInt(score, 10), ms(m.o.ttl+queueEntryTTL), ms(fenceSkew), "0")
+	return m.call(m.acquireOp(token, wid, enqueue, score))
+}
+
+func (m *MultiLock) acquireOp(token, wid string, enqueue bool, score int64) scripts.MultiAcquire {
+	return scripts.MultiAcquire{Token: token, TTL: m.o.ttl, FenceKeep: fenceKeep, Enqueue: enqueue,
+		FenceInit: fenceInitValue(m.c), Waiter: wid, Score: score, EntryTTL: m.o.ttl + queueEntryTTL, FenceSkew: fenceSkew}
+}
+
+// rollbackOp: wid is the waiter, which keeps its queue entries and whom
+// the re-check message of its own rollback must not wake.
+func (m *MultiLock) rollbackOp(token, wid string) scripts.MultiRelease {
+	return scripts.MultiRelease{Token: token, Window: m.c.Settings().HandoffWindow, Waiter: wid}
 }
 
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
-	// wid: the waiter, which keeps its queue entries and whom the re-check
-	// message of its own rollback must not wake
-	return m.call("release", token, ms(m.c.Settings().HandoffWindow), "0", wid)
+	return m.call(m.rollbackOp(token, wid))
 }
 
 func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
-	return m.call("fence", "", strconv.FormatInt(f, 10), ms(fenceKeep))
+	return m.call(scripts.MultiFence{Fence: f, Keep: fenceKeep})
 }
 
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
@@ -197,11 +189,12 @@ type multiProto struct {
 }
 
 func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
-	return p.m.forNode(i, p.m.call("renew", p.token, ms(ttl), flag(retake)))
+	return p.m.forNode(i, p.m.call(scripts.MultiRenew{Token: p.token, TTL: ttl, Retake: retake}))
 }
 
 func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
-	return p.m.forNode(i, p.m.call("release", p.token, ms(p.m.c.Settings().HandoffWindow), "1", p.wid))
+	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.c.Settings().HandoffWindow,
+		Release: true, Waiter: p.wid}))
 }
 
 func (p *multiProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -49,13 +50,12 @@ func (m *MultiLock) groupCall(g int, args []string) nodeactor.Call {
 // acquireSteps takes the groups in order. args ends with the floor.
 func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 	fences := make([]int64, len(m.groups))
-	token := args[1]
-	wid := args[6] // see acquireCallScore
-	rb := []string{"release", token, ms(m.c.Settings().HandoffWindow), "0", wid}
+	// the rollback of this attempt (scripts.MultiAcquire: token, waiter)
+	rb := m.rollbackOp(args[1], args[scripts.MultiWaiterArg]).Args()
 	var step func(g int, floor int64) nodeactor.Call
 	step = func(g int, floor int64) nodeactor.Call {
 		a := slices.Clone(args)
-		a[len(a)-1] = strconv.FormatInt(floor, 10)
+		a[len(a)-1] = strconv.FormatInt(floor, 10) // MultiAcquire.Floor
 		c := m.groupCall(g, a)
 		c.Next = func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
 			x, err := parseGrant(r)
@@ -84,7 +84,7 @@ func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 			}
 			// A failed raise answers its error; the caller treats the node
 			// as failed and rolls it back (every group is ours).
-			f := []string{"fence", "", strconv.FormatInt(x.fence, 10), ms(fenceKeep)}
+			f := scripts.MultiFence{Fence: x.fence, Keep: fenceKeep}.Args()
 			return m.seq(low, func(int) []string { return f }, r, failed)
 		}
 		return c
@@ -159,11 +159,11 @@ func renewRank(r nodeactor.Reply) int {
 	switch v, err := r.Msg.AsInt64(); {
 	case err != nil:
 		return 0
-	case v == 0:
+	case v == scripts.RenewNotOurs:
 		return 1
-	case v == 3:
+	case v == scripts.RenewMissing:
 		return 2
-	case v == 2:
+	case v == scripts.RenewRetaken:
 		return 3
 	}
 	return 4

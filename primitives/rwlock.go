@@ -154,7 +154,7 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	// A writer's queue score is chosen once, by the writer, and is the same
 	// on every node (the estimated server time, else the TIME of its first
 	// refusal): every node orders the waiting writers alike.
-	w := &rwWaiter{rwSide: s, wid: wid}
+	w := &waiter{queued: s, wid: wid}
 	if s.write {
 		w.score = rw.c.EstimateServerMs()
 	}
@@ -201,23 +201,6 @@ func (s *rwSide) releaseCall(token, wid string) nodeactor.Call {
 		return s.rw.call("wrelease", token, s.rw.window(), s.rw.channel, wid)
 	}
 	return s.rw.call("rrelease", token, s.rw.channel)
-}
-
-// rwWaiter is one blocked Acquire of a reader or writer: the side plus the
-// waiter's id and (writers) its queue score. Only its Acquire goroutine
-// touches it.
-type rwWaiter struct {
-	*rwSide
-	wid   string
-	score int64
-}
-
-func (w *rwWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
-	return w.acquireCallScore(token, wid, enqueue, w.score)
-}
-
-func (w *rwWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return w.newHoldWid(token, w.wid, fence, start)
 }
 
 func (s *rwSide) fenceCall(f int64) nodeactor.Call {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
@@ -315,7 +314,11 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	// a granted waiter leaves the queue at once: no waiter in the token
 	token := holdValue(s.meta, time.Now(), "")
 	call := x.acquireCall(token, wid, enqueue)
-	cl := &semClaims{c: s.c, claim: s.call("claim", wid, ms(s.c.Settings().HandoffWindow), s.channel)}
+	// A won waiter's claim also goes to the nodes whose refusal arrives
+	// after the attempt was decided (their request ran after the first
+	// claim, and queued the waiter again).
+	claim := s.call("claim", wid, ms(s.c.Settings().HandoffWindow), s.channel)
+	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
 	spec := engine.AttemptSpec{
 		Acquire:  func(int) nodeactor.Call { return call },
 		Rollback: perNode(x, x.rollbackCall(token, wid)),
@@ -327,7 +330,11 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		},
 	}
 	if enqueue {
-		spec.Late = cl.late
+		spec.Late = func(rep nodeactor.Reply) {
+			if g, err := parseSemReply(rep); err == nil && g.code != 1 {
+				cl.Add(rep.Node)
+			}
+		}
 	}
 	res := s.c.Attempt(ctx, spec)
 	if pr.score == 0 {
@@ -335,7 +342,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		pr.score = res.Now
 	}
 	if res.Hold == nil {
-		cl.settle(false)
+		cl.Settle(engine.Never)
 		if !errors.Is(res.Err, ErrNotAcquired) {
 			return result(res), false
 		}
@@ -354,55 +361,12 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		// shows our request ran after this claim.
 		for i, rep := range res.Round.Replies {
 			if g, err := parseSemReply(rep); !res.Round.Answered[i] || err != nil || g.code != 1 {
-				s.c.SendLate(i, cl.claim)
+				s.c.SendLate(i, claim)
 			}
 		}
-		cl.settle(true)
+		cl.Settle(engine.Always)
 	}
 	return result(res), false
-}
-
-// semClaims sends a won waiter's claim to the nodes whose refusal arrived
-// after the attempt was decided (their request ran after the first claim,
-// and queued the waiter again).
-type semClaims struct {
-	c       *engine.Engine
-	claim   nodeactor.Call
-	mu      sync.Mutex
-	settled bool
-	won     bool
-	pending []int
-}
-
-// late runs on an actor worker goroutine: it never blocks.
-func (sc *semClaims) late(rep nodeactor.Reply) {
-	if g, err := parseSemReply(rep); err != nil || g.code == 1 {
-		return
-	}
-	sc.mu.Lock()
-	if !sc.settled {
-		sc.pending = append(sc.pending, rep.Node)
-		sc.mu.Unlock()
-		return
-	}
-	won := sc.won
-	sc.mu.Unlock()
-	if won {
-		sc.c.SendLate(rep.Node, sc.claim)
-	}
-}
-
-func (sc *semClaims) settle(won bool) {
-	sc.mu.Lock()
-	sc.settled, sc.won = true, won
-	pending := sc.pending
-	sc.pending = nil
-	sc.mu.Unlock()
-	if won {
-		for _, i := range pending {
-			sc.c.SendLate(i, sc.claim)
-		}
-	}
 }
 
 // semSlot is one slot of a semaphore seen as an exclusive lock; it

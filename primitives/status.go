@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/scripts"
 )
 
 // Status reads the semaphore's state on every node (one read-only script
@@ -139,7 +140,7 @@ func (q SemaphoreQuorum) String() string {
 // that node out of the initial n) or "missing"; TTL is the key's remaining
 // TTL.
 func (l *CountDownLatch) Status(ctx context.Context) []NodeState {
-	return readEach(ctx, l.c, l.call("status"), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
+	return readEach(ctx, l.c, l.call(scripts.LatchStatus{}), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
 		exists, _ := arr[0].AsInt64()
 		initial, _ := arr[1].AsInt64()
 		ids, _ := arr[2].AsInt64()

@@ -229,11 +229,10 @@ var errFloorRefused = errors.New("floor: not granted by a quorum")
 func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) {
 	keys := floorKeys(key)
 	tok := token()
-	// The argument layout of primitives.Lock's 'acquire' call (keep in sync
-	// with primitives/lock.go acquireCall): token, ttl ms, owner, enqueue,
-	// queue entry ttl ms, fence keep ms, waiter id, queue score, fence init,
-	// fence skew ms. One attempt: waiter id = token.
-	res := f.fanout(ctx, keys, []string{"acquire", tok, "30000", "", "0", "3000", "60000", tok, "0", "0", "10000"})
+	// primitives.Lock's acquire op with its defaults for one attempt (waiter
+	// id = token): the same layout the library sends.
+	res := f.fanout(ctx, keys, scripts.LockAcquire{Token: tok, TTL: 30 * time.Second, EntryTTL: 3 * time.Second,
+		FenceKeep: time.Minute, Waiter: tok, FenceSkew: 10 * time.Second}.Args())
 	ok := 0
 	var errs []error
 	for _, r := range res {
@@ -242,12 +241,13 @@ func (f *floorClient) Acquire(ctx context.Context, key string) (Release, error) 
 			errs = append(errs, fmt.Errorf("floor: acquire reply %v: %w", r, err))
 			continue
 		}
-		if v, _ := a[0].AsInt64(); v == 1 {
+		if v, _ := a[0].AsInt64(); v == scripts.Granted {
 			ok++
 		}
 	}
 	rel := func(ctx context.Context) error {
-		for _, r := range f.fanout(ctx, keys, []string{"release", tok, "", "100", "redlock:{" + key + "}:ch", ""}) {
+		rel := scripts.LockRelease{Token: tok, Window: 100 * time.Millisecond, Channel: "redlock:{" + key + "}:ch"}
+		for _, r := range f.fanout(ctx, keys, rel.Args()) {
 			if err := r.Error(); err != nil {
 				return err
 			}
@@ -277,13 +277,14 @@ func token() string {
 }
 
 // ReadLua reads a lock.lua to use for the floor instead of the embedded
-// copy (redlock-bench --lua).
+// copy (redlock-bench --lua); the shared prelude is put before it, as the
+// library does.
 func ReadLua(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("floor script: %w", err)
 	}
-	return string(b), nil
+	return scripts.WithPrelude(string(b)), nil
 }
 
 // LockTTL is the lease TTL given to peers that take one per call.

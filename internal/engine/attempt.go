@@ -95,10 +95,19 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 		return votes[i], verrs[i]
 	}
-	lg := &lateGrants{e: e, rollback: s.Rollback, mayHold: mayHold}
-	late := lg.late
-	if s.Late != nil {
-		late = func(rep nodeactor.Reply) { lg.late(rep); s.Late(rep) }
+	// Grants that arrive after the attempt stopped waiting for them are kept
+	// while it is undecided, then rolled back unless the attempt produced a
+	// hold that is still valid (its Release covers every node, and a late
+	// grant under a live hold is simply ours). A rollback is per token and
+	// safe to repeat.
+	lg := NewPending(func(node int) { e.SendLate(node, s.Rollback(node)) })
+	late := func(rep nodeactor.Reply) {
+		if mayHold(rep) {
+			lg.Add(rep.Node)
+		}
+		if s.Late != nil {
+			s.Late(rep)
+		}
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
 		g := 0
@@ -143,7 +152,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	fail := func(err error) Result {
-		lg.settle(nil)
+		lg.Settle(Always)
 		e.rollbackAttempt(ctx, r, s.Rollback, mayHold, s.Queue)
 		res.Err = err
 		return res
@@ -194,11 +203,11 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	h, err := s.Hold(fence, r.Start)
 	if err != nil {
 		// Only a closed engine refuses a hold, and it released the keys.
-		lg.settle(nil)
+		lg.Settle(Always)
 		res.Err = err
 		return res
 	}
-	lg.settle(h)
+	lg.Settle(func() bool { return !h.Valid() })
 	res.Hold = h
 	return res
 }
@@ -243,53 +252,60 @@ func (e *Engine) rollbackAttempt(ctx context.Context, r *Round,
 	}
 }
 
-// lateGrants handles grants that arrive after an attempt stopped waiting for
-// them: they are kept while the attempt is undecided, then rolled back
-// unless the attempt produced a hold that is still valid (its Release covers
-// every node, and a late grant under a live hold is simply ours).
-type lateGrants struct {
-	e        *Engine
-	rollback func(node int) nodeactor.Call
-	mayHold  func(nodeactor.Reply) bool // see rollbackAttempt
-	mu       sync.Mutex
-	settled  bool
-	hold     *Hold
-	pending  []int
+// Pending is an action on nodes whose late replies arrive before the
+// outcome that decides it is known: Add keeps the node until Settle, then
+// sends to it at once if the outcome asks for it. An attempt's late grants
+// (rolled back unless the attempt holds) and a won Semaphore waiter's late
+// refusals (claimed) are two of them. Safe for concurrent use; Add never
+// blocks (it runs on an actor goroutine).
+type Pending struct {
+	send    func(node int)
+	mu      sync.Mutex
+	settled bool
+	act     func() bool // after Settle: whether a late node gets send
+	nodes   []int
 }
 
-// late runs on an actor goroutine: it never blocks.
-func (g *lateGrants) late(rep nodeactor.Reply) {
-	// A rollback is per token and safe to repeat.
-	if !g.mayHold(rep) {
+// NewPending returns a Pending that runs send(node) for each node the
+// outcome asks for.
+func NewPending(send func(node int)) *Pending { return &Pending{send: send} }
+
+// Add records node's late reply: kept until Settle, or sent at once after
+// it if act says so.
+func (p *Pending) Add(node int) {
+	p.mu.Lock()
+	if !p.settled {
+		p.nodes = append(p.nodes, node)
+		p.mu.Unlock()
 		return
 	}
-	g.mu.Lock()
-	if !g.settled {
-		g.pending = append(g.pending, rep.Node)
-		g.mu.Unlock()
-		return
-	}
-	keep := g.hold != nil && g.hold.Valid()
-	g.mu.Unlock()
-	if !keep {
-		g.e.SendLate(rep.Node, g.rollback(rep.Node))
+	act := p.act
+	p.mu.Unlock()
+	if act() {
+		p.send(node)
 	}
 }
 
-// settle records the attempt's outcome (nil: failed) and undoes the grants
-// that arrived late before it, if the attempt failed.
-func (g *lateGrants) settle(h *Hold) {
-	g.mu.Lock()
-	g.settled, g.hold = true, h
-	pending := g.pending
-	g.pending = nil
-	g.mu.Unlock()
-	if h == nil {
-		for _, i := range pending {
-			g.e.SendLate(i, g.rollback(i))
+// Settle records the outcome: act tells, now and for each later Add,
+// whether a node gets send; the nodes kept so far get it now if act says so.
+func (p *Pending) Settle(act func() bool) {
+	p.mu.Lock()
+	p.settled, p.act = true, act
+	nodes := p.nodes
+	p.nodes = nil
+	p.mu.Unlock()
+	if act() {
+		for _, i := range nodes {
+			p.send(i)
 		}
 	}
 }
+
+// Always and Never are the outcomes that ask for every node or none.
+func Always() bool { return true }
+
+// Never: see Always.
+func Never() bool { return false }
 
 // decideFence applies S2: the fence is max over the granting nodes'
 // counters; it is written back when fewer than a quorum of them held that

@@ -2,12 +2,12 @@
 -- latch is its initial count plus the SET of count-down ids; the client
 -- takes the union over a quorum. One script, one round trip per operation
 -- per node; ARGV[1] selects it.
--- KEYS[1] hash "<p>{name}:latch": t = "rl1:latch" (type marker), count =
+-- LATCH hash "<p>{name}:latch": t = "rl1:latch" (type marker), count =
 --         initial count, opened = "1" once open, d = digest of the ids (sum
 --         of the first 52 bits of each id's SHA1, mod 2^52: equal sets have
 --         equal digests, so equal (size, digest) on every reply means no
 --         member round is needed)
--- KEYS[2] set "<p>{name}:latch:ids"
+-- IDS set "<p>{name}:latch:ids"
 -- Every op but status takes ARGV 1 op, 2 count, 3 ttl ms, 4 sent, 5 late
 -- ms, 6.. the op's own arguments. sent is the client's estimate of the
 -- servers' TIME (ms) when it made the call, one value for every node. Each
@@ -25,27 +25,27 @@
 -- call created the latch on this node (its ids are unknown there: a
 -- restarted node, never a zero count); time = this node's TIME in ms (the
 -- client calibrates sent with it).
+local LATCH, IDS = KEYS[1], KEYS[2]
 local op = ARGV[1]
 local count = tonumber(ARGV[2])
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+-- the state's code (Go: scripts.Latch...)
+local OK, OTHER_COUNT, TOO_LATE = 1, -2, -3
 
-local function wrong(k) return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock latch key') end
-local ht = redis.call('TYPE', KEYS[1])['ok']
-if ht ~= 'none' and ht ~= 'hash' then return wrong(KEYS[1]) end
-if ht == 'hash' and redis.call('HGET', KEYS[1], 't') ~= 'rl1:latch' then return wrong(KEYS[1]) end
-local st = redis.call('TYPE', KEYS[2])['ok']
-if st ~= 'none' and st ~= 'set' then return wrong(KEYS[2]) end
+local ht = redis.call('TYPE', LATCH)['ok']
+if ht ~= 'none' and ht ~= 'hash' then return wrong(LATCH, 'latch key') end
+if ht == 'hash' and redis.call('HGET', LATCH, 't') ~= 'rl1:latch' then return wrong(LATCH, 'latch key') end
+local st = redis.call('TYPE', IDS)['ok']
+if st ~= 'none' and st ~= 'set' then return wrong(IDS, 'latch key') end
 
 if op == 'status' then
   -- read-only view for `redlock status`: {exists, initial count, ids, opened, pttl}
   if ht == 'none' then return {0, 0, 0, 0, -2} end
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'count') or '0'), redis.call('SCARD', KEYS[2]),
-    redis.call('HGET', KEYS[1], 'opened') == '1' and 1 or 0, redis.call('PTTL', KEYS[1])}
+  return {1, tonumber(redis.call('HGET', LATCH, 'count') or '0'), redis.call('SCARD', IDS),
+    redis.call('HGET', LATCH, 'opened') == '1' and 1 or 0, redis.call('PTTL', LATCH)}
 end
 
 local sent, late = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
-if sent > 0 and late > 0 and now - sent > late then return {-3, 0, 0, '0', 1, now} end
+if sent > 0 and late > 0 and now - sent > late then return {TOO_LATE, 0, 0, '0', 1, now} end
 -- the remaining TTL (ms) of an expiry of ttl ms after the call was sent
 local function ttl_left(ms)
   ms = tonumber(ms)
@@ -56,35 +56,32 @@ local ttl = ttl_left(ARGV[3])
 
 local existed = 1
 local stored = false
-if ht == 'hash' then stored = tonumber(redis.call('HGET', KEYS[1], 'count') or '') end
-if stored and stored ~= count then return {-2, stored, 0, '0', 1, now} end
-local opened = ht == 'hash' and redis.call('HGET', KEYS[1], 'opened') == '1'
+if ht == 'hash' then stored = tonumber(redis.call('HGET', LATCH, 'count') or '') end
+if stored and stored ~= count then return {OTHER_COUNT, stored, 0, '0', 1, now} end
+local opened = ht == 'hash' and redis.call('HGET', LATCH, 'opened') == '1'
 
-local function pexpire_max(k, ms)
-  if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
-end
 
 -- create the latch where it is missing; keep an open latch's TTL (set when
 -- it opened), refresh an open one's idle TTL
 local function touch()
   if not stored then
-    redis.call('HSET', KEYS[1], 't', 'rl1:latch', 'count', count)
-    if redis.call('HEXISTS', KEYS[1], 'd') == 0 then redis.call('HSET', KEYS[1], 'd', '0') end
+    redis.call('HSET', LATCH, 't', 'rl1:latch', 'count', count)
+    if redis.call('HEXISTS', LATCH, 'd') == 0 then redis.call('HSET', LATCH, 'd', '0') end
     if ht == 'none' then existed = 0 end
     stored = count
   end
   if not opened then
-    pexpire_max(KEYS[1], ttl)
-    if redis.call('EXISTS', KEYS[2]) == 1 then pexpire_max(KEYS[2], ttl) end
+    pexpire_max(LATCH, ttl)
+    if redis.call('EXISTS', IDS) == 1 then pexpire_max(IDS, ttl) end
   end
 end
 
 local function add(id)
-  if redis.call('SADD', KEYS[2], id) == 1 then
+  if redis.call('SADD', IDS, id) == 1 then
     local h = tonumber(string.sub(redis.sha1hex(id), 1, 13), 16)
-    local d = tonumber(redis.call('HGET', KEYS[1], 'd') or '0') + h
+    local d = tonumber(redis.call('HGET', LATCH, 'd') or '0') + h
     d = d % 4503599627370496
-    redis.call('HSET', KEYS[1], 'd', string.format('%.0f', d))
+    redis.call('HSET', LATCH, 'd', string.format('%.0f', d))
     return 1
   end
   return 0
@@ -93,8 +90,8 @@ end
 -- the third field is 0 while in progress, else the open latch's remaining
 -- TTL in ms (so a read-repair can align a late node's expiry with the others)
 local function state()
-  return {1, redis.call('SCARD', KEYS[2]), opened and math.max(redis.call('PTTL', KEYS[1]), 1) or 0,
-    redis.call('HGET', KEYS[1], 'd') or '0', existed, now}
+  return {OK, redis.call('SCARD', IDS), opened and math.max(redis.call('PTTL', LATCH), 1) or 0,
+    redis.call('HGET', LATCH, 'd') or '0', existed, now}
 end
 
 if op == 'get' then
@@ -111,18 +108,19 @@ elseif op == 'countdown' then
   -- that many count-downs were made (its set is part of the union), and a
   -- quorum of such nodes is a quorum that holds every id, so the separate
   -- open round is needed only when the ids are spread over the nodes.
+  local id, ch, open_after = ARGV[6], ARGV[7], ARGV[8]
   touch()
-  if not opened and add(ARGV[6]) == 1 then
-    pexpire_max(KEYS[2], ttl)
-    if ARGV[8] and redis.call('SCARD', KEYS[2]) >= count then
-      local open_ttl = ttl_left(ARGV[8])
-      redis.call('HSET', KEYS[1], 'opened', '1')
-      redis.call('PEXPIRE', KEYS[1], open_ttl)
-      redis.call('PEXPIRE', KEYS[2], open_ttl)
+  if not opened and add(id) == 1 then
+    pexpire_max(IDS, ttl)
+    if open_after and redis.call('SCARD', IDS) >= count then
+      local open_ttl = ttl_left(open_after)
+      redis.call('HSET', LATCH, 'opened', '1')
+      redis.call('PEXPIRE', LATCH, open_ttl)
+      redis.call('PEXPIRE', IDS, open_ttl)
       opened = true
-      redis.call('PUBLISH', ARGV[7], 'a')
+      redis.call('PUBLISH', ch, 'a')
     else
-      redis.call('PUBLISH', ARGV[7], 'n:1')
+      redis.call('PUBLISH', ch, 'n:1')
     end
   end
   return state()
@@ -131,7 +129,7 @@ elseif op == 'members' then
   -- ARGV: 2 count, 3 idle ms, 4 sent, 5 late. state, then the ids
   touch()
   local out = state()
-  for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do out[#out + 1] = id end
+  for _, id in ipairs(redis.call('SMEMBERS', IDS)) do out[#out + 1] = id end
   return out
 
 elseif op == 'add' then
@@ -139,7 +137,7 @@ elseif op == 'add' then
   touch()
   if not opened then
     for i = 6, #ARGV do add(ARGV[i]) end
-    if #ARGV >= 6 then pexpire_max(KEYS[2], ttl) end
+    if #ARGV >= 6 then pexpire_max(IDS, ttl) end
   end
   return state()
 
@@ -149,13 +147,14 @@ elseif op == 'open' then
   -- rest and opens a later latch of the same name), 4 sent, 5 late, 6
   -- channel. Written to every node once the union reached the count on a
   -- quorum; wakes every waiter.
+  local ch = ARGV[6]
   touch()
   if not opened then
-    redis.call('HSET', KEYS[1], 'opened', '1')
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+    redis.call('HSET', LATCH, 'opened', '1')
+    redis.call('PEXPIRE', LATCH, ttl)
+    if redis.call('EXISTS', IDS) == 1 then redis.call('PEXPIRE', IDS, ttl) end
     opened = true
-    redis.call('PUBLISH', ARGV[6], 'a')
+    redis.call('PUBLISH', ch, 'a')
   end
   return state()
 end

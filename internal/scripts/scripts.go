@@ -8,23 +8,49 @@
 // each under the resource's hash tag (see Keys).
 package scripts
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 // The script bodies, one per primitive; each dispatches on ARGV[1] (the op).
+// The bodies of lock.lua, multilock.lua and latch.lua start with the
+// prelude (see WithPrelude).
 var (
-	//go:embed lock.lua
-	Lock string // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
-	//go:embed multilock.lua
-	MultiLock string
+	Lock      = WithPrelude(lockBody) // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
+	MultiLock = WithPrelude(multiLockBody)
 	//go:embed fairlock.lua
 	FairLock string
 	//go:embed rwlock.lua
 	RWLock string
 	//go:embed semaphore.lua
 	Semaphore string
-	//go:embed latch.lua
-	Latch string
+	Latch     = WithPrelude(latchBody)
 )
+
+var (
+	//go:embed prelude.lua
+	prelude string
+	//go:embed lock.lua
+	lockBody string
+	//go:embed multilock.lua
+	multiLockBody string
+	//go:embed latch.lua
+	latchBody string
+)
+
+// PreludeLines is how many lines WithPrelude puts before a body: Redis
+// reports an error in a script as "user_script:N", which is line
+// N - PreludeLines of the body.
+var PreludeLines = strings.Count(prelude, "\n")
+
+// WithPrelude returns body after the shared prelude (prelude.lua: the
+// node's TIME as now, the return codes, the type-check error, the
+// never-shorten expiry, the fence counters' TTL, the queue head and the
+// owner-mode renew, release and fence bodies), so each of those exists once
+// while a script stays one self-contained body for EVALSHA. The benchmark's
+// floor uses it on a lock.lua given with --lua.
+func WithPrelude(body string) string { return prelude + body }
 
 // Key suffixes, in the order of each script's KEYS.
 var (

@@ -1,0 +1,95 @@
+package scripts
+
+import "time"
+
+// The ops of lock.lua (KEYS: LockKeys).
+
+// LockAcquire takes the lock for one attempt ({Granted, fence, now,
+// reentrant} or {Refused, pttl, now, 0}).
+type LockAcquire struct {
+	Token     string        // new for every attempt
+	TTL       time.Duration // the lease's TTL
+	Owner     string        // "" or the reentrant owner
+	Enqueue   bool          // a blocked Acquire: take a place in the queue
+	EntryTTL  time.Duration // the queue entry's TTL
+	FenceKeep time.Duration // how long a fence counter outlives its last write
+	Waiter    string        // the waiter id, stable across one Acquire's attempts
+	Score     int64         // the queue score (server ms), 0 = this node's TIME
+	FenceInit int64         // the fence for a missing counter (hybrid clock), 0 = unknown
+	FenceSkew time.Duration // a missing counter starts at least at (TIME - skew) << 10
+}
+
+func (a LockAcquire) Args() []string {
+	return []string{"acquire", a.Token, Ms(a.TTL), a.Owner, Flag(a.Enqueue), Ms(a.EntryTTL), Ms(a.FenceKeep),
+		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew)}
+}
+
+// LockRelease ends a lease (1 released, 0 not ours); with Rollback it
+// undoes one attempt's grant and keeps Waiter's place in the queue.
+type LockRelease struct {
+	Rollback bool
+	Token    string
+	Owner    string
+	Window   time.Duration // the handoff window of a reservation
+	Channel  string        // the resource's channel
+	Waiter   string        // release: the waiter whose queue entry goes ("" none); rollback: the waiter not to wake
+}
+
+func (a LockRelease) Args() []string {
+	op := "release"
+	if a.Rollback {
+		op = "rollback"
+	}
+	return []string{op, a.Token, a.Owner, Ms(a.Window), a.Channel, a.Waiter}
+}
+
+// LockLeave removes a waiter that gives up from the queue (answers 1).
+type LockLeave struct {
+	Waiter  string
+	Window  time.Duration
+	Channel string
+}
+
+func (a LockLeave) Args() []string { return []string{"leave", a.Waiter, Ms(a.Window), a.Channel} }
+
+// LockRenew extends a lease (RenewRenewed, RenewNotOurs, RenewMissing, or
+// RenewRetaken with Retake).
+type LockRenew struct {
+	Token  string
+	TTL    time.Duration
+	Owner  string
+	Fence  uint64 // the owner's fence, written on a re-take
+	Retake bool   // re-create a missing key
+}
+
+func (a LockRenew) Args() []string {
+	return []string{"renew", a.Token, Ms(a.TTL), a.Owner, itoa(int64(a.Fence)), Flag(a.Retake)}
+}
+
+// LockFence writes back a fence the coordinator decided (answers 1).
+type LockFence struct {
+	Fence int64
+	Keep  time.Duration
+	Owner string
+}
+
+func (a LockFence) Args() []string { return []string{"fence", itoa(a.Fence), Ms(a.Keep), a.Owner} }
+
+// LockForce is an operator's forced release ({deleted 1/0, holder's value,
+// fence counter}).
+type LockForce struct {
+	Window    time.Duration
+	Channel   string
+	FenceKeep time.Duration
+	FenceSkew time.Duration
+}
+
+func (a LockForce) Args() []string {
+	return []string{"force", Ms(a.Window), a.Channel, Ms(a.FenceKeep), Ms(a.FenceSkew)}
+}
+
+// LockStatus is the read-only view ({value, pttl, fence, waiters, the first
+// MaxWaiters waiters with their scores, the latest hold}).
+type LockStatus struct{ MaxWaiters int }
+
+func (a LockStatus) Args() []string { return []string{"status", itoa(int64(a.MaxWaiters))} }

@@ -1,0 +1,45 @@
+package scripts
+
+import (
+	"strconv"
+	"time"
+)
+
+// The argument layouts of the scripts' ops. Each op is a struct with named
+// fields; its Args is the ARGV the script reads (ARGV[1] the op's name, then
+// the fields in the order the op names them at its top). Package primitives
+// builds its calls from them, and the benchmark's floor builds its lock.lua
+// calls from the same ones.
+
+// Renewal answers of lock.lua, multilock.lua and fairlock.lua (the
+// prelude's NOT_OURS, RENEWED, RETAKEN, MISSING).
+const (
+	RenewNotOurs = 0 // another holder, or the lease's key was replaced
+	RenewRenewed = 1 // the lease's expiry was extended (never shortened)
+	RenewRetaken = 2 // a missing key was re-created (retake only)
+	RenewMissing = 3 // the key is missing (a restarted node)
+)
+
+// Acquire answers of lock.lua and multilock.lua: {code, fence|pttl, now,
+// reentrant}.
+const (
+	Refused = 0
+	Granted = 1
+)
+
+// Ms formats d as whole milliseconds, at least 1 (a TTL of 0 would mean
+// "no expiry" or an error to Redis).
+func Ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+
+// Flag is a boolean argument: "1" or "0".
+func Flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Op is one op of a script: Args is its ARGV.
+type Op interface{ Args() []string }

@@ -1,0 +1,111 @@
+-- redlock prelude, prepended to lock.lua, multilock.lua, ... by package
+-- scripts (see WithPrelude): a line number in a Redis error ("user_script:N")
+-- is N - PreludeLines in the body. Every call runs it before its body, so it
+-- stays lean: a constant costs nothing, each function one closure a call.
+-- now: this node's TIME in ms.
+local now
+do
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Renewal answers (Go: scripts.RenewNotOurs ...): another holder (or the
+-- key is of another lease), renewed, a missing key re-created (retake),
+-- the key missing (a restarted node; only a retake re-creates it).
+local NOT_OURS, RENEWED, RETAKEN, MISSING = 0, 1, 2, 3
+
+local function wrong(k, what)
+  return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock ' .. what)
+end
+
+-- pexpire_max never shortens a key's TTL.
+local function pexpire_max(k, ttl)
+  if redis.call('PTTL', k) < tonumber(ttl) then redis.call('PEXPIRE', k, ttl) end
+end
+
+-- Fence counters (docs/lock.md, "Fencing (S2)"): a counter c is kept
+-- `keep` ms after its last write and never expires before this node's clock
+-- reads (c >> 10) + keep; a counter started fresh is at least
+-- (TIME - skew) << 10 (fence_floor). With keep > skew a fresh counter is
+-- above any counter that expired on this node (as long as its clock does
+-- not step back by keep - skew), so a counter the hybrid clock has passed
+-- can go.
+local function fence_ttl(c, keep)
+  keep = tonumber(keep)
+  return math.max(keep, math.floor(c / 1024) + keep - now)
+end
+local function fence_floor(skew)
+  return (now - (tonumber(skew) or 0)) * 1024
+end
+
+-- head is the longest live waiter of queue q (zset waiter id -> score) with
+-- entry expiries in hash qx (id, entry expiry), dropping dead entries on the
+-- way; nil when none of the first 32 lives.
+local function head(q, qx)
+  local ids = redis.call('ZRANGE', q, 0, 31)
+  for _, id in ipairs(ids) do
+    local exp = tonumber(redis.call('HGET', qx, id) or '0')
+    if exp > now then return id, exp end
+    redis.call('ZREM', q, id)
+    redis.call('HDEL', qx, id)
+  end
+  return nil
+end
+
+-- Owner mode (a reentrant lock: lock.lua, fairlock.lua). The key LOCK holds
+-- owned (the owner's value); each hold of the owner is a token in the zset
+-- HOLDS scored by its expiry; EPOCH is the owner's fence.
+-- renew_hold is the renew op: the lease's value is plain (one token) or,
+-- in owner mode, owned with the hold tok. A missing key answers MISSING
+-- unless retake: then it is re-created (with fence in EPOCH).
+local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, retake)
+  if v == false and not retake then return MISSING end
+  if not owned then
+    if v == plain then pexpire_max(LOCK, ttl); return RENEWED end
+    if v == false then redis.call('SET', LOCK, plain, 'PX', ttl); return RETAKEN end
+    return NOT_OURS
+  end
+  if v == owned then
+    local s = redis.call('ZSCORE', HOLDS, tok)
+    if s and tonumber(s) > now then
+      if tonumber(s) < now + ttl then redis.call('ZADD', HOLDS, now + ttl, tok) end
+      pexpire_max(LOCK, ttl); pexpire_max(HOLDS, ttl); pexpire_max(EPOCH, ttl)
+      return RENEWED
+    end
+    return NOT_OURS
+  end
+  if v == false then
+    redis.call('SET', LOCK, owned, 'PX', ttl)
+    redis.call('DEL', HOLDS)
+    redis.call('ZADD', HOLDS, now + ttl, tok)
+    redis.call('PEXPIRE', HOLDS, ttl)
+    redis.call('SET', EPOCH, fence, 'PX', ttl)
+    return RETAKEN
+  end
+  return NOT_OURS
+end
+-- drop_hold ends the owner's hold tok: nil if it is not one, true when it
+-- was the last (HOLDS and EPOCH are deleted: the caller frees LOCK), false
+-- when others remain (LOCK, HOLDS and EPOCH then live as long as the
+-- longest of them).
+local function drop_hold(LOCK, HOLDS, EPOCH, tok)
+  if redis.call('ZREM', HOLDS, tok) == 0 then return nil end
+  redis.call('ZREMRANGEBYSCORE', HOLDS, '-inf', now)
+  local top = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
+  if #top == 0 then
+    redis.call('DEL', HOLDS, EPOCH)
+    return true
+  end
+  local rest = tonumber(top[2]) - now
+  redis.call('PEXPIRE', LOCK, rest); redis.call('PEXPIRE', HOLDS, rest); redis.call('PEXPIRE', EPOCH, rest)
+  return false
+end
+-- write_fence is the fence op: it writes back a fence f decided by the
+-- coordinator to the counter FENCE (fv its value, never lowered) and, if
+-- the key holds owned (owner mode), to the owner's EPOCH.
+local function write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
+  if not fv or tonumber(fv) < tonumber(f) then
+    redis.call('SET', FENCE, f, 'PX', fence_ttl(tonumber(f), keep))
+  end
+  if owned and v == owned then redis.call('SET', EPOCH, f, 'KEEPTTL') end
+  return 1
+end

@@ -1,0 +1,147 @@
+package primitives
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// The calls of lock.lua (their argument layouts are in internal/scripts,
+// which the benchmark's floor shares) and the parsers of its replies.
+
+// call is lock.lua's op on this lock's keys. A read-only op (status) runs
+// as a read-only script.
+func (l *Lock) call(op scripts.Op) nodeactor.Call {
+	_, ro := op.(scripts.LockStatus)
+	return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: op.Args(), ReadOnly: ro}
+}
+
+func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	return l.acquireCallScore(token, wid, enqueue, 0)
+}
+
+func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
+	return l.call(scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
+		EntryTTL: l.o.ttl + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: score,
+		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew})
+}
+
+func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
+	return l.call(scripts.LockRelease{Rollback: true, Token: token, Owner: l.o.owner,
+		Window: l.c.Settings().HandoffWindow, Channel: l.channel, Waiter: wid})
+}
+
+// grant is an acquire reply of lock.lua or multilock.lua.
+type grant struct {
+	ok        bool
+	fence     int64 // granted: the fence
+	now       int64 // the node's TIME (ms)
+	reentrant bool  // granted to an owner that held already
+	pttl      int64 // refused: the holder's remaining TTL (ms)
+}
+
+func parseGrant(rep nodeactor.Reply) (grant, error) {
+	if rep.Err != nil {
+		return grant{}, rep.Err
+	}
+	arr, err := rep.Msg.ToArray()
+	if err != nil || len(arr) < 4 {
+		return grant{}, fmt.Errorf("redlock: unexpected reply %v", rep.Msg)
+	}
+	var v [4]int64
+	for i := range v {
+		if v[i], err = arr[i].AsInt64(); err != nil {
+			return grant{}, err
+		}
+	}
+	g := grant{ok: v[0] == scripts.Granted, now: v[2], reentrant: v[3] == 1}
+	if g.ok {
+		g.fence = v[1]
+	} else {
+		g.pttl = v[1]
+	}
+	return g, nil
+}
+
+// classifyRenew maps a renewal reply: RenewRenewed or "OK" (native SET
+// IFEQ) confirm; RenewMissing means the key is missing and RenewRetaken that
+// a missing key was re-taken (neither counts toward the quorum: a key that
+// vanished from a majority is lost); RenewNotOurs, nil or WRONGTYPE mean
+// another owner.
+func classifyRenew(rep nodeactor.Reply) engine.Outcome {
+	if rep.Err != nil {
+		if isWrongType(rep.Err) {
+			return engine.OutcomeNotOwner
+		}
+		return engine.OutcomeError
+	}
+	if rep.Msg.IsNil() {
+		return engine.OutcomeNotOwner
+	}
+	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
+		return engine.OutcomeOK
+	}
+	if v, err := rep.Msg.AsInt64(); err == nil {
+		switch v {
+		case scripts.RenewMissing:
+			return engine.OutcomeMissing
+		case scripts.RenewRetaken:
+			return engine.OutcomeRetaken
+		case scripts.RenewRenewed:
+			return engine.OutcomeOK
+		}
+		return engine.OutcomeNotOwner
+	}
+	return engine.OutcomeError
+}
+
+// forced is one node's answer to a forced release.
+type forced struct {
+	deleted bool
+	value   string // the forced holder's key value
+	fence   int64  // the fence counter after the step
+}
+
+func parseForce(rep nodeactor.Reply) (forced, error) {
+	if rep.Err != nil {
+		return forced{}, rep.Err
+	}
+	arr, err := rep.Msg.ToArray()
+	if err != nil || len(arr) < 3 {
+		return forced{}, fmt.Errorf("redlock: unexpected force reply %v", rep.Msg)
+	}
+	var f forced
+	d, _ := arr[0].AsInt64()
+	f.deleted = d == 1
+	f.value, _ = arr[1].ToString()
+	f.fence, _ = arr[2].AsInt64()
+	return f, nil
+}
+
+// holderOf names the holder of a lock.lua value for an operator: a token's
+// first 8 hex digits, or "owner <id>"; "" for none.
+func holderOf(v string) string {
+	switch {
+	case strings.HasPrefix(v, "rl1:L:"):
+		return prefix8(strings.TrimPrefix(v, "rl1:L:"))
+	case strings.HasPrefix(v, "rl1:O:"):
+		return "owner " + strings.TrimPrefix(v, "rl1:O:")
+	}
+	return ""
+}
+
+// parseLockStatus fills st from a status reply ({value, pttl, fence,
+// waiters, queue with scores, latest hold}; readStatus has read the first
+// three).
+func parseLockStatus(arr []rueidis.RedisMessage, st *NodeState) {
+	st.Waiters, _ = arr[3].AsInt64()
+	st.describe("rl1:L:", "rl1:O:", "rl1:R:")
+	st.holderInfo(arr, 5)
+	if len(arr) > 4 {
+		st.Queue = parseQueue(arr[4], true)
+	}
+}
