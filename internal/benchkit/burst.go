@@ -79,15 +79,8 @@ func ReleaseBurst(ctx context.Context, o BurstOptions) (BurstResult, error) {
 				if err != nil {
 					return err
 				}
-				for {
-					lease, err := l.TryAcquire(gctx)
-					if err == nil {
-						leases[i] = lease
-						break
-					}
-					if gctx.Err() != nil {
-						return fmt.Errorf("acquire %d: %w", i, err)
-					}
+				if leases[i], err = tryUntil(gctx, l, int64(i)); err != nil {
+					return err
 				}
 			}
 			return nil
@@ -151,4 +144,18 @@ func countKeys(ctx context.Context, addr, pattern string) (int, error) {
 		return 0, errors.Join(fmt.Errorf("count keys on %s", addr), err)
 	}
 	return int(n), nil
+}
+
+// tryUntil makes TryAcquire attempts on lock number i until one succeeds
+// or ctx ends (a busy node refuses for room; the benchmarks retry).
+func tryUntil(ctx context.Context, l *primitives.Lock, i int64) (*primitives.Lease, error) {
+	for {
+		lease, err := l.TryAcquire(ctx)
+		if err == nil {
+			return lease, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("acquire %d: %w", i, err)
+		}
+	}
 }

@@ -113,17 +113,12 @@ func Churn(ctx context.Context, o ChurnOptions) (ChurnResult, error) {
 				if err != nil {
 					return err
 				}
-				for {
-					lease, err := l.TryAcquire(gctx)
-					if err == nil {
-						if err := lease.Release(gctx); err != nil {
-							return fmt.Errorf("release %d: %w", i, err)
-						}
-						break
-					}
-					if gctx.Err() != nil {
-						return fmt.Errorf("acquire %d: %w", i, err)
-					}
+				lease, err := tryUntil(gctx, l, i)
+				if err != nil {
+					return err
+				}
+				if err := lease.Release(gctx); err != nil {
+					return fmt.Errorf("release %d: %w", i, err)
 				}
 			}
 			return nil
@@ -187,19 +182,11 @@ func (c Command) runChurn(ctx context.Context, names int, maxWait time.Duration,
 	if names < 1 || maxWait <= 0 {
 		return usageErr("--churn and --churn-wait must be positive")
 	}
-	addrs := split(nodes)
-	if len(addrs) == 0 {
-		start := StartRedisServers
-		if embedded {
-			start = StartEmbedded
-		}
-		srv, err := start(3)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		addrs = srv.Addrs
+	addrs, stop, err := nodesOrStart(nodes, embedded)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	res, err := Churn(ctx, ChurnOptions{Addrs: addrs, Names: names, MaxWait: maxWait, Progress: stderr})
 	if err != nil {
 		return err

@@ -147,25 +147,35 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	return errors.Join(err, werr)
 }
 
+// nodesOrStart returns the nodes given (comma-separated host:port), or
+// the addresses of 3 redis-servers it starts (embedded ones with
+// embedded); stop ends what it started.
+func nodesOrStart(nodes string, embedded bool) (addrs []string, stop func(), err error) {
+	if addrs = split(nodes); len(addrs) > 0 {
+		return addrs, func() {}, nil
+	}
+	start := StartRedisServers
+	if embedded {
+		start = StartEmbedded
+	}
+	srv, err := start(3)
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv.Addrs, func() { srv.Close() }, nil
+}
+
 // runBurst is --burst: ReleaseBurst on the given nodes, or on 3
 // redis-servers it starts (embedded ones with --embedded).
 func (c Command) runBurst(ctx context.Context, leases, releasers int, nodes string, embedded bool, stdout io.Writer) error {
 	if leases < 1 || releasers < 1 {
 		return usageErr("--burst and --releasers must be positive")
 	}
-	addrs := split(nodes)
-	if len(addrs) == 0 {
-		start := StartRedisServers
-		if embedded {
-			start = StartEmbedded
-		}
-		srv, err := start(3)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		addrs = srv.Addrs
+	addrs, stop, err := nodesOrStart(nodes, embedded)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	res, err := ReleaseBurst(ctx, BurstOptions{Addrs: addrs, Leases: leases, Releasers: releasers, TTL: LockTTL})
 	if err != nil {
 		return err
