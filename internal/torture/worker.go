@@ -443,36 +443,31 @@ func (w *worker) readLoop(ctx context.Context, r *rand.Rand, rw *primitives.RWLo
 }
 
 func (w *worker) fairLoop(ctx context.Context, r *rand.Rand, c *coordinator.Coordinator) {
-	renewing, err := primitives.NewFairLock(c, "t-fair", primitives.WithTTL(w.ttl))
-	if err != nil {
-		w.acquireError("fairlock", err)
-		return
-	}
-	expiring, err := primitives.NewFairLock(c, "t-fair", primitives.WithTTL(w.ttl), primitives.WithAutoRenew(false))
-	if err != nil {
-		w.acquireError("fairlock", err)
-		return
-	}
-	for ctx.Err() == nil {
-		p := w.plan(r, 0.02, 0.015)
-		l := renewing
-		if p.expire {
-			l = expiring
-		}
-		w.hold(ctx, holdSpec{prim: "fairlock", resource: "t-fair", kind: "exclusive", autoRenew: !p.expire}, l, p)
-		pause(ctx, r, 10*time.Millisecond)
-	}
+	w.lockerLoop(ctx, r, holdSpec{prim: "fairlock", resource: "t-fair", kind: "exclusive"},
+		func(opts ...primitives.Option) (primitives.Locker, error) {
+			return primitives.NewFairLock(c, "t-fair", opts...)
+		})
 }
 
 func (w *worker) semLoop(ctx context.Context, r *rand.Rand, c *coordinator.Coordinator) {
-	renewing, err := primitives.NewSemaphore(c, "t-sem", semPermits, primitives.WithTTL(w.ttl))
+	w.lockerLoop(ctx, r, holdSpec{prim: "semaphore", resource: "t-sem", kind: "permit", permits: semPermits},
+		func(opts ...primitives.Option) (primitives.Locker, error) {
+			return primitives.NewSemaphore(c, "t-sem", semPermits, opts...)
+		})
+}
+
+// lockerLoop holds one Locker made by newLocker again and again: with
+// auto-renewal, or (plan.expire) without it until the lease is lost.
+func (w *worker) lockerLoop(ctx context.Context, r *rand.Rand, spec holdSpec,
+	newLocker func(...primitives.Option) (primitives.Locker, error)) {
+	renewing, err := newLocker(primitives.WithTTL(w.ttl))
 	if err != nil {
-		w.acquireError("semaphore", err)
+		w.acquireError(spec.prim, err)
 		return
 	}
-	expiring, err := primitives.NewSemaphore(c, "t-sem", semPermits, primitives.WithTTL(w.ttl), primitives.WithAutoRenew(false))
+	expiring, err := newLocker(primitives.WithTTL(w.ttl), primitives.WithAutoRenew(false))
 	if err != nil {
-		w.acquireError("semaphore", err)
+		w.acquireError(spec.prim, err)
 		return
 	}
 	for ctx.Err() == nil {
@@ -481,7 +476,8 @@ func (w *worker) semLoop(ctx context.Context, r *rand.Rand, c *coordinator.Coord
 		if p.expire {
 			l = expiring
 		}
-		w.hold(ctx, holdSpec{prim: "semaphore", resource: "t-sem", kind: "permit", permits: semPermits, autoRenew: !p.expire}, l, p)
+		spec.autoRenew = !p.expire
+		w.hold(ctx, spec, l, p)
 		pause(ctx, r, 10*time.Millisecond)
 	}
 }
