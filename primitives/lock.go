@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -244,6 +245,26 @@ type NodeState struct {
 	stored  int            // the stored permit count (0: not stored)
 
 	value string // the raw key value (a capability: never exported)
+}
+
+// String describes the node's state for a log line without the raw key
+// value (which holds a whole token: a capability), so that printing a
+// NodeState with %v never leaks it.
+func (st NodeState) String() string {
+	if st.Err != nil {
+		return st.Node + ": " + st.Err.Error()
+	}
+	s := st.Node + ": " + st.State
+	if st.State != "free" && st.Info.ID != "" {
+		s += " by " + st.Info.String()
+	}
+	if st.Fence != "" {
+		s += ", fence " + st.Fence
+	}
+	if st.Waiters > 0 {
+		s += ", " + strconv.FormatInt(st.Waiters, 10) + " waiting"
+	}
+	return s
 }
 
 // Status reads the lock's state on every node (one read-only script each).

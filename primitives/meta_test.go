@@ -114,6 +114,12 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 		t.Fatalf("per-node queues %+v", sts)
 	}
 	for _, st := range sts {
+		// printing a NodeState never shows a whole token (a capability)
+		for _, s := range []string{fmt.Sprint(st), fmt.Sprintf("%+v", st), fmt.Sprintf("%v", []primitives.NodeState{st})} {
+			if strings.Contains(s, lease.Token()) {
+				t.Fatalf("node %s: printed state holds the whole token: %s", st.Node, s)
+			}
+		}
 		if st.Err != nil || st.State != "held" || st.Info.Label != "worker-7" || st.Info.Host != host || st.Info.PID != os.Getpid() {
 			t.Fatalf("node %s: %+v", st.Node, st)
 		}
