@@ -25,6 +25,7 @@
 -- call created the latch on this node (its ids are unknown there: a
 -- restarted node, never a zero count); time = this node's TIME in ms (the
 -- client calibrates sent with it).
+-- use: now wrong pexpire_max
 local LATCH, IDS = KEYS[1], KEYS[2]
 local op = ARGV[1]
 local count = tonumber(ARGV[2])

@@ -9,6 +9,7 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
+-- use: now wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
@@ -48,16 +49,8 @@ local function dequeue(id)
   if redis.call('ZREM', QUEUE, id) == 1 then redis.call('HDEL', QEXP, id) end
 end
 
+-- a waiter that left is buried in GONE for TOMBSTONE_MS (see the header)
 local TOMBSTONE_MS = 3000
-local function bury(id)
-  redis.call('ZREMRANGEBYSCORE', GONE, '-inf', now)
-  redis.call('ZADD', GONE, now + TOMBSTONE_MS, id)
-  redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
-end
-local function buried(id)
-  local s = redis.call('ZSCORE', GONE, id)
-  return s and tonumber(s) > now
-end
 
 -- free ends a hold: it reserves the lock for the longest live waiter and
 -- tells only that waiter (the SET overwrites the key: no `del` event wakes
@@ -99,6 +92,7 @@ local function free(window, ch, self)
 end
 
 if op == 'acquire' then
+  -- use: pexpire_max fence_ttl fence_floor
   -- token: new for every attempt; owner: '' or the reentrant owner; enqueue:
   -- "1" for a blocked Acquire; entry_ttl: its queue entry's ttl; keep: the
   -- fence keep; wid: the waiter id (stable across one Acquire's attempts:
@@ -111,6 +105,10 @@ if op == 'acquire' then
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
     tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11]
   local rsv = RESERVED .. wid
+  local function buried(id)
+    local s = redis.call('ZSCORE', GONE, id)
+    return s and tonumber(s) > now
+  end
   local function fence_next()
     if fv then
       local c = redis.call('INCR', FENCE)
@@ -187,6 +185,7 @@ elseif op == 'release' or op == 'rollback' then
   -- lease: it drops the holder's entry (kept while it held) and frees a
   -- reservation a late release made for it. Answers 1 released, 0 not ours.
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
+  -- use: drop_hold
   local self = ''
   if op == 'rollback' then self = wid end
   if op == 'release' and wid ~= '' then
@@ -209,7 +208,9 @@ elseif op == 'leave' then
   -- a waiter gives up
   local wid, window, ch = ARGV[2], ARGV[3], ARGV[4]
   dequeue(wid)
-  bury(wid)
+  redis.call('ZREMRANGEBYSCORE', GONE, '-inf', now)
+  redis.call('ZADD', GONE, now + TOMBSTONE_MS, wid)
+  redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
   if v == RESERVED .. wid then free(window, ch, '') end
   return 1
 
@@ -218,6 +219,7 @@ elseif op == 'renew' then
   -- retake "1", sent after a renewal round confirmed the lease on a quorum,
   -- re-creates a missing key (RETAKEN): a plain renewal that reaches a node
   -- after the lease's release must never bring the key back.
+  -- use: renew_hold
   local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
   local owned = nil
   if owner ~= '' then owned = OWNED .. owner end
@@ -225,6 +227,7 @@ elseif op == 'renew' then
 
 elseif op == 'fence' then
   -- write back a fence decided by the coordinator
+  -- use: write_fence
   local f, keep, owner = ARGV[2], ARGV[3], ARGV[4]
   local owned = nil
   if owner ~= '' then owned = OWNED .. owner end
@@ -238,6 +241,7 @@ elseif op == 'force' then
   -- release does. The forced holder's renewals then find the key missing
   -- or another owner's.
   -- Reply: {1 deleted / 0 nothing held, the holder's value, fence counter}.
+  -- use: fence_ttl fence_floor
   local window, ch, keep, skew = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
   if not v or (string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 6) ~= OWNED) then
     return {0, v or '', tonumber(fv or '0')}

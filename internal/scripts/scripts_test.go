@@ -2,10 +2,12 @@ package scripts
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -41,6 +43,69 @@ func TestScriptsReadOnlyTheirLayout(t *testing.T) {
 			if i, _ := strconv.Atoi(m[1]); i < 1 || i > len(c.keys) {
 				t.Errorf("%s reads %s, its layout has %d keys", c.name, m[0], len(c.keys))
 			}
+		}
+	}
+}
+
+var all = []struct{ name, body, script string }{
+	{"lock", lockBody, Lock},
+	{"multilock", multiLockBody, MultiLock},
+	{"fairlock", fairLockBody, FairLock},
+	{"rwlock", rwLockBody, RWLock},
+	{"semaphore", semaphoreBody, Semaphore},
+	{"latch", latchBody, Latch},
+}
+
+// The prelude's parts are pulled in on the "use" line itself: an error's
+// line number in Redis is the body's own, and a part a script does not name
+// is not in it.
+func TestPreludePartsKeepLinesAndComeOnlyWhereUsed(t *testing.T) {
+	for _, c := range all {
+		if got, want := strings.Count(c.script, "\n"), strings.Count(c.body, "\n"); got != want {
+			t.Errorf("%s: %d lines after the prelude, %d in the body", c.name, got, want)
+		}
+		if useLine.MatchString(c.script) {
+			t.Errorf("%s: a use line is left", c.name)
+		}
+	}
+	if strings.Contains(Latch, "local function renew_hold") || !strings.Contains(Lock, "local function renew_hold") {
+		t.Error("renew_hold is where it is not used, or not where it is")
+	}
+	// lock.lua's acquire must not pay for the renew, release and fence bodies
+	top := Lock[:strings.Index(Lock, "if op == 'acquire'")]
+	for _, n := range []string{"renew_hold", "drop_hold", "write_fence"} {
+		if strings.Contains(top, "function "+n) {
+			t.Errorf("lock.lua defines %s for every op", n)
+		}
+	}
+	// a part uses only parts above it; a part pulled in inside a branch
+	// brings the parts it uses that the top did not
+	if p, _ := partNamed("renew_hold"); !slices.Contains(p.uses, "pexpire_max") || !slices.Contains(p.uses, "renew_codes") {
+		t.Errorf("renew_hold uses %v", p.uses)
+	}
+	got := WithPrelude("-- use: now\nif x then\n  -- use: renew_hold\nend\n")
+	if !strings.Contains(got, "  local NOT_OURS") || !strings.Contains(got, "local function pexpire_max") ||
+		strings.Count(got, "redis.call('TIME')") != 1 {
+		t.Errorf("WithPrelude = %q", got)
+	}
+}
+
+func TestPreludeUnknownPartPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	WithPrelude("-- use: nosuchpart\n")
+}
+
+// Every script, with its parts pulled in, compiles on a real server.
+func TestScriptsLoad(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	for _, c := range all {
+		if _, err := srv.Do("SCRIPT", "LOAD", c.script); err != nil {
+			t.Errorf("%s: %v", c.name, err)
 		}
 	}
 }
