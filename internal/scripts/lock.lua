@@ -9,13 +9,12 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
--- use: now wrong head
+-- use: now grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
-local REFUSED, GRANTED = 0, 1
 
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do

@@ -7,7 +7,7 @@
 -- ARGV[1] op, ARGV[2] token; then op-specific arguments; channels are the
 -- last #names arguments (one per name, same order).
 -- K(i, LOCK) is name i's lock key, and so on
--- use: now wrong pexpire_max head
+-- use: now grant_codes wrong pexpire_max head
 local LOCK, FENCE, QUEUE, QEXP, WATCH, GONE = 1, 2, 3, 4, 5, 6
 local function K(i, j) return KEYS[6 * (i - 1) + j] end
 local n = #KEYS / 6
@@ -15,7 +15,6 @@ local op, tok = ARGV[1], ARGV[2]
 local mine = 'rl1:L:' .. tok
 local RESERVED = 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, 0} or {REFUSED, pttl, now, 0}
-local REFUSED, GRANTED = 0, 1
 local want = {'string', 'string', 'zset', 'hash', 'string', 'zset'}
 
 local vals, fences = {}, {}

@@ -18,6 +18,10 @@ end
 -- key is of another lease), renewed, a missing key re-created (retake),
 -- the key missing (a restarted node; only a retake re-creates it).
 local NOT_OURS, RENEWED, RETAKEN, MISSING = 0, 1, 2, 3
+-- part: grant_codes
+-- Acquire answers (Go: scripts.Granted, scripts.Refused): {GRANTED, fence,
+-- now, ...} or {REFUSED, a retry hint in ms, now, ...}.
+local REFUSED, GRANTED = 0, 1
 -- part: wrong
 -- wrong is the WRONGTYPE error for key k that is not a redlock `what`.
 local function wrong(k, what)
