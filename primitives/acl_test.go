@@ -130,6 +130,12 @@ func TestStatusRunsReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer flease.Release(ctx)
+	rwl, _ := primitives.NewRWLock(owner, "watched-rw")
+	wlease, err := rwl.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wlease.Release(ctx)
 
 	watcher := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
 		cfg.Username, cfg.Password = "watcher", "pw"
@@ -174,4 +180,15 @@ func TestStatusRunsReadOnly(t *testing.T) {
 	readOnly("latch", func() []primitives.NodeState { return wlatch.Status(ctx) }, "counted 1/2")
 	wfl, _ := primitives.NewFairLock(watcher, "watched-fair")
 	readOnly("fairlock", func() []primitives.NodeState { return wfl.Status(ctx) }, "held")
+	wrw, _ := primitives.NewRWLock(watcher, "watched-rw")
+	readOnly("rwlock", func() (out []primitives.NodeState) {
+		for _, st := range wrw.Status(ctx) {
+			state := "free"
+			if st.Writer != "" {
+				state = "write"
+			}
+			out = append(out, primitives.NodeState{Node: st.Node, Err: st.Err, State: state})
+		}
+		return out
+	}, "write")
 }
