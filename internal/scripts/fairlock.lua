@@ -72,8 +72,9 @@ if op == 'acquire' then
   -- Acquire); ticket: its quorum ticket (0: try only, leave no entry);
   -- wt: the waiter timeout (its entry's TTL); ticket_ttl: the ticket
   -- counter's; keep: the fence keep
-  local tok, ttl, owner, wid, ticket, wt, ticket_ttl, keep, ch =
-    ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+  local tok, ttl, owner, wid, ticket_s, wt, ticket_ttl, keep, ch =
+    ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+  local ticket = tonumber(ticket_s)
   if ticket > 0 then
     -- an attempt still in flight when its waiter left (it can reach the node
     -- after the leave): refuse it, and do not re-insert the entry
@@ -81,11 +82,11 @@ if op == 'acquire' then
     if gone and tonumber(gone) > now then return {REFUSED, 1, now, 0} end
     -- heartbeat: (re-)insert our entry with our quorum ticket and refresh
     -- its expiry; the counter never stays below a ticket in use (write-back)
-    redis.call('ZADD', QUEUE, ARGV[6], wid)
+    redis.call('ZADD', QUEUE, ticket_s, wid)
     redis.call('HSET', QEXP, wid, now + wt)
     pexpire_max(QUEUE, wt); pexpire_max(QEXP, wt)
     if not tv or tonumber(tv) < ticket then
-      redis.call('SET', TICKET, ARGV[6], 'PX', ticket_ttl)
+      redis.call('SET', TICKET, ticket_s, 'PX', ticket_ttl)
     else
       pexpire_max(TICKET, ticket_ttl)
     end

@@ -37,10 +37,10 @@ if ferr then return ferr end
 if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
 local extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
 if extra > 0 then
-  local want = {'string', 'string', 'zset', 'hash', 'zset', 'string', 'string', 'zset'}
-  for i = 3, 8 do
-    local kt = redis.call('TYPE', KEYS[i])['ok']
-    if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i], 'lock key') end
+  local want = {'zset', 'hash', 'zset', 'string', 'string', 'zset'}
+  for i, k in ipairs({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE}) do
+    local kt = redis.call('TYPE', k)['ok']
+    if kt ~= 'none' and kt ~= want[i] then return wrong(k, 'lock key') end
   end
 end
 

@@ -11,6 +11,8 @@
 local LOCK, FENCE, QUEUE, QEXP, WATCH, GONE = 1, 2, 3, 4, 5, 6
 local function K(i, j) return KEYS[6 * (i - 1) + j] end
 local n = #KEYS / 6
+-- channel(i) is name i's channel
+local function channel(i) return ARGV[#ARGV - n + i] end
 local op, tok = ARGV[1], ARGV[2]
 local mine = 'rl1:L:' .. tok
 local RESERVED = 'rl1:R:'
@@ -30,7 +32,6 @@ for i = 1, n do
   vals[i], fences[i] = v, f
 end
 
-local function channel(i) return ARGV[#ARGV - n + i] end
 
 local function dequeue(i, id)
   if redis.call('ZREM', K(i, QUEUE), id) == 1 then redis.call('HDEL', K(i, QEXP), id) end

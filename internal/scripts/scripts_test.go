@@ -109,3 +109,35 @@ func TestScriptsLoad(t *testing.T) {
 		}
 	}
 }
+
+// Every script names its keys, and every op its arguments, at its top: a
+// KEYS[...] or ARGV[n] (a literal index; a loop over a variadic tail may
+// read ARGV[i]) appears only in the block of local
+// declarations that opens the script or an op's branch (comments, "use"
+// lines and one-line local functions may sit in it), never in the code
+// below, so no body reads a key or an argument by number.
+func TestScriptsNameKeysAndArgumentsAtTheTop(t *testing.T) {
+	byNumber := regexp.MustCompile(`\bKEYS\[|\bARGV\[\d`)
+	for _, c := range all {
+		open, cont := true, false // in a leading block; the line continues a declaration
+		for i, line := range strings.Split(c.body, "\n") {
+			code := strings.TrimSpace(line)
+			if j := strings.Index(code, "--"); j >= 0 {
+				code = strings.TrimSpace(code[:j])
+			}
+			switch {
+			case strings.HasPrefix(code, "if op ==") || strings.HasPrefix(code, "elseif op =="):
+				open = true
+			case code == "" || cont:
+			case strings.HasPrefix(code, "local function ") && strings.HasSuffix(code, " end"):
+			case strings.HasPrefix(code, "local ") && !strings.HasPrefix(code, "local function"):
+			default:
+				open = false
+			}
+			if byNumber.MatchString(code) && !open {
+				t.Errorf("%s.lua:%d reads %s below its op's declarations", c.name, i+1, byNumber.FindString(code))
+			}
+			cont = code != "" && (strings.HasSuffix(code, "=") || strings.HasSuffix(code, ","))
+		}
+	}
+}

@@ -247,10 +247,10 @@ elseif op == 'renew' then
 elseif op == 'fence' then
   -- use: fence_ttl
   -- write back a fence decided by the coordinator to slot s's field
-  local s, f, idle, p = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
-  local fk = 'f' .. s
+  local s, fs, idle, p = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+  local fk, f = 'f' .. s, tonumber(fs)
   local cur = tonumber(redis.call('HGET', CFG, fk) or '0')
-  if cur < f then redis.call('HSET', CFG, fk, ARGV[4]) end
+  if cur < f then redis.call('HSET', CFG, fk, fs) end
   touch(p, idle)
   pexpire_max(CFG, fence_ttl(math.max(cur, f), idle))
   return 1
@@ -260,6 +260,7 @@ elseif op == 'info' then
   -- read-only view for `redlock status`: {stored permits (0 if none),
   -- queued waiters, {taken slots}, {their values}, {the first ARGV[3] live
   -- waiters with their scores}} (a reserved slot is taken)
+  local max_waiters = tonumber(ARGV[3] or '0') or 0
   local hi = 0
   if ct == 'hash' then hi = tonumber(redis.call('HGET', CFG, 'hi') or '0') end
   local taken, vals, q = {}, {}, {}
@@ -268,7 +269,6 @@ elseif op == 'info' then
     if e then return e end
     if x then taken[#taken + 1] = i; vals[#vals + 1] = x end
   end
-  local max_waiters = tonumber(ARGV[3] or '0') or 0
   if max_waiters > 0 then q = live_queue(QUEUE, QSTATE, max_waiters) end
   return {cp or 0, redis.call('ZCARD', QUEUE), taken, vals, q}
 
