@@ -25,14 +25,8 @@ const DefaultMinWaiterTimeout = 3 * time.Second
 // is safe for concurrent use; each Acquire yields its own Lease. See
 // docs/fairlock.md.
 type FairLock struct {
-	c       *engine.Engine
-	name    string
-	o       options
-	wt      time.Duration // waiter timeout
-	keys    []string
-	topic   string
-	channel string
-	meta    string // "~label~host~pid" (meta.go)
+	resource
+	wt time.Duration // waiter timeout
 }
 
 var _ Locker = (*FairLock)(nil)
@@ -45,13 +39,7 @@ var _ Locker = (*FairLock)(nil)
 // at least 1.5 times that gap. The default is max(3s, 2·gap). FairLock only:
 // other primitives reject it with ErrInvalidArgument.
 func WithWaiterTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 || d > coordinator.MaxTTL {
-			return fmt.Errorf("%w: waiter timeout %s out of range (0, %s]", ErrInvalidArgument, d, coordinator.MaxTTL)
-		}
-		o.waiterTimeout = d
-		return nil
-	}
+	return durationOption("waiter timeout", d, func(o *options) { o.waiterTimeout = d })
 }
 
 // NewFairLock returns the fair lock called name. It validates its arguments
@@ -59,15 +47,12 @@ func WithWaiterTimeout(d time.Duration) Option {
 // it reentrant as for Lock; WithWaiterTimeout bounds how long a dead waiter
 // blocks the queue.
 func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*FairLock, error) {
-	c := engine.Of(coord)
-	o, err := kindOptions(c, opts, kindFairLock)
+	r, err := newResource(coord, name, opts, kindFairLock, ":f", scripts.FairLockKeys)
 	if err != nil {
 		return nil, err
 	}
-	if err := coordinator.ValidateName(name); err != nil {
-		return nil, err
-	}
-	gap := heartbeatGap(c.Settings())
+	o := r.o
+	gap := heartbeatGap(r.c.Settings())
 	wt := max(DefaultMinWaiterTimeout, 2*gap)
 	if o.waiterTimeout != 0 {
 		if o.waiterTimeout < gap+gap/2 {
@@ -75,9 +60,7 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 		}
 		wt = o.waiterTimeout
 	}
-	topic := c.Topic(name) + ":f"
-	return &FairLock{c: c, name: name, o: o, wt: wt, keys: fairKeys(c, name), topic: topic, channel: topic + ":ch",
-		meta: holderMeta(o.label)}, nil
+	return &FairLock{resource: r, wt: wt}, nil
 }
 
 // heartbeatGap bounds the time between two attempts of a live waiter: the
@@ -85,10 +68,6 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 // a ticket round and an attempt.
 func heartbeatGap(cfg engine.Settings) time.Duration {
 	return max(recheckCap, cfg.MaxRetryDelay*3/2) + 2*cfg.NodeTimeout
-}
-
-func fairKeys(c *engine.Engine, name string) []string {
-	return scripts.Keys(c.Topic(name), scripts.FairLockKeys)
 }
 
 // Name returns the resource name.
@@ -266,17 +245,7 @@ func newFairProto(f *FairLock, token string, fence uint64, wid string) *fairProt
 func (p *fairProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	f := p.f
 	script := f.call(scripts.FairRenew{Token: p.token, TTL: ttl, Owner: f.o.owner, Fence: p.fence, Retake: retake})
-	if f.o.owner == "" && !retake && f.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
-		v := "rl1:F:" + p.token
-		// A nil reply means "missing" or "not ours": the script (without
-		// re-take) then tells which, as a scripted renewal answers (3 or 0).
-		return nodeactor.Call{Keys: []string{f.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)},
-			Next: func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
-				return script, r, r.Err != nil || !r.Msg.IsNil()
-			}}
-	}
-	p.high.note(ttl)
-	return script
+	return p.high.renewCall(f.c, i, f.o.owner == "" && !retake, f.keys[0], "rl1:F:"+p.token, ttl, script)
 }
 
 func (p *fairProto) ReleaseCall(int) nodeactor.Call {

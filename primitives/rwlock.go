@@ -29,29 +29,16 @@ const rwEntryTTL = 3 * time.Second
 // go in FIFO order. So neither side starves. Each reader holds its own lease;
 // a crashed reader's share expires with its lease. Upgrade is not offered (a
 // reader that must write releases and takes the writer). Safe for concurrent use.
-type RWLock struct {
-	c       *engine.Engine
-	name    string
-	o       options
-	keys    []string
-	topic   string
-	channel string
-	meta    string // "~label~host~pid" (meta.go)
-}
+type RWLock struct{ resource }
 
 // NewRWLock returns the readers–writer lock called name; it validates its
 // arguments (WithOwner is not supported) and does no network I/O.
 func NewRWLock(coord *coordinator.Coordinator, name string, opts ...Option) (*RWLock, error) {
-	c := engine.Of(coord)
-	o, err := kindOptions(c, opts, kindRWLock)
+	r, err := newResource(coord, name, opts, kindRWLock, "", scripts.RWLockKeys)
 	if err != nil {
 		return nil, err
 	}
-	if err := coordinator.ValidateName(name); err != nil {
-		return nil, err
-	}
-	return &RWLock{c: c, name: name, o: o, topic: c.Topic(name), channel: c.Topic(name) + ":ch",
-		keys: scripts.Keys(c.Topic(name), scripts.RWLockKeys), meta: holderMeta(o.label)}, nil
+	return &RWLock{resource: r}, nil
 }
 
 // Reader returns the Locker of read leases (shared).

@@ -10,17 +10,15 @@
 -- Values of LOCK: "rl1:F:<token>" (held), "rl1:FO:<owner>" (held by a
 -- reentrant owner). Tokens and waiter ids carry the holder's metadata
 -- (primitives/meta.go): they are compared whole, never parsed.
--- use: now grant_codes wrong pexpire_max
+-- use: now grant_codes wrong check_types pexpire_max
 local LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
 local HELD, OWNED = 'rl1:F:', 'rl1:FO:'
 
-local want = {'string', 'string', 'zset', 'hash', 'string', 'zset', 'string', 'zset'}
-for i, k in ipairs({LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE}) do
-  local kt = redis.call('TYPE', k)['ok']
-  if kt ~= 'none' and kt ~= want[i] then return wrong(k, 'fair lock key') end
-end
+local terr = check_types({LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE},
+  {'string', 'string', 'zset', 'hash', 'string', 'zset', 'string', 'zset'}, 'fair lock key')
+if terr then return terr end
 local v = redis.call('GET', LOCK)
 if v and string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 7) ~= OWNED then
   return wrong(LOCK, 'fair lock key')
@@ -67,7 +65,7 @@ local function wake(ch)
 end
 
 if op == 'acquire' then
-  -- use: zadd_max fence_ttl
+  -- use: zadd_max fence_step take_owned
   -- token: new for every attempt; wid: the waiter id (stable across one
   -- Acquire); ticket: its quorum ticket (0: try only, leave no entry);
   -- wt: the waiter timeout (its entry's TTL); ticket_ttl: the ticket
@@ -93,11 +91,7 @@ if op == 'acquire' then
   end
   local h, hexp = fair_head()
   local function fence_next()
-    if fv then
-      local c = redis.call('INCR', FENCE)
-      redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
-      return c
-    end
+    if fv then return fence_step(FENCE, keep) end
     return 0 -- unknown: the coordinator decides
   end
   -- a granted waiter keeps its entry (at the head) for at most one TTL, so
@@ -139,12 +133,8 @@ if op == 'acquire' then
       return {GRANTED, tonumber(ev or '0'), now, 1}
     end
     if v == false and first then
-      redis.call('DEL', HOLDS)
-      redis.call('SET', LOCK, mine, 'PX', ttl)
-      redis.call('ZADD', HOLDS, now + ttl, tok)
-      redis.call('PEXPIRE', HOLDS, ttl)
       local f = fence_next()
-      redis.call('SET', EPOCH, f, 'PX', ttl)
+      take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       keep_entry()
       return {GRANTED, f, now, 0}
     end
@@ -209,22 +199,18 @@ elseif op == 'ticket' then
   pexpire_max(TICKET, ticket_ttl)
   return n
 
+elseif op == 'fence' then
+  -- use: write_fence
+  -- write back a fence decided by the coordinator
+  local f, keep, owner = ARGV[2], ARGV[3], ARGV[4]
+  return write_fence(FENCE, EPOCH, fv, v, owner ~= '' and OWNED .. owner, f, keep)
+
 elseif op == 'renew' then
   -- use: renew_hold
   -- fence: the owner's fence, for a re-take; a missing key answers MISSING
   -- unless retake (see lock.lua)
   local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
-  local owned = nil
-  if owner ~= '' then owned = OWNED .. owner end
-  return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owned, tok, ttl, fence, retake)
-
-elseif op == 'fence' then
-  -- use: write_fence
-  -- write back a fence decided by the coordinator
-  local f, keep, owner = ARGV[2], ARGV[3], ARGV[4]
-  local owned = nil
-  if owner ~= '' then owned = OWNED .. owner end
-  return write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
+  return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
 
 elseif op == 'status' then
   -- use: live_queue

@@ -37,10 +37,7 @@ type FairRelease struct {
 }
 
 func (a FairRelease) Args() []string {
-	op := "release"
-	if a.Rollback {
-		op = "rollback"
-	}
+	op := opName(a.Rollback, "rollback", "release")
 	return []string{op, a.Token, a.Owner, a.Channel, a.Waiter}
 }
 

@@ -9,7 +9,7 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
--- use: now grant_codes wrong head
+-- use: now grant_codes wrong check_types head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
@@ -37,11 +37,9 @@ if ferr then return ferr end
 if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
 local extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
 if extra > 0 then
-  local want = {'zset', 'hash', 'zset', 'string', 'string', 'zset'}
-  for i, k in ipairs({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE}) do
-    local kt = redis.call('TYPE', k)['ok']
-    if kt ~= 'none' and kt ~= want[i] then return wrong(k, 'lock key') end
-  end
+  local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
+    {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
+  if terr then return terr end
 end
 
 local function dequeue(id)
@@ -91,7 +89,7 @@ local function free(window, ch, self)
 end
 
 if op == 'acquire' then
-  -- use: pexpire_max fence_ttl fence_floor
+  -- use: pexpire_max fence_step fence_floor take_owned
   -- token: new for every attempt; owner: '' or the reentrant owner; enqueue:
   -- "1" for a blocked Acquire; entry_ttl: its queue entry's ttl; keep: the
   -- fence keep; wid: the waiter id (stable across one Acquire's attempts:
@@ -109,11 +107,7 @@ if op == 'acquire' then
     return s and tonumber(s) > now
   end
   local function fence_next()
-    if fv then
-      local c = redis.call('INCR', FENCE)
-      redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
-      return c
-    end
+    if fv then return fence_step(FENCE, keep) end
     local init, s = tonumber(fence_init or '0') or 0, fence_init
     local floor = fence_floor(skew)
     if init < floor then init, s = floor, string.format('%.0f', floor) end
@@ -165,12 +159,8 @@ if op == 'acquire' then
       end
     end
     if v == false or v == rsv then
-      redis.call('DEL', HOLDS)
-      redis.call('SET', LOCK, mine, 'PX', ttl)
-      redis.call('ZADD', HOLDS, now + ttl, tok)
-      redis.call('PEXPIRE', HOLDS, ttl)
       local f = fence_next()
-      redis.call('SET', EPOCH, f, 'PX', ttl)
+      take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       return {GRANTED, f, now, 0}
     end
   end
@@ -220,17 +210,13 @@ elseif op == 'renew' then
   -- after the lease's release must never bring the key back.
   -- use: renew_hold
   local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
-  local owned = nil
-  if owner ~= '' then owned = OWNED .. owner end
-  return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owned, tok, ttl, fence, retake)
+  return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
 
 elseif op == 'fence' then
   -- write back a fence decided by the coordinator
   -- use: write_fence
   local f, keep, owner = ARGV[2], ARGV[3], ARGV[4]
-  local owned = nil
-  if owner ~= '' then owned = OWNED .. owner end
-  return write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
+  return write_fence(FENCE, EPOCH, fv, v, owner ~= '' and OWNED .. owner, f, keep)
 
 elseif op == 'force' then
   -- an operator's forced release (`redlock release --force`). Deletes the

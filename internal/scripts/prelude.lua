@@ -27,6 +27,15 @@ local REFUSED, GRANTED = 0, 1
 local function wrong(k, what)
   return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock ' .. what)
 end
+-- part: check_types
+-- check_types is nil when each key of keys is missing or of the type want
+-- names at its index, else the WRONGTYPE error (a redlock `what`).
+local function check_types(keys, want, what)
+  for i, k in ipairs(keys) do
+    local kt = redis.call('TYPE', k)['ok']
+    if kt ~= 'none' and kt ~= want[i] then return wrong(k, what) end
+  end
+end
 -- part: pexpire_max
 -- pexpire_max never shortens a key's TTL.
 local function pexpire_max(k, ttl)
@@ -50,6 +59,13 @@ end
 local function fence_ttl(c, keep)
   keep = tonumber(keep)
   return math.max(keep, math.floor(c / 1024) + keep - now)
+end
+-- part: fence_step
+-- fence_step steps the counter FENCE (it exists) and keeps it as above.
+local function fence_step(FENCE, keep)
+  local c = redis.call('INCR', FENCE)
+  redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
+  return c
 end
 -- part: fence_floor
 local function fence_floor(skew)
@@ -85,12 +101,21 @@ local function live_queue(q, qx, n)
   end
   return out
 end
--- part: renew_hold
+-- part: take_owned
 -- Owner mode (a reentrant lock: lock.lua, fairlock.lua). The key LOCK holds
 -- owned (the owner's value); each hold of the owner is a token in the zset
 -- HOLDS scored by its expiry; EPOCH is the owner's fence.
+-- take_owned makes the owner's first hold tok (a grant or a re-take).
+local function take_owned(LOCK, HOLDS, EPOCH, owned, tok, ttl, fence)
+  redis.call('SET', LOCK, owned, 'PX', ttl)
+  redis.call('DEL', HOLDS)
+  redis.call('ZADD', HOLDS, now + ttl, tok)
+  redis.call('PEXPIRE', HOLDS, ttl)
+  redis.call('SET', EPOCH, fence, 'PX', ttl)
+end
+-- part: renew_hold
 -- renew_hold is the renew op: the lease's value is plain (one token) or,
--- in owner mode, owned with the hold tok. A missing key answers MISSING
+-- in owner mode (owned not false), owned with the hold tok. A missing key answers MISSING
 -- unless retake: then it is re-created (with fence in EPOCH).
 local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, retake)
   if v == false and not retake then return MISSING end
@@ -109,11 +134,7 @@ local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, 
     return NOT_OURS
   end
   if v == false then
-    redis.call('SET', LOCK, owned, 'PX', ttl)
-    redis.call('DEL', HOLDS)
-    redis.call('ZADD', HOLDS, now + ttl, tok)
-    redis.call('PEXPIRE', HOLDS, ttl)
-    redis.call('SET', EPOCH, fence, 'PX', ttl)
+    take_owned(LOCK, HOLDS, EPOCH, owned, tok, ttl, fence)
     return RETAKEN
   end
   return NOT_OURS
@@ -138,7 +159,7 @@ end
 -- part: write_fence
 -- write_fence is the fence op: it writes back a fence f decided by the
 -- coordinator to the counter FENCE (fv its value, never lowered) and, if
--- the key holds owned (owner mode), to the owner's EPOCH.
+-- the key holds owned (owner mode; false: none), to the owner's EPOCH.
 local function write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
   if not fv or tonumber(fv) < tonumber(f) then
     redis.call('SET', FENCE, f, 'PX', fence_ttl(tonumber(f), keep))

@@ -7,17 +7,15 @@
 --       FENCE counter, MARK type marker (string "rl1:rw")
 -- Tokens and waiter ids carry the holder's metadata (primitives/meta.go):
 -- they are compared whole, never parsed.
--- use: now grant_codes renew_codes wrong pexpire_max head
+-- use: now grant_codes renew_codes wrong check_types pexpire_max head
 local WRITER, READERS, WW, WWX, WR, ADM, FENCE, MARK =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
 local HELD = 'rl1:W:'
 
-local want = {'string', 'zset', 'zset', 'hash', 'zset', 'zset', 'string', 'string'}
-for i, k in ipairs({WRITER, READERS, WW, WWX, WR, ADM, FENCE, MARK}) do
-  local kt = redis.call('TYPE', k)['ok']
-  if kt ~= 'none' and kt ~= want[i] then return wrong(k, 'rwlock key') end
-end
+local terr = check_types({WRITER, READERS, WW, WWX, WR, ADM, FENCE, MARK},
+  {'string', 'zset', 'zset', 'hash', 'zset', 'zset', 'string', 'string'}, 'rwlock key')
+if terr then return terr end
 local w = redis.call('GET', WRITER)
 if w and string.sub(w, 1, 6) ~= HELD then return wrong(WRITER, 'rwlock key') end
 local mk = redis.call('GET', MARK)
@@ -114,7 +112,7 @@ if op == 'racquire' then
   return {REFUSED, pttl, now, 0}
 
 elseif op == 'wacquire' then
-  -- use: fence_ttl
+  -- use: fence_step
   -- as racquire, and keep: the fence keep; score: the queue score (chosen
   -- once by the waiter, the same on every node, so every node orders the
   -- waiting writers alike; 0: not known yet, this node's now until the
@@ -133,10 +131,7 @@ elseif op == 'wacquire' then
     redis.call('SET', WRITER, HELD .. tok, 'PX', ttl)
     marker(math.max(ttl, redis.call('PTTL', MARK)))
     local f = 0
-    if fv then
-      f = redis.call('INCR', FENCE)
-      redis.call('PEXPIRE', FENCE, fence_ttl(f, keep))
-    end
+    if fv then f = fence_step(FENCE, keep) end
     return {GRANTED, f, now, 0}
   end
   if enqueue then

@@ -19,10 +19,7 @@ type RWAcquire struct {
 }
 
 func (a RWAcquire) Args() []string {
-	op := "racquire"
-	if a.Write {
-		op = "wacquire"
-	}
+	op := opName(a.Write, "wacquire", "racquire")
 	return []string{op, a.Token, Ms(a.TTL), Flag(a.Enqueue), Ms(a.EntryTTL), a.Waiter, Ms(a.FenceKeep), itoa(a.Score)}
 }
 
@@ -69,10 +66,7 @@ type RWRenew struct {
 }
 
 func (a RWRenew) Args() []string {
-	op := "rrenew"
-	if a.Write {
-		op = "wrenew"
-	}
+	op := opName(a.Write, "wrenew", "rrenew")
 	return []string{op, a.Token, Ms(a.TTL), Flag(a.Retake)}
 }
 

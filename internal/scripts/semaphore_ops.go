@@ -55,10 +55,7 @@ type SemRelease struct {
 }
 
 func (a SemRelease) Args() []string {
-	op := "release"
-	if a.Rollback {
-		op = "rollback"
-	}
+	op := opName(a.Rollback, "rollback", "release")
 	return []string{op, a.Token, itoa(int64(a.Slot)), Ms(a.Window), a.Channel}
 }
 
@@ -72,10 +69,7 @@ type SemUnqueue struct {
 }
 
 func (a SemUnqueue) Args() []string {
-	op := "leave"
-	if a.Claim {
-		op = "claim"
-	}
+	op := opName(a.Claim, "claim", "leave")
 	return []string{op, a.Waiter, Ms(a.Window), a.Channel}
 }
 
