@@ -65,7 +65,7 @@ local function wake(ch)
 end
 
 if op == 'acquire' then
-  -- use: zadd_max fence_step take_owned
+  -- use: zadd_max
   -- token: new for every attempt; wid: the waiter id (stable across one
   -- Acquire); ticket: its quorum ticket (0: try only, leave no entry);
   -- wt: the waiter timeout (its entry's TTL); ticket_ttl: the ticket
@@ -91,6 +91,7 @@ if op == 'acquire' then
   end
   local h, hexp = fair_head()
   local function fence_next()
+    -- use: fence_step
     if fv then return fence_step(FENCE, keep) end
     return 0 -- unknown: the coordinator decides
   end
@@ -133,6 +134,7 @@ if op == 'acquire' then
       return {GRANTED, tonumber(ev or '0'), now, 1}
     end
     if v == false and first then
+      -- use: take_owned
       local f = fence_next()
       take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       keep_entry()

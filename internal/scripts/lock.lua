@@ -9,7 +9,7 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
--- use: now grant_codes wrong check_types head
+-- use: now grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
@@ -37,6 +37,7 @@ if ferr then return ferr end
 if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
 local extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
 if extra > 0 then
+  -- use: check_types
   local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
     {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
   if terr then return terr end
@@ -89,7 +90,7 @@ local function free(window, ch, self)
 end
 
 if op == 'acquire' then
-  -- use: pexpire_max fence_step fence_floor take_owned
+  -- use: pexpire_max
   -- token: new for every attempt; owner: '' or the reentrant owner; enqueue:
   -- "1" for a blocked Acquire; entry_ttl: its queue entry's ttl; keep: the
   -- fence keep; wid: the waiter id (stable across one Acquire's attempts:
@@ -107,7 +108,9 @@ if op == 'acquire' then
     return s and tonumber(s) > now
   end
   local function fence_next()
+    -- use: fence_step
     if fv then return fence_step(FENCE, keep) end
+    -- use: fence_floor
     local init, s = tonumber(fence_init or '0') or 0, fence_init
     local floor = fence_floor(skew)
     if init < floor then init, s = floor, string.format('%.0f', floor) end
@@ -159,6 +162,7 @@ if op == 'acquire' then
       end
     end
     if v == false or v == rsv then
+      -- use: take_owned
       local f = fence_next()
       take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       return {GRANTED, f, now, 0}
