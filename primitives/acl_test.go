@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,29 +124,86 @@ func TestStatusRunsReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	fl, _ := primitives.NewFairLock(owner, "watched-fair")
+	flease, err := fl.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flease.Release(ctx)
+	rwl, _ := primitives.NewRWLock(owner, "watched-rw")
+	wlease, err := rwl.Writer().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wlease.Release(ctx)
+	sem, _ := primitives.NewSemaphore(owner, "watched-sem", 2)
+	slease, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slease.Release(ctx)
+
 	watcher := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
 		cfg.Username, cfg.Password = "watcher", "pw"
 		cfg.Keyspace = coordinator.KeyspaceOff
 	})
+	// roCalls counts the read-only script calls on every node: each
+	// status must add one per node
+	roCalls := func() (n int) {
+		for _, s := range srv {
+			out, err := s.Do("INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha_ro:calls="); ok {
+					c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					n += c
+				}
+				if rest, ok := strings.CutPrefix(line, "cmdstat_eval_ro:calls="); ok {
+					c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	readOnly := func(kind string, status func() []primitives.NodeState, want string) {
+		t.Helper()
+		before := roCalls()
+		for _, st := range status() {
+			if st.Err != nil || !strings.HasPrefix(st.State, want) {
+				t.Errorf("%s status on %s = %q, %v; want %s", kind, st.Node, st.State, st.Err, want)
+			}
+		}
+		if got := roCalls() - before; got < len(srv) {
+			t.Errorf("%s status ran %d read-only scripts on %d nodes", kind, got, len(srv))
+		}
+	}
 	wl, _ := primitives.NewLock(watcher, "watched")
-	for _, st := range wl.Status(ctx) {
-		if st.Err != nil || st.State != "held" {
-			t.Errorf("lock status on %s = %q, %v; want held", st.Node, st.State, st.Err)
-		}
-	}
+	readOnly("lock", func() []primitives.NodeState { return wl.Status(ctx) }, "held")
 	wlatch, _ := primitives.NewCountDownLatch(watcher, "watched", 2)
-	for _, st := range wlatch.Status(ctx) {
-		if st.Err != nil || st.State != "counted 1/2" {
-			t.Errorf("latch status on %s = %q, %v; want counted 1/2", st.Node, st.State, st.Err)
+	readOnly("latch", func() []primitives.NodeState { return wlatch.Status(ctx) }, "counted 1/2")
+	wfl, _ := primitives.NewFairLock(watcher, "watched-fair")
+	readOnly("fairlock", func() []primitives.NodeState { return wfl.Status(ctx) }, "held")
+	wrw, _ := primitives.NewRWLock(watcher, "watched-rw")
+	readOnly("rwlock", func() (out []primitives.NodeState) {
+		for _, st := range wrw.Status(ctx) {
+			state := "free"
+			if st.Writer != "" {
+				state = "write"
+			}
+			out = append(out, primitives.NodeState{Node: st.Node, Err: st.Err, State: state})
 		}
+		return out
+	}, "write")
+	wsem, _ := primitives.NewSemaphore(watcher, "watched-sem", 2)
+	readOnly("semaphore info", func() []primitives.NodeState { return wsem.Status(ctx) }, "taken 1/2")
+	before := roCalls()
+	if n, err := wsem.Available(ctx); err != nil || n != 1 {
+		t.Errorf("semaphore Available = %d, %v; want 1", n, err)
 	}
-	for _, s := range srv {
-		out, err := s.Do("INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(out, "cmdstat_evalsha_ro:") && !strings.Contains(out, "cmdstat_eval_ro:") {
-			t.Errorf("%s ran no read-only script:\n%s", s.Addr(), out)
-		}
+	if got := roCalls() - before; got < len(srv) {
+		t.Errorf("semaphore status ran %d read-only scripts on %d nodes", got, len(srv))
 	}
 }

@@ -3,7 +3,6 @@ package primitives
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -26,14 +25,8 @@ const DefaultMinWaiterTimeout = 3 * time.Second
 // is safe for concurrent use; each Acquire yields its own Lease. See
 // docs/fairlock.md.
 type FairLock struct {
-	c       *engine.Engine
-	name    string
-	o       options
-	wt      time.Duration // waiter timeout
-	keys    []string
-	topic   string
-	channel string
-	meta    string // "~label~host~pid" (meta.go)
+	resource
+	wt time.Duration // waiter timeout
 }
 
 var _ Locker = (*FairLock)(nil)
@@ -46,13 +39,7 @@ var _ Locker = (*FairLock)(nil)
 // at least 1.5 times that gap. The default is max(3s, 2·gap). FairLock only:
 // other primitives reject it with ErrInvalidArgument.
 func WithWaiterTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 || d > coordinator.MaxTTL {
-			return fmt.Errorf("%w: waiter timeout %s out of range (0, %s]", ErrInvalidArgument, d, coordinator.MaxTTL)
-		}
-		o.waiterTimeout = d
-		return nil
-	}
+	return durationOption("waiter timeout", d, func(o *options) { o.waiterTimeout = d })
 }
 
 // NewFairLock returns the fair lock called name. It validates its arguments
@@ -60,15 +47,12 @@ func WithWaiterTimeout(d time.Duration) Option {
 // it reentrant as for Lock; WithWaiterTimeout bounds how long a dead waiter
 // blocks the queue.
 func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*FairLock, error) {
-	c := engine.Of(coord)
-	o, err := kindOptions(c, opts, kindFairLock)
+	r, err := newResource(coord, name, opts, kindFairLock, ":f", scripts.FairLockKeys)
 	if err != nil {
 		return nil, err
 	}
-	if err := coordinator.ValidateName(name); err != nil {
-		return nil, err
-	}
-	gap := heartbeatGap(c.Settings())
+	o := r.o
+	gap := heartbeatGap(r.c.Settings())
 	wt := max(DefaultMinWaiterTimeout, 2*gap)
 	if o.waiterTimeout != 0 {
 		if o.waiterTimeout < gap+gap/2 {
@@ -76,9 +60,7 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 		}
 		wt = o.waiterTimeout
 	}
-	topic := c.Topic(name) + ":f"
-	return &FairLock{c: c, name: name, o: o, wt: wt, keys: fairKeys(c, name), topic: topic, channel: topic + ":ch",
-		meta: holderMeta(o.label)}, nil
+	return &FairLock{resource: r, wt: wt}, nil
 }
 
 // heartbeatGap bounds the time between two attempts of a live waiter: the
@@ -86,10 +68,6 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 // a ticket round and an attempt.
 func heartbeatGap(cfg engine.Settings) time.Duration {
 	return max(recheckCap, cfg.MaxRetryDelay*3/2) + 2*cfg.NodeTimeout
-}
-
-func fairKeys(c *engine.Engine, name string) []string {
-	return scripts.Keys(c.Topic(name), scripts.FairLockKeys)
 }
 
 // Name returns the resource name.
@@ -138,7 +116,7 @@ func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}})
 	if err != nil && w.ticket != 0 {
 		f.c.Broadcast(ctx, func(int) nodeactor.Call {
-			return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"leave", w.wid, f.channel, ms(f.wt)}}
+			return f.call(scripts.FairLeave{Waiter: w.wid, Channel: f.channel, WaiterTimeout: f.wt})
 		})
 	}
 	return lease, err
@@ -153,7 +131,7 @@ func (f *FairLock) ticketTTL() time.Duration { return 2 * f.wt }
 // ticket it carries), so once a waiter's entry is on a quorum, so is a
 // counter >= its ticket, and any later enqueue round draws a larger ticket.
 func (f *FairLock) takeTicket(ctx context.Context) (int64, error) {
-	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"ticket", ms(f.ticketTTL())}}
+	call := f.call(scripts.FairTicket{TicketTTL: f.ticketTTL()})
 	ticketOf := func(rep nodeactor.Reply) (int64, error) {
 		if rep.Err != nil {
 			return 0, rep.Err
@@ -174,6 +152,26 @@ func (f *FairLock) takeTicket(ctx context.Context) (int64, error) {
 	return ticket, nil
 }
 
+// call is fairlock.lua's op on this lock's keys; a read-only op (status)
+// runs as a read-only script.
+func (f *FairLock) call(op scripts.Op) nodeactor.Call {
+	_, ro := op.(scripts.FairStatus)
+	return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: op.Args(), ReadOnly: ro}
+}
+
+// parseFairStatus fills st from a status reply ({value, pttl, fence, live
+// ids, ticket counter, latest hold, queue with tickets}; readStatus has
+// read the first three).
+func parseFairStatus(arr []rueidis.RedisMessage, st *NodeState) {
+	ids, _ := arr[3].ToArray()
+	st.Waiters = int64(len(ids))
+	st.describe("rl1:F:", "rl1:FO:", "")
+	st.holderInfo(arr, 5)
+	if len(arr) > 6 {
+		st.Queue = parseQueue(arr[6], false)
+	}
+}
+
 // fairWaiter is one Acquire (or TryAcquire) of a FairLock: a stable waiter
 // id and, once enqueued, its ticket. It implements exclusive, so the attempt,
 // rollback and fence rules are the Lock's.
@@ -185,25 +183,22 @@ type fairWaiter struct {
 
 func (w *fairWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	f := w.f
-	ticket := "0"
-	if enqueue && w.ticket > 0 {
-		ticket = strconv.FormatInt(w.ticket, 10)
+	var ticket int64
+	if enqueue {
+		ticket = w.ticket
 	}
-	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"acquire", token, ms(f.o.ttl), f.o.owner, wid, ticket,
-			ms(f.wt), ms(f.ticketTTL()), ms(fenceKeep), f.channel}}
+	return f.call(scripts.FairAcquire{Token: token, TTL: f.o.ttl, Owner: f.o.owner, Waiter: wid, Ticket: ticket,
+		WaiterTimeout: f.wt, TicketTTL: f.ticketTTL(), FenceKeep: fenceKeep, Channel: f.channel})
 }
 
 func (w *fairWaiter) rollbackCall(token, _ string) nodeactor.Call {
 	f := w.f
-	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"rollback", token, f.o.owner, f.channel, w.wid}}
+	return f.call(scripts.FairRelease{Rollback: true, Token: token, Owner: f.o.owner, Channel: f.channel, Waiter: w.wid})
 }
 
 func (w *fairWaiter) fenceCall(fence int64) nodeactor.Call {
 	f := w.f
-	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"fence", strconv.FormatInt(fence, 10), ms(fenceKeep), f.o.owner}}
+	return f.call(scripts.FairFence{Fence: fence, Keep: fenceKeep, Owner: f.o.owner})
 }
 
 func (w *fairWaiter) leaseTTL() time.Duration { return w.f.o.ttl }
@@ -220,7 +215,7 @@ func (w *fairWaiter) attemptToken(wid string, enqueue bool) string {
 // claimCall drops the waiter's entry on a node that did not grant, once the
 // attempt won a quorum elsewhere (it no longer waits).
 func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
-	return nodeactor.Call{Script: fairScript, Keys: w.f.keys, Args: []string{"claim", wid}}
+	return w.f.call(scripts.FairClaim{Waiter: wid})
 }
 
 func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
@@ -249,25 +244,13 @@ func newFairProto(f *FairLock, token string, fence uint64, wid string) *fairProt
 
 func (p *fairProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	f := p.f
-	script := nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"renew", p.token, ms(ttl), f.o.owner, strconv.FormatUint(p.fence, 10), flag(retake)}}
-	if f.o.owner == "" && !retake && f.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
-		v := "rl1:F:" + p.token
-		// A nil reply means "missing" or "not ours": the script (without
-		// re-take) then tells which, as a scripted renewal answers (3 or 0).
-		return nodeactor.Call{Keys: []string{f.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)},
-			Next: func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
-				return script, r, r.Err != nil || !r.Msg.IsNil()
-			}}
-	}
-	p.high.note(ttl)
-	return script
+	script := f.call(scripts.FairRenew{Token: p.token, TTL: ttl, Owner: f.o.owner, Fence: p.fence, Retake: retake})
+	return p.high.renewCall(f.c, i, f.o.owner == "" && !retake, f.keys[0], "rl1:F:"+p.token, ttl, script)
 }
 
 func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 	f := p.f
-	return nodeactor.Call{Script: fairScript, Keys: f.keys,
-		Args: []string{"release", p.token, f.o.owner, f.channel, p.wid}}
+	return f.call(scripts.FairRelease{Token: p.token, Owner: f.o.owner, Channel: f.channel, Waiter: p.wid})
 }
 
 func (p *fairProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
@@ -279,14 +262,5 @@ func (p *fairProto) Classify(rep nodeactor.Reply) engine.Outcome { return classi
 // holder's entry may still be counted for up to one TTL after its grant;
 // QuorumOf leaves it out). QuorumOf gives the quorum's view.
 func (f *FairLock) Status(ctx context.Context) []NodeState {
-	call := nodeactor.Call{Script: fairScript, Keys: f.keys, Args: []string{"status", strconv.Itoa(MaxStatusWaiters)}}
-	return readStatus(ctx, f.c, call, 5, func(arr []rueidis.RedisMessage, st *NodeState) {
-		ids, _ := arr[3].ToArray()
-		st.Waiters = int64(len(ids))
-		st.describe("rl1:F:", "rl1:FO:", "")
-		st.holderInfo(arr, 5)
-		if len(arr) > 6 {
-			st.Queue = parseQueue(arr[6], false)
-		}
-	})
+	return readStatus(ctx, f.c, f.call(scripts.FairStatus{MaxWaiters: MaxStatusWaiters}), 5, parseFairStatus)
 }

@@ -42,13 +42,7 @@ const (
 // Lock is an exclusive distributed lock held on a quorum of nodes. It is
 // safe for concurrent use; each Acquire yields its own Lease.
 type Lock struct {
-	c       *engine.Engine
-	name    string
-	o       options
-	keys    []string
-	topic   string
-	channel string
-	meta    string // "~label~host~pid" (meta.go)
+	resource
 
 	// contended records that the last Acquire had to wait: the next one
 	// queues at once (see waitLoopFrom) instead of first trying alone.
@@ -60,16 +54,40 @@ var _ Locker = (*Lock)(nil)
 // NewLock returns the lock called name. It validates its arguments (errors
 // wrap ErrInvalidArgument) and does no network I/O.
 func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock, error) {
-	c := engine.Of(coord)
-	o, err := kindOptions(c, opts, kindLock)
+	r, err := newResource(coord, name, opts, kindLock, "", scripts.LockKeys)
 	if err != nil {
 		return nil, err
 	}
-	if err := coordinator.ValidateName(name); err != nil {
-		return nil, err
+	return &Lock{resource: r}, nil
+}
+
+// resource is what a Lock, FairLock and RWLock are made of: the engine,
+// the name, the options, the keys, the topic its waiters listen on (and
+// its channel) and the holder metadata its tokens carry.
+type resource struct {
+	c       *engine.Engine
+	name    string
+	o       options
+	keys    []string
+	topic   string
+	channel string
+	meta    string // "~label~host~pid" (meta.go)
+}
+
+// newResource validates opts (for kind) and name; the keys are suffixes
+// under the name's topic, the waiters' topic is it plus topicSuffix.
+func newResource(coord *coordinator.Coordinator, name string, opts []Option, k kind, topicSuffix string, suffixes []string) (resource, error) {
+	c := engine.Of(coord)
+	o, err := kindOptions(c, opts, k)
+	if err != nil {
+		return resource{}, err
 	}
-	return &Lock{c: c, name: name, o: o, keys: lockKeys(c, name), topic: c.Topic(name), channel: c.Topic(name) + ":ch",
-		meta: holderMeta(o.label)}, nil
+	if err := coordinator.ValidateName(name); err != nil {
+		return resource{}, err
+	}
+	topic := c.Topic(name) + topicSuffix
+	return resource{c: c, name: name, o: o, keys: scripts.Keys(c.Topic(name), suffixes), topic: topic,
+		channel: topic + ":ch", meta: holderMeta(o.label)}, nil
 }
 
 func lockKeys(c *engine.Engine, name string) []string {
@@ -180,16 +198,21 @@ type lockProto struct {
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
 	script := l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
-	if l.o.owner == "" && !retake && l.c.NodeCaps(i).NativeCAS && p.high.nativeOK(ttl) {
-		v := "rl1:L:" + p.token
-		// A nil reply means "missing" or "not ours": the script (without
-		// re-take) then tells which, as a scripted renewal answers (3 or 0).
-		return nodeactor.Call{Keys: []string{l.keys[0]}, Args: []string{"SET", v, "IFEQ", v, "PX", ms(ttl)},
+	return p.high.renewCall(l.c, i, l.o.owner == "" && !retake, l.keys[0], "rl1:L:"+p.token, ttl, script)
+}
+
+// renewCall is a renewal on node i: script, or, where the node has native
+// CAS and plain (a single-token lease, no re-take) allows, SET key value
+// IFEQ value PX ttl first. A nil reply to it means "missing" or "not ours":
+// script (without re-take) then tells which, as a scripted renewal answers.
+func (t *ttlHigh) renewCall(c *engine.Engine, i int, plain bool, key, value string, ttl time.Duration, script nodeactor.Call) nodeactor.Call {
+	if plain && c.NodeCaps(i).NativeCAS && t.nativeOK(ttl) {
+		return nodeactor.Call{Keys: []string{key}, Args: []string{"SET", value, "IFEQ", value, "PX", ms(ttl)},
 			Next: func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
 				return script, r, r.Err != nil || !r.Msg.IsNil()
 			}}
 	}
-	p.high.note(ttl)
+	t.note(ttl)
 	return script
 }
 

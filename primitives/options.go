@@ -65,11 +65,17 @@ func WithMaxHold(d time.Duration) Option {
 // It composes with WithMaxHold (renewal stops at whichever comes first)
 // and needs auto-renewal on.
 func WithHeartbeat(d time.Duration) Option {
+	return durationOption("heartbeat", d, func(o *options) { o.heartbeat = d })
+}
+
+// durationOption sets a duration d (called what in errors) that must lie
+// in (0, coordinator.MaxTTL].
+func durationOption(what string, d time.Duration, set func(*options)) Option {
 	return func(o *options) error {
 		if d <= 0 || d > coordinator.MaxTTL {
-			return fmt.Errorf("%w: heartbeat %s must be in (0, %s]", ErrInvalidArgument, d, coordinator.MaxTTL)
+			return fmt.Errorf("%w: %s %s out of range (0, %s]", ErrInvalidArgument, what, d, coordinator.MaxTTL)
 		}
-		o.heartbeat = d
+		set(o)
 		return nil
 	}
 }

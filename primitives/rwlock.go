@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -30,29 +29,16 @@ const rwEntryTTL = 3 * time.Second
 // go in FIFO order. So neither side starves. Each reader holds its own lease;
 // a crashed reader's share expires with its lease. Upgrade is not offered (a
 // reader that must write releases and takes the writer). Safe for concurrent use.
-type RWLock struct {
-	c       *engine.Engine
-	name    string
-	o       options
-	keys    []string
-	topic   string
-	channel string
-	meta    string // "~label~host~pid" (meta.go)
-}
+type RWLock struct{ resource }
 
 // NewRWLock returns the readers–writer lock called name; it validates its
 // arguments (WithOwner is not supported) and does no network I/O.
 func NewRWLock(coord *coordinator.Coordinator, name string, opts ...Option) (*RWLock, error) {
-	c := engine.Of(coord)
-	o, err := kindOptions(c, opts, kindRWLock)
+	r, err := newResource(coord, name, opts, kindRWLock, "", scripts.RWLockKeys)
 	if err != nil {
 		return nil, err
 	}
-	if err := coordinator.ValidateName(name); err != nil {
-		return nil, err
-	}
-	return &RWLock{c: c, name: name, o: o, topic: c.Topic(name), channel: c.Topic(name) + ":ch",
-		keys: scripts.Keys(c.Topic(name), scripts.RWLockKeys), meta: holderMeta(o.label)}, nil
+	return &RWLock{resource: r}, nil
 }
 
 // Reader returns the Locker of read leases (shared).
@@ -61,10 +47,13 @@ func (rw *RWLock) Reader() Locker { return &rwSide{rw: rw, write: false} }
 // Writer returns the Locker of write leases (exclusive).
 func (rw *RWLock) Writer() Locker { return &rwSide{rw: rw, write: true} }
 
-func (rw *RWLock) window() string { return ms(rw.c.Settings().HandoffWindow) }
+func (rw *RWLock) window() time.Duration { return rw.c.Settings().HandoffWindow }
 
-func (rw *RWLock) call(args ...string) nodeactor.Call {
-	return nodeactor.Call{Script: rwScript, Keys: rw.keys, Args: args}
+// call is rwlock.lua's op on this lock's keys; a read-only op (status)
+// runs as a read-only script.
+func (rw *RWLock) call(op scripts.Op) nodeactor.Call {
+	_, ro := op.(scripts.RWStatus)
+	return nodeactor.Call{Script: rwScript, Keys: rw.keys, Args: op.Args(), ReadOnly: ro}
 }
 
 // Downgrade turns a write lease of this lock into a read lease atomically on
@@ -85,13 +74,13 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 		}
 		return nil, ErrLeaseLost
 	}
-	call := rw.call("downgrade", p.token, ms(rw.o.ttl), rw.window(), rw.channel, p.wid)
+	call := rw.call(scripts.RWDowngrade{Token: p.token, TTL: rw.o.ttl, Window: rw.window(), Channel: rw.channel, Waiter: p.wid})
 	r, err := rw.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call }, confirmed)
 	if err == nil && !write.Valid() {
 		err = ErrLeaseLost
 	}
 	if err != nil {
-		rel := rw.call("rrelease", p.token, rw.channel)
+		rel := rw.call(scripts.RWReadRelease{Token: p.token, Channel: rw.channel})
 		rw.c.Broadcast(ctx, func(int) nodeactor.Call { return rel })
 		_ = write.Release(ctx)
 		return nil, fmt.Errorf("redlock: downgrade not confirmed by a quorum; lease released: %w", err)
@@ -167,7 +156,7 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 			return r
 		},
 		leave: func() {
-			leave := rw.call("leave", wid, rw.channel)
+			leave := rw.call(scripts.RWLeave{Waiter: wid, Channel: rw.channel})
 			rw.c.Broadcast(ctx, func(int) nodeactor.Call { return leave })
 		}})
 }
@@ -177,15 +166,8 @@ func (s *rwSide) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 }
 
 func (s *rwSide) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
-	enq := "0"
-	if enqueue {
-		enq = "1"
-	}
-	op := "racquire"
-	if s.write {
-		op = "wacquire"
-	}
-	return s.rw.call(op, token, ms(s.rw.o.ttl), enq, ms(rwEntryTTL), wid, ms(fenceKeep), strconv.FormatInt(score, 10))
+	return s.rw.call(scripts.RWAcquire{Write: s.write, Token: token, TTL: s.rw.o.ttl, Enqueue: enqueue,
+		EntryTTL: rwEntryTTL, Waiter: wid, FenceKeep: fenceKeep, Score: score})
 }
 
 // rollbackCall undoes one attempt's grant; a queued writer keeps its entry
@@ -198,13 +180,13 @@ func (s *rwSide) rollbackCall(token, _ string) nodeactor.Call {
 // writer's queue entry with it.
 func (s *rwSide) releaseCall(token, wid string) nodeactor.Call {
 	if s.write {
-		return s.rw.call("wrelease", token, s.rw.window(), s.rw.channel, wid)
+		return s.rw.call(scripts.RWWriteRelease{Token: token, Window: s.rw.window(), Channel: s.rw.channel, Waiter: wid})
 	}
-	return s.rw.call("rrelease", token, s.rw.channel)
+	return s.rw.call(scripts.RWReadRelease{Token: token, Channel: s.rw.channel})
 }
 
 func (s *rwSide) fenceCall(f int64) nodeactor.Call {
-	return s.rw.call("fence", strconv.FormatInt(f, 10), ms(fenceKeep))
+	return s.rw.call(scripts.RWFence{Fence: f, Keep: fenceKeep})
 }
 
 func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }
@@ -241,10 +223,7 @@ type rwProto struct {
 }
 
 func (p *rwProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
-	if p.write {
-		return p.rw.call("wrenew", p.token, ms(ttl), flag(retake))
-	}
-	return p.rw.call("rrenew", p.token, ms(ttl), flag(retake))
+	return p.rw.call(scripts.RWRenew{Write: p.write, Token: p.token, TTL: ttl, Retake: retake})
 }
 
 func (p *rwProto) ReleaseCall(int) nodeactor.Call {
@@ -273,7 +252,7 @@ type RWNodeState struct {
 // Status reads the lock's state on every node (one read-only script
 // each); RWQuorumOf gives the quorum's view.
 func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
-	call := rw.call("status", strconv.Itoa(MaxStatusWaiters))
+	call := rw.call(scripts.RWStatus{MaxWaiters: MaxStatusWaiters})
 	r := rw.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := rw.c.Nodes()
 	out := make([]RWNodeState, len(r.Replies))

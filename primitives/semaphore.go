@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
@@ -114,7 +113,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return s.call("leave", wid, ms(s.c.Settings().HandoffWindow), s.channel)
+				return s.call(scripts.SemUnqueue{Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
 			})
 		}})
 }
@@ -128,7 +127,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	}
 	q := s.c.Quorum()
 	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
-		return s.call("status", strconv.Itoa(s.permits))
+		return s.call(scripts.SemStatus{Permits: s.permits})
 	}, nil, nil)
 	held := make([]int, s.permits)
 	answered, mismatch, stored := 0, 0, 0
@@ -178,8 +177,15 @@ func (s *Semaphore) mismatchErr(stored int) error {
 		ErrInvalidArgument, s.name, stored, s.permits)
 }
 
-func (s *Semaphore) call(args ...string) nodeactor.Call {
-	return nodeactor.Call{Script: semScript, Keys: s.keys, Args: append([]string{args[0], s.prefix}, args[1:]...)}
+// call is semaphore.lua's op on this semaphore's keys and slots; a
+// read-only op (status, info) runs as a read-only script.
+func (s *Semaphore) call(op scripts.Op) nodeactor.Call {
+	var ro bool
+	switch op.(type) {
+	case scripts.SemStatus, scripts.SemInfo:
+		ro = true
+	}
+	return nodeactor.Call{Script: semScript, Keys: s.keys, Args: scripts.SemArgs(s.prefix, op), ReadOnly: ro}
 }
 
 // proposer picks the slot an attempt proposes: one the last refusals
@@ -299,7 +305,7 @@ func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 		return engine.Vote{}, err
 	case g.code == 1:
 		return engine.Vote{Granted: true, Fence: g.v, Now: g.now}, nil
-	case g.code == -2:
+	case g.code == scripts.SemOtherPermits:
 		return engine.Vote{Now: g.now, Abstain: s.mismatchErr(int(g.v))}, nil
 	}
 	return engine.Vote{Now: g.now, Hint: time.Duration(g.v) * time.Millisecond}, nil
@@ -317,7 +323,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	// A won waiter's claim also goes to the nodes whose refusal arrives
 	// after the attempt was decided (their request ran after the first
 	// claim, and queued the waiter again).
-	claim := s.call("claim", wid, ms(s.c.Settings().HandoffWindow), s.channel)
+	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
 	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
 	spec := engine.AttemptSpec{
 		Acquire:  func(int) nodeactor.Call { return call },
@@ -381,25 +387,18 @@ var _ exclusive = semSlot{}
 
 func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	s := x.s
-	resize, enq := "0", "0"
-	if s.resize {
-		resize = "1"
-	}
-	if enqueue {
-		enq = "1"
-	}
-	entryTTL := max(2*s.o.ttl, 2*time.Second)
-	return s.call("acquire", token, strconv.Itoa(x.slot), strconv.Itoa(s.permits), resize,
-		ms(s.o.ttl), ms(max(fenceKeep, s.o.ttl)), strconv.Itoa(rand.IntN(s.permits)), strconv.Itoa(semMaxFree),
-		wid, enq, ms(entryTTL), strconv.FormatInt(x.score, 10), ms(s.c.Settings().HandoffWindow), s.channel)
+	return s.call(scripts.SemAcquire{Token: token, Slot: x.slot, Permits: s.permits, Resize: s.resize,
+		TTL: s.o.ttl, Idle: max(fenceKeep, s.o.ttl), Start: rand.IntN(s.permits), MaxFree: semMaxFree,
+		Waiter: wid, Enqueue: enqueue, EntryTTL: max(2*s.o.ttl, 2*time.Second), Score: x.score,
+		Window: s.c.Settings().HandoffWindow, Channel: s.channel})
 }
 
 func (x semSlot) rollbackCall(token, _ string) nodeactor.Call {
-	return x.s.call("rollback", token, strconv.Itoa(x.slot), ms(x.s.c.Settings().HandoffWindow), x.s.channel)
+	return x.s.call(scripts.SemRelease{Rollback: true, Token: token, Slot: x.slot, Window: x.s.c.Settings().HandoffWindow, Channel: x.s.channel})
 }
 
 func (x semSlot) fenceCall(f int64) nodeactor.Call {
-	return x.s.call("fence", strconv.Itoa(x.slot), strconv.FormatInt(f, 10), ms(fenceKeep), strconv.Itoa(x.s.permits))
+	return x.s.call(scripts.SemFence{Slot: x.slot, Fence: f, Idle: fenceKeep, Permits: x.s.permits})
 }
 
 func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
@@ -421,12 +420,12 @@ type semProto struct {
 
 func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Call {
 	s := p.x.s
-	return s.call("renew", p.token, strconv.Itoa(p.x.slot), ms(ttl), ms(max(fenceKeep, ttl)), strconv.Itoa(s.permits), flag(retake))
+	return s.call(scripts.SemRenew{Token: p.token, Slot: p.x.slot, TTL: ttl, Idle: max(fenceKeep, ttl), Permits: s.permits, Retake: retake})
 }
 
 func (p *semProto) ReleaseCall(int) nodeactor.Call {
 	s := p.x.s
-	return s.call("release", p.token, strconv.Itoa(p.x.slot), ms(s.c.Settings().HandoffWindow), s.channel)
+	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
 }
 
 func (p *semProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

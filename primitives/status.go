@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 // SemaphoreQuorumOf gives the quorum's view. It does not check the permit
 // count this Semaphore was created with, so any count will do for reading.
 func (s *Semaphore) Status(ctx context.Context) []NodeState {
-	return readEach(ctx, s.c, s.call("info", strconv.Itoa(MaxStatusWaiters)), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
+	return readEach(ctx, s.c, s.call(scripts.SemInfo{MaxWaiters: MaxStatusWaiters}), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
 		stored, _ := arr[0].AsInt64()
 		st.Waiters, _ = arr[1].AsInt64()
 		st.stored = int(stored)

@@ -25,9 +25,11 @@
 -- call created the latch on this node (its ids are unknown there: a
 -- restarted node, never a zero count); time = this node's TIME in ms (the
 -- client calibrates sent with it).
+-- use: now wrong pexpire_max
 local LATCH, IDS = KEYS[1], KEYS[2]
 local op = ARGV[1]
-local count = tonumber(ARGV[2])
+-- every op but status: count, ttl_ms (the op's TTL), sent, late (see above)
+local count, ttl_ms, sent, late = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
 -- the state's code (Go: scripts.Latch...)
 local OK, OTHER_COUNT, TOO_LATE = 1, -2, -3
 
@@ -44,7 +46,6 @@ if op == 'status' then
     redis.call('HGET', LATCH, 'opened') == '1' and 1 or 0, redis.call('PTTL', LATCH)}
 end
 
-local sent, late = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
 if sent > 0 and late > 0 and now - sent > late then return {TOO_LATE, 0, 0, '0', 1, now} end
 -- the remaining TTL (ms) of an expiry of ttl ms after the call was sent
 local function ttl_left(ms)
@@ -52,7 +53,7 @@ local function ttl_left(ms)
   if sent <= 0 then return ms end
   return math.max(math.min(ms, sent + ms - now), 1)
 end
-local ttl = ttl_left(ARGV[3])
+local ttl = ttl_left(ttl_ms)
 
 local existed = 1
 local stored = false

@@ -9,12 +9,12 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
+-- use: now grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
-local REFUSED, GRANTED = 0, 1
 
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do
@@ -37,27 +37,18 @@ if ferr then return ferr end
 if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
 local extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
 if extra > 0 then
-  local want = {'string', 'string', 'zset', 'hash', 'zset', 'string', 'string', 'zset'}
-  for i = 3, 8 do
-    local kt = redis.call('TYPE', KEYS[i])['ok']
-    if kt ~= 'none' and kt ~= want[i] then return wrong(KEYS[i], 'lock key') end
-  end
+  -- use: check_types
+  local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
+    {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
+  if terr then return terr end
 end
 
 local function dequeue(id)
   if redis.call('ZREM', QUEUE, id) == 1 then redis.call('HDEL', QEXP, id) end
 end
 
+-- a waiter that left is buried in GONE for TOMBSTONE_MS (see the header)
 local TOMBSTONE_MS = 3000
-local function bury(id)
-  redis.call('ZREMRANGEBYSCORE', GONE, '-inf', now)
-  redis.call('ZADD', GONE, now + TOMBSTONE_MS, id)
-  redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
-end
-local function buried(id)
-  local s = redis.call('ZSCORE', GONE, id)
-  return s and tonumber(s) > now
-end
 
 -- free ends a hold: it reserves the lock for the longest live waiter and
 -- tells only that waiter (the SET overwrites the key: no `del` event wakes
@@ -99,6 +90,7 @@ local function free(window, ch, self)
 end
 
 if op == 'acquire' then
+  -- use: pexpire_max
   -- token: new for every attempt; owner: '' or the reentrant owner; enqueue:
   -- "1" for a blocked Acquire; entry_ttl: its queue entry's ttl; keep: the
   -- fence keep; wid: the waiter id (stable across one Acquire's attempts:
@@ -111,12 +103,14 @@ if op == 'acquire' then
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
     tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11]
   local rsv = RESERVED .. wid
+  local function buried(id)
+    local s = redis.call('ZSCORE', GONE, id)
+    return s and tonumber(s) > now
+  end
   local function fence_next()
-    if fv then
-      local c = redis.call('INCR', FENCE)
-      redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
-      return c
-    end
+    -- use: fence_step
+    if fv then return fence_step(FENCE, keep) end
+    -- use: fence_floor
     local init, s = tonumber(fence_init or '0') or 0, fence_init
     local floor = fence_floor(skew)
     if init < floor then init, s = floor, string.format('%.0f', floor) end
@@ -168,12 +162,9 @@ if op == 'acquire' then
       end
     end
     if v == false or v == rsv then
-      redis.call('DEL', HOLDS)
-      redis.call('SET', LOCK, mine, 'PX', ttl)
-      redis.call('ZADD', HOLDS, now + ttl, tok)
-      redis.call('PEXPIRE', HOLDS, ttl)
+      -- use: take_owned
       local f = fence_next()
-      redis.call('SET', EPOCH, f, 'PX', ttl)
+      take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       return {GRANTED, f, now, 0}
     end
   end
@@ -187,6 +178,7 @@ elseif op == 'release' or op == 'rollback' then
   -- lease: it drops the holder's entry (kept while it held) and frees a
   -- reservation a late release made for it. Answers 1 released, 0 not ours.
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
+  -- use: drop_hold
   local self = ''
   if op == 'rollback' then self = wid end
   if op == 'release' and wid ~= '' then
@@ -209,7 +201,9 @@ elseif op == 'leave' then
   -- a waiter gives up
   local wid, window, ch = ARGV[2], ARGV[3], ARGV[4]
   dequeue(wid)
-  bury(wid)
+  redis.call('ZREMRANGEBYSCORE', GONE, '-inf', now)
+  redis.call('ZADD', GONE, now + TOMBSTONE_MS, wid)
+  redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
   if v == RESERVED .. wid then free(window, ch, '') end
   return 1
 
@@ -218,17 +212,15 @@ elseif op == 'renew' then
   -- retake "1", sent after a renewal round confirmed the lease on a quorum,
   -- re-creates a missing key (RETAKEN): a plain renewal that reaches a node
   -- after the lease's release must never bring the key back.
+  -- use: renew_hold
   local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
-  local owned = nil
-  if owner ~= '' then owned = OWNED .. owner end
-  return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owned, tok, ttl, fence, retake)
+  return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
 
 elseif op == 'fence' then
   -- write back a fence decided by the coordinator
+  -- use: write_fence
   local f, keep, owner = ARGV[2], ARGV[3], ARGV[4]
-  local owned = nil
-  if owner ~= '' then owned = OWNED .. owner end
-  return write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
+  return write_fence(FENCE, EPOCH, fv, v, owner ~= '' and OWNED .. owner, f, keep)
 
 elseif op == 'force' then
   -- an operator's forced release (`redlock release --force`). Deletes the
@@ -238,6 +230,7 @@ elseif op == 'force' then
   -- release does. The forced holder's renewals then find the key missing
   -- or another owner's.
   -- Reply: {1 deleted / 0 nothing held, the holder's value, fence counter}.
+  -- use: fence_ttl fence_floor
   local window, ch, keep, skew = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
   if not v or (string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 6) ~= OWNED) then
     return {0, v or '', tonumber(fv or '0')}

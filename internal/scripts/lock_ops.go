@@ -36,10 +36,7 @@ type LockRelease struct {
 }
 
 func (a LockRelease) Args() []string {
-	op := "release"
-	if a.Rollback {
-		op = "rollback"
-	}
+	op := opName(a.Rollback, "rollback", "release")
 	return []string{op, a.Token, a.Owner, Ms(a.Window), a.Channel, a.Waiter}
 }
 

@@ -7,14 +7,16 @@
 -- ARGV[1] op, ARGV[2] token; then op-specific arguments; channels are the
 -- last #names arguments (one per name, same order).
 -- K(i, LOCK) is name i's lock key, and so on
+-- use: now grant_codes wrong pexpire_max head
 local LOCK, FENCE, QUEUE, QEXP, WATCH, GONE = 1, 2, 3, 4, 5, 6
 local function K(i, j) return KEYS[6 * (i - 1) + j] end
 local n = #KEYS / 6
+-- channel(i) is name i's channel
+local function channel(i) return ARGV[#ARGV - n + i] end
 local op, tok = ARGV[1], ARGV[2]
 local mine = 'rl1:L:' .. tok
 local RESERVED = 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, 0} or {REFUSED, pttl, now, 0}
-local REFUSED, GRANTED = 0, 1
 local want = {'string', 'string', 'zset', 'hash', 'string', 'zset'}
 
 local vals, fences = {}, {}
@@ -30,7 +32,6 @@ for i = 1, n do
   vals[i], fences[i] = v, f
 end
 
-local function channel(i) return ARGV[#ARGV - n + i] end
 
 local function dequeue(i, id)
   if redis.call('ZREM', K(i, QUEUE), id) == 1 then redis.call('HDEL', K(i, QEXP), id) end
@@ -73,6 +74,7 @@ local function free(i, window, self)
 end
 
 if op == 'acquire' then
+  -- use: fence_ttl fence_floor
   -- waiting: a blocked Acquire (queue on every name and set the watch
   -- flags); fence_init: the fence for missing counters (the caller's
   -- hybrid clock); wid: the waiter id (stable across one Acquire's
@@ -181,6 +183,7 @@ elseif op == 'leave' then
   return 1
 
 elseif op == 'renew' then
+  -- use: renew_codes
   -- All keys must be ours; a vanished key answers MISSING unless retake
   -- (see lock.lua), then it is re-created.
   local ttl, retake = tonumber(ARGV[3]), ARGV[4] == '1'
@@ -201,6 +204,7 @@ elseif op == 'renew' then
   return answer
 
 elseif op == 'fence' then
+  -- use: fence_ttl
   -- write back a fence decided by the coordinator
   local fs, keep = ARGV[3], ARGV[4]
   local f = tonumber(fs)

@@ -39,6 +39,14 @@ func Flag(b bool) string {
 	return "0"
 }
 
+// opName is yes if b, else no: the name of an op with two variants.
+func opName(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // Op is one op of a script: Args is its ARGV.

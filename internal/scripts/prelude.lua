@@ -1,27 +1,54 @@
--- redlock prelude, prepended to lock.lua, multilock.lua, ... by package
--- scripts (see WithPrelude): a line number in a Redis error ("user_script:N")
--- is N - PreludeLines in the body. Every call runs it before its body, so it
--- stays lean: a constant costs nothing, each function one closure a call.
+-- redlock prelude: named parts that a script pulls in where it needs them.
+-- A script line `-- use: a b` is replaced by parts a and b (and the parts
+-- they use), each on that one line, so a line number in a Redis error
+-- ("user_script:N") is line N of the script's own file. A part pulled in at
+-- the top of a script (no indent) is there for every op; one pulled in inside
+-- an op's branch costs only that op (each function is one closure per call).
+-- A part may use only parts above it. No comment after code in a part: its
+-- lines are joined.
+-- part: now
 -- now: this node's TIME in ms.
 local now
 do
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- part: renew_codes
 -- Renewal answers (Go: scripts.RenewNotOurs ...): another holder (or the
 -- key is of another lease), renewed, a missing key re-created (retake),
 -- the key missing (a restarted node; only a retake re-creates it).
 local NOT_OURS, RENEWED, RETAKEN, MISSING = 0, 1, 2, 3
-
+-- part: grant_codes
+-- Acquire answers (Go: scripts.Granted, scripts.Refused): {GRANTED, fence,
+-- now, ...} or {REFUSED, a retry hint in ms, now, ...}.
+local REFUSED, GRANTED = 0, 1
+-- part: wrong
+-- wrong is the WRONGTYPE error for key k that is not a redlock `what`.
 local function wrong(k, what)
   return redis.error_reply('WRONGTYPE redlock: ' .. k .. ' is not a redlock ' .. what)
 end
-
+-- part: check_types
+-- check_types is nil when each key of keys is missing or of the type want
+-- names at its index, else the WRONGTYPE error (a redlock `what`).
+local function check_types(keys, want, what)
+  for i, k in ipairs(keys) do
+    local kt = redis.call('TYPE', k)['ok']
+    if kt ~= 'none' and kt ~= want[i] then return wrong(k, what) end
+  end
+end
+-- part: pexpire_max
 -- pexpire_max never shortens a key's TTL.
 local function pexpire_max(k, ttl)
   if redis.call('PTTL', k) < tonumber(ttl) then redis.call('PEXPIRE', k, ttl) end
 end
-
+-- part: zadd_max
+-- zadd_max scores member m at least s: a repeated request never lowers the
+-- expiry a later renewal or Extend gave it.
+local function zadd_max(k, s, m)
+  local cur = redis.call('ZSCORE', k, m)
+  if not cur or tonumber(cur) < s then redis.call('ZADD', k, s, m) end
+end
+-- part: fence_ttl
 -- Fence counters (docs/lock.md, "Fencing (S2)"): a counter c is kept
 -- `keep` ms after its last write and never expires before this node's clock
 -- reads (c >> 10) + keep; a counter started fresh is at least
@@ -33,10 +60,18 @@ local function fence_ttl(c, keep)
   keep = tonumber(keep)
   return math.max(keep, math.floor(c / 1024) + keep - now)
 end
+-- part: fence_step
+-- fence_step steps the counter FENCE (it exists) and keeps it as above.
+local function fence_step(FENCE, keep)
+  local c = redis.call('INCR', FENCE)
+  redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
+  return c
+end
+-- part: fence_floor
 local function fence_floor(skew)
   return (now - (tonumber(skew) or 0)) * 1024
 end
-
+-- part: head
 -- head is the longest live waiter of queue q (zset waiter id -> score) with
 -- entry expiries in hash qx (id, entry expiry), dropping dead entries on the
 -- way; nil when none of the first 32 lives.
@@ -50,12 +85,37 @@ local function head(q, qx)
   end
   return nil
 end
-
+-- part: live_queue
+-- live_queue lists the live waiters of queue q (expiries in hash qx) in
+-- order, at most n ({id, score, ...}; n < 0: all), without writing: a
+-- read-only op skips the dead entries a writing op would drop.
+local function live_queue(q, qx, n)
+  local out = {}
+  if n == 0 then return out end
+  local ids = redis.call('ZRANGE', q, 0, -1, 'WITHSCORES')
+  for i = 1, #ids, 2 do
+    if (tonumber(redis.call('HGET', qx, ids[i]) or '0') or 0) > now then
+      out[#out + 1] = ids[i]; out[#out + 1] = ids[i + 1]
+      if n > 0 and #out >= 2 * n then break end
+    end
+  end
+  return out
+end
+-- part: take_owned
 -- Owner mode (a reentrant lock: lock.lua, fairlock.lua). The key LOCK holds
 -- owned (the owner's value); each hold of the owner is a token in the zset
 -- HOLDS scored by its expiry; EPOCH is the owner's fence.
+-- take_owned makes the owner's first hold tok (a grant or a re-take).
+local function take_owned(LOCK, HOLDS, EPOCH, owned, tok, ttl, fence)
+  redis.call('SET', LOCK, owned, 'PX', ttl)
+  redis.call('DEL', HOLDS)
+  redis.call('ZADD', HOLDS, now + ttl, tok)
+  redis.call('PEXPIRE', HOLDS, ttl)
+  redis.call('SET', EPOCH, fence, 'PX', ttl)
+end
+-- part: renew_hold
 -- renew_hold is the renew op: the lease's value is plain (one token) or,
--- in owner mode, owned with the hold tok. A missing key answers MISSING
+-- in owner mode (owned not false), owned with the hold tok. A missing key answers MISSING
 -- unless retake: then it is re-created (with fence in EPOCH).
 local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, retake)
   if v == false and not retake then return MISSING end
@@ -74,15 +134,12 @@ local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, 
     return NOT_OURS
   end
   if v == false then
-    redis.call('SET', LOCK, owned, 'PX', ttl)
-    redis.call('DEL', HOLDS)
-    redis.call('ZADD', HOLDS, now + ttl, tok)
-    redis.call('PEXPIRE', HOLDS, ttl)
-    redis.call('SET', EPOCH, fence, 'PX', ttl)
+    take_owned(LOCK, HOLDS, EPOCH, owned, tok, ttl, fence)
     return RETAKEN
   end
   return NOT_OURS
 end
+-- part: drop_hold
 -- drop_hold ends the owner's hold tok: nil if it is not one, true when it
 -- was the last (HOLDS and EPOCH are deleted: the caller frees LOCK), false
 -- when others remain (LOCK, HOLDS and EPOCH then live as long as the
@@ -99,9 +156,10 @@ local function drop_hold(LOCK, HOLDS, EPOCH, tok)
   redis.call('PEXPIRE', LOCK, rest); redis.call('PEXPIRE', HOLDS, rest); redis.call('PEXPIRE', EPOCH, rest)
   return false
 end
+-- part: write_fence
 -- write_fence is the fence op: it writes back a fence f decided by the
 -- coordinator to the counter FENCE (fv its value, never lowered) and, if
--- the key holds owned (owner mode), to the owner's EPOCH.
+-- the key holds owned (owner mode; false: none), to the owner's EPOCH.
 local function write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
   if not fv or tonumber(fv) < tonumber(f) then
     redis.call('SET', FENCE, f, 'PX', fence_ttl(tonumber(f), keep))

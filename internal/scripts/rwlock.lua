@@ -1,68 +1,61 @@
 -- redlock RWLock script, layout version 1 ("rl1"). Phase-fair: a waiting
 -- writer blocks new readers; when a write ends, the readers that waited
 -- during it are admitted ahead of waiting writers; writers go in FIFO order.
--- KEYS: 1 writer (string "rl1:W:<token>"), 2 readers (zset token -> expiry ms),
---       3 waiting writers (zset wid -> first enqueue ms), 4 waiting-writer expiry (hash),
---       5 waiting readers (zset wid -> expiry ms), 6 admitted readers (zset wid -> expiry ms),
---       7 fence counter, 8 marker (string "rl1:rw")
+-- KEYS: WRITER (string "rl1:W:<token>"), READERS (zset token -> expiry ms),
+--       WW waiting writers (zset wid -> first enqueue ms), WWX their expiry (hash),
+--       WR waiting readers (zset wid -> expiry ms), ADM admitted readers (zset wid -> expiry ms),
+--       FENCE counter, MARK type marker (string "rl1:rw")
 -- Tokens and waiter ids carry the holder's metadata (primitives/meta.go):
 -- they are compared whole, never parsed.
+-- use: now grant_codes renew_codes wrong check_types pexpire_max head
+local WRITER, READERS, WW, WWX, WR, ADM, FENCE, MARK =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- fence counters: kept `keep` ms after their last write and never before
--- (c >> 10) + keep on this node's clock, so that the coordinator's hybrid
--- clock (TIME << 10) is above any counter that expired (docs/lock.md)
-local function fence_ttl(c, keep)
-  keep = tonumber(keep)
-  return string.format('%.0f', math.max(keep, math.floor(c / 1024) + keep - now))
-end
+local HELD = 'rl1:W:'
 
-local want = {'string', 'zset', 'zset', 'hash', 'zset', 'zset', 'string', 'string'}
-for i = 1, 8 do
-  local kt = redis.call('TYPE', KEYS[i])['ok']
-  if kt ~= 'none' and kt ~= want[i] then
-    return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[i] .. ' is not a redlock rwlock key')
+local terr = check_types({WRITER, READERS, WW, WWX, WR, ADM, FENCE, MARK},
+  {'string', 'zset', 'zset', 'hash', 'zset', 'zset', 'string', 'string'}, 'rwlock key')
+if terr then return terr end
+local w = redis.call('GET', WRITER)
+if w and string.sub(w, 1, 6) ~= HELD then return wrong(WRITER, 'rwlock key') end
+local mk = redis.call('GET', MARK)
+if mk and mk ~= 'rl1:rw' then return wrong(MARK, 'rwlock marker') end
+local fv = redis.call('GET', FENCE)
+if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'fence counter') end
+
+if op == 'status' then
+  -- use: live_queue
+  -- read-only (run with EVALSHA_RO): {writer, live readers, waiting
+  -- writers, live waiting readers, fence, then the first max_waiters of:
+  -- reader tokens, live waiting writers with their scores, waiting (and
+  -- admitted, not yet acquired) reader ids}. It writes nothing: expired
+  -- entries are skipped, not dropped.
+  local max_waiters = tonumber(ARGV[2] or '0') or 0
+  local live = '(' .. now
+  local rd, wr = {}, {}
+  if max_waiters > 0 then
+    rd = redis.call('ZRANGEBYSCORE', READERS, live, '+inf', 'LIMIT', 0, max_waiters)
+    for _, k in ipairs({WR, ADM}) do
+      for _, id in ipairs(redis.call('ZRANGEBYSCORE', k, live, '+inf', 'LIMIT', 0, max_waiters)) do wr[#wr + 1] = id end
+    end
   end
-end
-local w = redis.call('GET', KEYS[1])
-if w and string.sub(w, 1, 6) ~= 'rl1:W:' then
-  return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[1] .. ' is not a redlock rwlock key')
-end
-local mk = redis.call('GET', KEYS[8])
-if mk and mk ~= 'rl1:rw' then
-  return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[8] .. ' is not a redlock rwlock marker')
-end
-local fv = redis.call('GET', KEYS[7])
-if fv and not string.match(fv, '^%d+$') then
-  return redis.error_reply('WRONGTYPE redlock: ' .. KEYS[7] .. ' is not a fence counter')
+  return {w or '', redis.call('ZCOUNT', READERS, live, '+inf'), redis.call('ZCARD', WW),
+    redis.call('ZCOUNT', WR, live, '+inf'), fv or '', rd, live_queue(WW, WWX, max_waiters), wr}
 end
 
 -- drop expired entries
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-local function ww_head()
-  local ids = redis.call('ZRANGE', KEYS[3], 0, 31)
-  for _, id in ipairs(ids) do
-    if tonumber(redis.call('HGET', KEYS[4], id) or '0') > now then return id end
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-  end
-  return nil
-end
-local function pexpire_max(k, ttl)
-  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
-end
+redis.call('ZREMRANGEBYSCORE', READERS, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', WR, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', ADM, '-inf', now)
 local function marker(ttl)
-  redis.call('SET', KEYS[8], 'rl1:rw')
-  redis.call('PEXPIRE', KEYS[8], ttl)
+  redis.call('SET', MARK, 'rl1:rw')
+  redis.call('PEXPIRE', MARK, ttl)
 end
 -- keep the marker alive as long as any of our keys
 local function touch_marker()
   local m = 0
-  for i = 1, 6 do m = math.max(m, redis.call('PTTL', KEYS[i])) end
-  if m > 0 then marker(m) else redis.call('DEL', KEYS[8]) end
+  for _, k in ipairs({WRITER, READERS, WW, WWX, WR, ADM}) do m = math.max(m, redis.call('PTTL', k)) end
+  if m > 0 then marker(m) else redis.call('DEL', MARK) end
 end
 local function fence_read()
   if fv then return tonumber(fv) end
@@ -70,208 +63,184 @@ local function fence_read()
 end
 -- a write ended: admit every reader that waited during it, then wake
 local function end_write(window, ch)
-  local rs = redis.call('ZRANGE', KEYS[5], 0, -1)
+  local rs = redis.call('ZRANGE', WR, 0, -1)
   if #rs > 0 then
-    for _, id in ipairs(rs) do redis.call('ZADD', KEYS[6], now + window, id) end
-    redis.call('DEL', KEYS[5])
-    pexpire_max(KEYS[6], window)
+    for _, id in ipairs(rs) do redis.call('ZADD', ADM, now + window, id) end
+    redis.call('DEL', WR)
+    pexpire_max(ADM, window)
     redis.call('PUBLISH', ch, 'a')
     return
   end
-  local h = ww_head()
+  local h = head(WW, WWX)
   if h then redis.call('PUBLISH', ch, 'h:' .. h) else redis.call('PUBLISH', ch, 'n:1') end
+end
+-- drop_writer removes a waiting writer's entry
+local function drop_writer(wid)
+  if wid and wid ~= '' then
+    redis.call('ZREM', WW, wid)
+    redis.call('HDEL', WWX, wid)
+  end
 end
 
 if op == 'racquire' then
-  -- ARGV: 2 token, 3 ttl ms, 4 enqueue, 5 entry ttl ms, 6 waiter id
-  local tok, ttl, wid = ARGV[2], tonumber(ARGV[3]), ARGV[6]
-  local admitted = redis.call('ZSCORE', KEYS[6], wid)
+  -- token: new for every attempt; enqueue: wait as a reader (entry_ttl
+  -- its entry's TTL); wid: the waiter id
+  local tok, ttl, enqueue, entry_ttl, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
+  local admitted = redis.call('ZSCORE', ADM, wid)
   local ok = false
   if not w then
     if admitted then ok = true
-    elseif not ww_head() then ok = true end
+    elseif not head(WW, WWX) then ok = true end
   end
   if ok then
     -- (a repeat of this very attempt after an Extend keeps the later expiry)
-    local cur = redis.call('ZSCORE', KEYS[2], tok)
-    if not cur or tonumber(cur) < now + ttl then redis.call('ZADD', KEYS[2], now + ttl, tok) end
-    pexpire_max(KEYS[2], ttl)
-    redis.call('ZREM', KEYS[5], wid)
-    redis.call('ZREM', KEYS[6], wid)
-    marker(math.max(ttl, redis.call('PTTL', KEYS[8])))
-    return {1, fence_read(), now, 1}
+    local cur = redis.call('ZSCORE', READERS, tok)
+    if not cur or tonumber(cur) < now + ttl then redis.call('ZADD', READERS, now + ttl, tok) end
+    pexpire_max(READERS, ttl)
+    redis.call('ZREM', WR, wid)
+    redis.call('ZREM', ADM, wid)
+    marker(math.max(ttl, redis.call('PTTL', MARK)))
+    return {GRANTED, fence_read(), now, 1}
   end
-  if ARGV[4] == '1' then
-    local e = tonumber(ARGV[5])
-    redis.call('ZADD', KEYS[5], now + e, wid)
-    pexpire_max(KEYS[5], e)
+  if enqueue then
+    redis.call('ZADD', WR, now + entry_ttl, wid)
+    pexpire_max(WR, entry_ttl)
     touch_marker()
   end
   local pttl = 0
-  if w then pttl = redis.call('PTTL', KEYS[1]) end
-  return {0, pttl, now, 0}
+  if w then pttl = redis.call('PTTL', WRITER) end
+  return {REFUSED, pttl, now, 0}
 
 elseif op == 'wacquire' then
-  -- ARGV: 2 token, 3 ttl ms, 4 enqueue, 5 entry ttl ms, 6 waiter id, 7 fence
-  -- keep ms, 8 queue score (chosen once by the waiter, the same on every
-  -- node, so every node orders the waiting writers alike; "0": not known
-  -- yet, this node's now until the waiter's next attempt carries one)
-  local tok, ttl, wid = ARGV[2], tonumber(ARGV[3]), ARGV[6]
-  local score = tonumber(ARGV[8] or '0')
-  if w == 'rl1:W:' .. tok then -- a repeated request (resent after a reconnect)
-    pexpire_max(KEYS[1], ttl)
-    return {1, fence_read(), now, 0}
+  -- use: fence_step
+  -- as racquire, and keep: the fence keep; score: the queue score (chosen
+  -- once by the waiter, the same on every node, so every node orders the
+  -- waiting writers alike; 0: not known yet, this node's now until the
+  -- waiter's next attempt carries one)
+  local tok, ttl, enqueue, entry_ttl, wid, keep, score =
+    ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8] or '0')
+  if w == HELD .. tok then -- a repeated request (resent after a reconnect)
+    pexpire_max(WRITER, ttl)
+    return {GRANTED, fence_read(), now, 0}
   end
-  local head = ww_head()
-  local free = (not w) and redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0
-  if free and (head == nil or head == wid) then
+  local first = head(WW, WWX)
+  local free = (not w) and redis.call('ZCARD', READERS) == 0 and redis.call('ZCARD', ADM) == 0
+  if free and (first == nil or first == wid) then
     -- a queued writer keeps its entry until its release (or downgrade): a
     -- grant rolled back after a split vote keeps its place at the head
-    redis.call('SET', KEYS[1], 'rl1:W:' .. tok, 'PX', ttl)
-    marker(math.max(ttl, redis.call('PTTL', KEYS[8])))
+    redis.call('SET', WRITER, HELD .. tok, 'PX', ttl)
+    marker(math.max(ttl, redis.call('PTTL', MARK)))
     local f = 0
-    if fv then
-      f = redis.call('INCR', KEYS[7])
-      redis.call('PEXPIRE', KEYS[7], fence_ttl(f, ARGV[7]))
-    end
-    return {1, f, now, 0}
+    if fv then f = fence_step(FENCE, keep) end
+    return {GRANTED, f, now, 0}
   end
-  if ARGV[4] == '1' then
-    local e = tonumber(ARGV[5])
+  if enqueue then
     if score > 0 then
-      redis.call('ZADD', KEYS[3], score, wid)
+      redis.call('ZADD', WW, score, wid)
     else
-      redis.call('ZADD', KEYS[3], 'NX', now, wid)
+      redis.call('ZADD', WW, 'NX', now, wid)
     end
-    redis.call('HSET', KEYS[4], wid, now + e)
-    pexpire_max(KEYS[3], e); pexpire_max(KEYS[4], e)
+    redis.call('HSET', WWX, wid, now + entry_ttl)
+    pexpire_max(WW, entry_ttl); pexpire_max(WWX, entry_ttl)
     touch_marker()
   end
   local pttl = 0
-  if w then pttl = redis.call('PTTL', KEYS[1]) else
-    local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  if w then pttl = redis.call('PTTL', WRITER) else
+    local top = redis.call('ZRANGE', READERS, -1, -1, 'WITHSCORES')
     if #top > 0 then pttl = tonumber(top[2]) - now end
   end
-  return {0, pttl, now, 0}
+  return {REFUSED, pttl, now, 0}
 
 elseif op == 'rrelease' then
-  -- ARGV: 2 token, 3 channel
-  local n = redis.call('ZREM', KEYS[2], ARGV[2])
-  if n == 1 and redis.call('ZCARD', KEYS[2]) == 0 then
-    local h = ww_head()
-    if h then redis.call('PUBLISH', ARGV[3], 'h:' .. h) end
+  local tok, ch = ARGV[2], ARGV[3]
+  local n = redis.call('ZREM', READERS, tok)
+  if n == 1 and redis.call('ZCARD', READERS) == 0 then
+    local h = head(WW, WWX)
+    if h then redis.call('PUBLISH', ch, 'h:' .. h) end
   end
   touch_marker()
   return n
 
 elseif op == 'wrelease' then
-  -- ARGV: 2 token, 3 admission window ms, 4 channel, 5 waiter id of a
-  -- release ("" for a rollback: the waiter keeps its place)
-  if ARGV[5] and ARGV[5] ~= '' then
-    redis.call('ZREM', KEYS[3], ARGV[5])
-    redis.call('HDEL', KEYS[4], ARGV[5])
-  end
-  if w == 'rl1:W:' .. ARGV[2] then
-    redis.call('DEL', KEYS[1])
-    end_write(tonumber(ARGV[3]), ARGV[4])
+  -- window: the admission window; wid: the waiter id of a release ("" for
+  -- a rollback: the waiter keeps its place)
+  local tok, window, ch, wid = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+  drop_writer(wid)
+  if w == HELD .. tok then
+    redis.call('DEL', WRITER)
+    end_write(window, ch)
     touch_marker()
     return 1
   end
   return 0
 
 elseif op == 'downgrade' then
-  -- ARGV: 2 token, 3 ttl ms, 4 admission window ms, 5 channel, 6 the
-  -- writer's waiter id ("" if it never queued): its entry goes
-  if ARGV[6] and ARGV[6] ~= '' then
-    redis.call('ZREM', KEYS[3], ARGV[6])
-    redis.call('HDEL', KEYS[4], ARGV[6])
-  end
-  if w ~= 'rl1:W:' .. ARGV[2] then
+  -- wid: the writer's waiter id ("" if it never queued): its entry goes
+  local tok, ttl, window, ch, wid = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+  drop_writer(wid)
+  if w ~= HELD .. tok then
     -- a repeated request (resent after a reconnect) finds itself a reader
-    if not w and redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 1 end
+    if not w and redis.call('ZSCORE', READERS, tok) then return 1 end
     return 0
   end
-  local ttl = tonumber(ARGV[3])
-  redis.call('DEL', KEYS[1])
-  redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
-  pexpire_max(KEYS[2], ttl)
-  end_write(tonumber(ARGV[4]), ARGV[5])
+  redis.call('DEL', WRITER)
+  redis.call('ZADD', READERS, now + ttl, tok)
+  pexpire_max(READERS, ttl)
+  end_write(window, ch)
   touch_marker()
   return 1
 
 elseif op == 'rrenew' then
-  -- ARGV: 2 token, 3 ttl ms, 4 retake "1"/"0" (a missing entry answers 3
-  -- unless retake=1: see lock.lua)
-  local tok, ttl = ARGV[2], tonumber(ARGV[3])
-  local s = redis.call('ZSCORE', KEYS[2], tok)
+  -- a missing entry answers MISSING unless retake (see lock.lua)
+  local tok, ttl, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+  local s = redis.call('ZSCORE', READERS, tok)
   if s then
-    if tonumber(s) < now + ttl then redis.call('ZADD', KEYS[2], now + ttl, tok) end
-    pexpire_max(KEYS[2], ttl)
+    if tonumber(s) < now + ttl then redis.call('ZADD', READERS, now + ttl, tok) end
+    pexpire_max(READERS, ttl)
     touch_marker()
-    return 1
+    return RENEWED
   end
-  if ARGV[4] ~= '1' then return 3 end
+  if not retake then return MISSING end
   if not w then -- vanished (restarted node): re-take while no writer holds
-    redis.call('ZADD', KEYS[2], now + ttl, tok)
-    pexpire_max(KEYS[2], ttl)
+    redis.call('ZADD', READERS, now + ttl, tok)
+    pexpire_max(READERS, ttl)
     touch_marker()
-    return 2
+    return RETAKEN
   end
-  return 0
+  return NOT_OURS
 
 elseif op == 'wrenew' then
-  -- ARGV: 2 token, 3 ttl ms, 4 retake "1"/"0"
-  local mine, ttl = 'rl1:W:' .. ARGV[2], tonumber(ARGV[3])
+  local tok, ttl, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+  local mine = HELD .. tok
   if w == mine then
-    pexpire_max(KEYS[1], ttl)
+    pexpire_max(WRITER, ttl)
     touch_marker()
-    return 1
+    return RENEWED
   end
-  if not w and ARGV[4] ~= '1' then return 3 end
-  if not w and redis.call('ZCARD', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[1], mine, 'PX', ttl)
+  if not w and not retake then return MISSING end
+  if not w and redis.call('ZCARD', READERS) == 0 then
+    redis.call('SET', WRITER, mine, 'PX', ttl)
     touch_marker()
-    return 2
+    return RETAKEN
   end
-  return 0
+  return NOT_OURS
 
 elseif op == 'leave' then
-  -- ARGV: 2 waiter id, 3 channel
-  redis.call('ZREM', KEYS[5], ARGV[2])
-  redis.call('ZREM', KEYS[6], ARGV[2])
-  if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then
-    redis.call('HDEL', KEYS[4], ARGV[2])
+  local wid, ch = ARGV[2], ARGV[3]
+  redis.call('ZREM', WR, wid)
+  redis.call('ZREM', ADM, wid)
+  if redis.call('ZREM', WW, wid) == 1 then
+    redis.call('HDEL', WWX, wid)
     -- a waiting writer that leaves may unblock readers
-    redis.call('PUBLISH', ARGV[3], 'a')
+    redis.call('PUBLISH', ch, 'a')
   end
   touch_marker()
   return 1
 
 elseif op == 'fence' then
-  -- ARGV: 2 fence, 3 keep ms
-  if not fv or tonumber(fv) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[7], ARGV[2], 'PX', fence_ttl(tonumber(ARGV[2]), ARGV[3]))
-  end
-  return 1
-
-elseif op == 'status' then
-  -- {writer, readers, waiting writers, waiting readers, fence, then the
-  -- first ARGV[2] of: reader tokens, live waiting writers with their
-  -- scores, waiting (and admitted, not yet acquired) reader ids}
-  local n = tonumber(ARGV[2] or '0') or 0
-  local rd, ww, wr = {}, {}, {}
-  if n > 0 then
-    rd = redis.call('ZRANGE', KEYS[2], 0, n - 1)
-    local ids = redis.call('ZRANGE', KEYS[3], 0, n - 1, 'WITHSCORES')
-    for i = 1, #ids, 2 do
-      if tonumber(redis.call('HGET', KEYS[4], ids[i]) or '0') > now then
-        ww[#ww + 1] = ids[i]; ww[#ww + 1] = ids[i + 1]
-      end
-    end
-    for _, k in ipairs({KEYS[5], KEYS[6]}) do
-      for _, id in ipairs(redis.call('ZRANGE', k, 0, n - 1)) do wr[#wr + 1] = id end
-    end
-  end
-  return {w or '', redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[5]), fv or '', rd, ww, wr}
+  -- use: write_fence
+  -- write back a fence decided by the coordinator (no owner mode)
+  local f, keep = ARGV[2], ARGV[3]
+  return write_fence(FENCE, nil, fv, w, nil, f, keep)
 end
 return redis.error_reply('ERR redlock: unknown op ' .. tostring(op))

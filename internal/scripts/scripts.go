@@ -10,21 +10,19 @@ package scripts
 
 import (
 	_ "embed"
+	"regexp"
 	"strings"
 )
 
-// The script bodies, one per primitive; each dispatches on ARGV[1] (the op).
-// The bodies of lock.lua, multilock.lua and latch.lua start with the
-// prelude (see WithPrelude).
+// The scripts, one per primitive; each dispatches on ARGV[1] (the op).
+// Each is its .lua file with the prelude parts it names pulled in (see
+// WithPrelude).
 var (
 	Lock      = WithPrelude(lockBody) // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
 	MultiLock = WithPrelude(multiLockBody)
-	//go:embed fairlock.lua
-	FairLock string
-	//go:embed rwlock.lua
-	RWLock string
-	//go:embed semaphore.lua
-	Semaphore string
+	FairLock  = WithPrelude(fairLockBody)
+	RWLock    = WithPrelude(rwLockBody)
+	Semaphore = WithPrelude(semaphoreBody)
 	Latch     = WithPrelude(latchBody)
 )
 
@@ -35,22 +33,129 @@ var (
 	lockBody string
 	//go:embed multilock.lua
 	multiLockBody string
+	//go:embed fairlock.lua
+	fairLockBody string
+	//go:embed rwlock.lua
+	rwLockBody string
+	//go:embed semaphore.lua
+	semaphoreBody string
 	//go:embed latch.lua
 	latchBody string
 )
 
-// PreludeLines is how many lines WithPrelude puts before a body: Redis
-// reports an error in a script as "user_script:N", which is line
-// N - PreludeLines of the body.
-var PreludeLines = strings.Count(prelude, "\n")
+// A part of the prelude: its code joined onto one line, the names it
+// defines and the parts it uses (all above it in prelude.lua).
+type part struct {
+	name, code string
+	defines    []string
+	uses       []string
+}
 
-// WithPrelude returns body after the shared prelude (prelude.lua: the
-// node's TIME as now, the return codes, the type-check error, the
-// never-shorten expiry, the fence counters' TTL, the queue head and the
-// owner-mode renew, release and fence bodies), so each of those exists once
-// while a script stays one self-contained body for EVALSHA. The benchmark's
-// floor uses it on a lock.lua given with --lua.
-func WithPrelude(body string) string { return prelude + body }
+var (
+	parts      = parseParts(prelude)
+	useLine    = regexp.MustCompile(`(?m)^([ \t]*)-- use: *(.*)$`)
+	partHeader = regexp.MustCompile(`^-- part: *(\w+)$`)
+	defined    = regexp.MustCompile(`^local (?:function )?([\w, ]+?)\s*(?:=|\(|$)`)
+)
+
+// parseParts splits prelude.lua at its "-- part: name" lines. A part's
+// comment lines go; its code lines are joined with spaces, so that pulling
+// it in keeps the script's line count.
+func parseParts(src string) []part {
+	var out []part
+	for _, line := range strings.Split(src, "\n") {
+		if m := partHeader.FindStringSubmatch(line); m != nil {
+			out = append(out, part{name: m[1]})
+			continue
+		}
+		t := strings.TrimSpace(line)
+		if len(out) == 0 || t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		p := &out[len(out)-1]
+		if m := defined.FindStringSubmatch(line); m != nil {
+			for _, n := range strings.Split(m[1], ",") {
+				p.defines = append(p.defines, strings.TrimSpace(n))
+			}
+		}
+		if p.code != "" {
+			p.code += " "
+		}
+		p.code += t
+	}
+	for i := range out {
+		for _, q := range out[:i] {
+			for _, n := range q.defines {
+				if regexp.MustCompile(`\b` + n + `\b`).MatchString(out[i].code) {
+					out[i].uses = append(out[i].uses, q.name)
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+func partNamed(name string) (part, bool) {
+	for _, p := range parts {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return part{}, false
+}
+
+// WithPrelude returns body with each of its "-- use: a b ..." lines
+// replaced by those prelude parts (prelude.lua: the node's TIME as now, the
+// renew answers, the type-check error, the never-shorten expiries, the
+// fence counters' TTL and floor, the queue head, a read-only queue view and
+// the owner-mode renew, release and fence bodies) and the parts they use,
+// in the prelude's order and on that one line: each body exists once,
+// a script stays one self-contained body for EVALSHA, and a line number in a
+// Redis error is the body's own. A "use" line without indent (the top of the
+// script) serves every op; an indented one (inside an op's branch) pulls in
+// only what the parts at the top did not, so an op pays only for the parts
+// it runs. An unknown part name panics (the bodies are embedded: a test
+// catches it). The benchmark's floor uses it on a lock.lua given with --lua.
+func WithPrelude(body string) string {
+	top := map[string]bool{}
+	return useLine.ReplaceAllStringFunc(body, func(line string) string {
+		m := useLine.FindStringSubmatch(line)
+		indent, names := m[1], strings.Fields(m[2])
+		have := map[string]bool{}
+		for n := range top {
+			have[n] = true
+		}
+		var add func(string)
+		want := map[string]bool{}
+		add = func(n string) {
+			p, ok := partNamed(n)
+			if !ok {
+				panic("redlock: unknown prelude part " + n)
+			}
+			if want[n] || have[n] {
+				return
+			}
+			want[n] = true
+			for _, u := range p.uses {
+				add(u)
+			}
+		}
+		for _, n := range names {
+			add(n)
+		}
+		var code []string
+		for _, p := range parts {
+			if want[p.name] {
+				code = append(code, p.code)
+				if indent == "" {
+					top[p.name] = true
+				}
+			}
+		}
+		return indent + strings.Join(code, " ")
+	})
+}
 
 // Key suffixes, in the order of each script's KEYS.
 var (

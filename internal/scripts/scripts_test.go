@@ -2,10 +2,12 @@ package scripts
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -41,6 +43,101 @@ func TestScriptsReadOnlyTheirLayout(t *testing.T) {
 			if i, _ := strconv.Atoi(m[1]); i < 1 || i > len(c.keys) {
 				t.Errorf("%s reads %s, its layout has %d keys", c.name, m[0], len(c.keys))
 			}
+		}
+	}
+}
+
+var all = []struct{ name, body, script string }{
+	{"lock", lockBody, Lock},
+	{"multilock", multiLockBody, MultiLock},
+	{"fairlock", fairLockBody, FairLock},
+	{"rwlock", rwLockBody, RWLock},
+	{"semaphore", semaphoreBody, Semaphore},
+	{"latch", latchBody, Latch},
+}
+
+// The prelude's parts are pulled in on the "use" line itself: an error's
+// line number in Redis is the body's own, and a part a script does not name
+// is not in it.
+func TestPreludePartsKeepLinesAndComeOnlyWhereUsed(t *testing.T) {
+	for _, c := range all {
+		if got, want := strings.Count(c.script, "\n"), strings.Count(c.body, "\n"); got != want {
+			t.Errorf("%s: %d lines after the prelude, %d in the body", c.name, got, want)
+		}
+		if useLine.MatchString(c.script) {
+			t.Errorf("%s: a use line is left", c.name)
+		}
+	}
+	if strings.Contains(Latch, "local function renew_hold") || !strings.Contains(Lock, "local function renew_hold") {
+		t.Error("renew_hold is where it is not used, or not where it is")
+	}
+	// lock.lua's acquire must not pay for the renew, release and fence bodies
+	top := Lock[:strings.Index(Lock, "if op == 'acquire'")]
+	for _, n := range []string{"renew_hold", "drop_hold", "write_fence"} {
+		if strings.Contains(top, "function "+n) {
+			t.Errorf("lock.lua defines %s for every op", n)
+		}
+	}
+	// a part uses only parts above it; a part pulled in inside a branch
+	// brings the parts it uses that the top did not
+	if p, _ := partNamed("renew_hold"); !slices.Contains(p.uses, "pexpire_max") || !slices.Contains(p.uses, "renew_codes") {
+		t.Errorf("renew_hold uses %v", p.uses)
+	}
+	got := WithPrelude("-- use: now\nif x then\n  -- use: renew_hold\nend\n")
+	if !strings.Contains(got, "  local NOT_OURS") || !strings.Contains(got, "local function pexpire_max") ||
+		strings.Count(got, "redis.call('TIME')") != 1 {
+		t.Errorf("WithPrelude = %q", got)
+	}
+}
+
+func TestPreludeUnknownPartPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	WithPrelude("-- use: nosuchpart\n")
+}
+
+// Every script, with its parts pulled in, compiles on a real server.
+func TestScriptsLoad(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	for _, c := range all {
+		if _, err := srv.Do("SCRIPT", "LOAD", c.script); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+// Every script names its keys, and every op its arguments, at its top: a
+// KEYS[...] or ARGV[n] (a literal index; a loop over a variadic tail may
+// read ARGV[i]) appears only in the block of local
+// declarations that opens the script or an op's branch (comments, "use"
+// lines and one-line local functions may sit in it), never in the code
+// below, so no body reads a key or an argument by number.
+func TestScriptsNameKeysAndArgumentsAtTheTop(t *testing.T) {
+	byNumber := regexp.MustCompile(`\bKEYS\[|\bARGV\[\d`)
+	for _, c := range all {
+		open, cont := true, false // in a leading block; the line continues a declaration
+		for i, line := range strings.Split(c.body, "\n") {
+			code := strings.TrimSpace(line)
+			if j := strings.Index(code, "--"); j >= 0 {
+				code = strings.TrimSpace(code[:j])
+			}
+			switch {
+			case strings.HasPrefix(code, "if op ==") || strings.HasPrefix(code, "elseif op =="):
+				open = true
+			case code == "" || cont:
+			case strings.HasPrefix(code, "local function ") && strings.HasSuffix(code, " end"):
+			case strings.HasPrefix(code, "local ") && !strings.HasPrefix(code, "local function"):
+			default:
+				open = false
+			}
+			if byNumber.MatchString(code) && !open {
+				t.Errorf("%s.lua:%d reads %s below its op's declarations", c.name, i+1, byNumber.FindString(code))
+			}
+			cont = code != "" && (strings.HasSuffix(code, "=") || strings.HasSuffix(code, ","))
 		}
 	}
 }
