@@ -82,14 +82,18 @@ type claimer interface {
 }
 
 // fenceInit is the value a node with no fence counter starts it from: the
-// hybrid clock (estimated server ms << engine.HLCShift), or 0 when no server TIME
-// has been seen yet (the coordinator then decides and writes back).
+// hybrid clock (estimated server ms << engine.HLCShift). Before any server
+// TIME has been seen the estimate is this process's own clock: one value
+// for every node, so that the nodes start alike (a node floors it at its
+// own (TIME − skew) << HLCShift, and the coordinator writes the max back
+// where they differ) — an owner's reentrant holds read the fence the nodes
+// started, so a late node that started its own would give them another.
 func fenceInit(c *engine.Engine) string { return strconv.FormatInt(fenceInitValue(c), 10) }
 
 func fenceInitValue(c *engine.Engine) int64 {
 	est := c.EstimateServerMs()
 	if est <= 0 {
-		return 0
+		est = time.Now().UnixMilli()
 	}
 	return est << engine.HLCShift
 }

@@ -101,9 +101,23 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	// grant under a live hold is simply ours). A rollback is per token and
 	// safe to repeat.
 	lg := NewPending(func(node int) { e.SendLate(node, s.Rollback(node)) })
+	// A late grant under a live hold whose node answered another fence gets
+	// the hold's fence written back: its counter is raised if lower, and an
+	// owner's epoch fence (which later reentrant holds return) becomes the
+	// hold's, so that every hold of one owner has one fence.
+	lf := &lateFences{fences: map[int]int64{}}
+	fw := NewPending(func(node int) {
+		if f, ok := lf.differs(node); ok && s.Fence != nil {
+			e.SendLate(node, s.Fence(f)(node))
+		}
+	})
 	late := func(rep nodeactor.Reply) {
 		if mayHold(rep) {
 			lg.Add(rep.Node)
+			if v, err := s.Classify(rep); err == nil && v.Granted {
+				lf.add(rep.Node, v.Fence)
+				fw.Add(rep.Node)
+			}
 		}
 		if s.Late != nil {
 			s.Late(rep)
@@ -153,6 +167,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	}
 	fail := func(err error) Result {
 		lg.Settle(Always)
+		fw.Settle(never)
 		e.rollbackAttempt(ctx, r, s.Rollback, mayHold, s.Queue)
 		res.Err = err
 		return res
@@ -204,10 +219,13 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if err != nil {
 		// Only a closed engine refuses a hold, and it released the keys.
 		lg.Settle(Always)
+		fw.Settle(never)
 		res.Err = err
 		return res
 	}
 	lg.Settle(func() bool { return !h.Valid() })
+	lf.decide(int64(fence))
+	fw.Settle(h.Valid)
 	res.Hold = h
 	return res
 }
@@ -303,6 +321,35 @@ func (p *Pending) Settle(act func() bool) {
 
 // Always and Never are the outcomes that ask for every node or none.
 func Always() bool { return true }
+
+func never() bool { return false }
+
+// lateFences records the fences of an attempt's late grants and, once the
+// attempt decided, tells which of them differ from the decided fence.
+type lateFences struct {
+	mu      sync.Mutex
+	fences  map[int]int64
+	decided int64
+}
+
+func (l *lateFences) add(node int, f int64) {
+	l.mu.Lock()
+	l.fences[node] = f
+	l.mu.Unlock()
+}
+
+func (l *lateFences) decide(f int64) {
+	l.mu.Lock()
+	l.decided = f
+	l.mu.Unlock()
+}
+
+// differs returns the decided fence if node's late grant answered another.
+func (l *lateFences) differs(node int) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.decided, l.decided > 0 && l.fences[node] != l.decided
+}
 
 // Never: see Always.
 func Never() bool { return false }
