@@ -101,18 +101,7 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 			t.Fatalf("waiter %d not queued on a quorum", i+1)
 		}
 	}
-	var sts []primitives.NodeState
-	if !testutil.Eventually(5*time.Second, func() bool {
-		sts = holder.Status(ctx)
-		for _, st := range sts {
-			if labels(st.Queue) != "w1,w2,w3" {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("per-node queues %+v", sts)
-	}
+	sts := queuedOnEveryNode(t, func() []primitives.NodeState { return holder.Status(ctx) }, "w1,w2,w3")
 	for _, st := range sts {
 		// printing a NodeState never shows a whole token (a capability)
 		for _, s := range []string{fmt.Sprint(st), fmt.Sprintf("%+v", st), fmt.Sprintf("%v", []primitives.NodeState{st})} {
@@ -202,4 +191,23 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 	if line := q.String(); !strings.HasPrefix(line, "held by owner svc-a (reentrant-1) on ") {
 		t.Fatalf("owner line %q", line)
 	}
+}
+
+// queuedOnEveryNode waits until every node's status lists the waiters
+// labelled want in that order, and returns those states.
+func queuedOnEveryNode(t *testing.T, status func() []primitives.NodeState, want string) []primitives.NodeState {
+	t.Helper()
+	var sts []primitives.NodeState
+	if !testutil.Eventually(5*time.Second, func() bool {
+		sts = status()
+		for _, st := range sts {
+			if labels(st.Queue) != want {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("per-node queues %+v", sts)
+	}
+	return sts
 }

@@ -70,18 +70,7 @@ func TestFairLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 			releaseFrom(w)
 		}
 	}()
-	var sts []primitives.NodeState
-	if !testutil.Eventually(5*time.Second, func() bool {
-		sts = holder.Status(ctx)
-		for _, st := range sts {
-			if labels(st.Queue) != "w1,w2,w3" {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("per-node queues %+v", sts)
-	}
+	sts := queuedOnEveryNode(t, func() []primitives.NodeState { return holder.Status(ctx) }, "w1,w2,w3")
 	for _, st := range sts {
 		if st.Err != nil || st.State != "held" || st.Info.Label != "worker-7" || st.Info.Host != host || st.Info.PID != pid {
 			t.Fatalf("node %s: %+v", st.Node, st)
