@@ -9,6 +9,7 @@ const (
 	MetricAcquireLatency  = engine.MetricAcquireLatency  // histogram, s: Acquire/TryAcquire call to return; attrs primitive, outcome
 	MetricWaitTime        = engine.MetricWaitTime        // histogram, s: time spent waiting after a refused attempt; attr primitive
 	MetricAttempts        = engine.MetricAttempts        // counter: quorum attempts; attrs primitive, outcome
+	MetricDirectGrants    = engine.MetricDirectGrants    // counter: Lock waiters that took a direct grant (no attempt of their own)
 	MetricRenewals        = engine.MetricRenewals        // counter: renewal rounds per lease; attr outcome (ok, failed)
 	MetricLeasesLost      = engine.MetricLeasesLost      // counter: leases lost (Lost closed)
 	MetricNodeUp          = engine.MetricNodeUp          // gauge 0/1 per node

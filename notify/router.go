@@ -41,6 +41,33 @@ type Waiter struct {
 	ready   chan struct{}
 	r       *Router
 	once    sync.Once
+
+	mu     sync.Mutex
+	grants []Grant // direct grants not yet taken (Grants)
+}
+
+// Grant is one node's direct grant to a waiter (a `g:` message): the node
+// gave the lock to the waiter's attempt Seq, with fence Fence, at its TIME
+// Now (ms).
+type Grant struct {
+	Node  int
+	Seq   int64
+	Fence int64
+	Now   int64
+}
+
+// maxGrants bounds a waiter's unread grants (one per node and attempt is
+// the most that can matter; the oldest go first).
+const maxGrants = 64
+
+// Grants returns the direct grants received since the last call, oldest
+// first. Only the waiter's goroutine calls it.
+func (w *Waiter) Grants() []Grant {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.grants
+	w.grants = nil
+	return g
 }
 
 // C returns the wake-up channel. It is never closed.
@@ -73,7 +100,10 @@ type ctl struct {
 	reset     bool
 }
 
-type msg struct{ topic, payload string }
+type msg struct {
+	topic, payload string
+	node           int // the node whose push connection delivered it (-1: unknown)
+}
 
 type topic struct {
 	waiters []*Waiter
@@ -152,9 +182,13 @@ func (r *Router) send(c ctl) {
 // inbox is full the message is dropped and every waiter is woken to re-check
 // (they lose nothing but a round trip). Safe to call from a connection's
 // reader goroutine.
-func (r *Router) Deliver(topic, payload string) {
+func (r *Router) Deliver(topic, payload string) { r.DeliverFrom(-1, topic, payload) }
+
+// DeliverFrom is Deliver for a message that came from node (a direct
+// grant, `g:`, counts per node).
+func (r *Router) DeliverFrom(node int, topic, payload string) {
 	select {
-	case r.msgs <- msg{topic, payload}:
+	case r.msgs <- msg{topic, payload, node}:
 	default:
 		r.stats.dropped.Add(1)
 		r.dropped.Store(true)
@@ -295,7 +329,7 @@ func (r *Router) run() {
 		case m := <-r.msgs:
 			r.stats.delivered.Add(1)
 			if t := topics[m.topic]; t != nil {
-				r.route(t, m.payload)
+				r.route(t, m.payload, m.node)
 			}
 		case <-r.kickC:
 			if r.dropped.Swap(false) {
@@ -321,8 +355,27 @@ func (r *Router) run() {
 	}
 }
 
-func (r *Router) route(t *topic, payload string) {
+func (r *Router) route(t *topic, payload string, node int) {
 	switch {
+	case strings.HasPrefix(payload, "g:"):
+		// "g:<seq>:<fence>:<now>:<waiter token>": a direct grant
+		g, tok, ok := parseGrant(payload[2:])
+		if !ok || node < 0 {
+			return
+		}
+		g.Node = node
+		for _, w := range t.waiters {
+			if w.token == tok {
+				w.mu.Lock()
+				if len(w.grants) >= maxGrants {
+					w.grants = w.grants[1:]
+				}
+				w.grants = append(w.grants, g)
+				w.mu.Unlock()
+				r.signal(w)
+				return
+			}
+		}
 	case strings.HasPrefix(payload, "h:"):
 		tok := payload[2:]
 		for _, w := range t.waiters {
@@ -345,6 +398,25 @@ func (r *Router) route(t *topic, payload string) {
 	default: // keyspace events and anything unknown: the head re-checks
 		t.baton = r.wake(t, 1)
 	}
+}
+
+// parseGrant reads "<seq>:<fence>:<now>:<token>".
+func parseGrant(s string) (Grant, string, bool) {
+	var g Grant
+	var f [3]int64
+	for i := range f {
+		v, rest, ok := strings.Cut(s, ":")
+		if !ok {
+			return g, "", false
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return g, "", false
+		}
+		f[i], s = n, rest
+	}
+	g.Seq, g.Fence, g.Now = f[0], f[1], f[2]
+	return g, s, s != ""
 }
 
 func (r *Router) wake(t *topic, k int) *Waiter { return r.wakeExcept(t, k, "") }

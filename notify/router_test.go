@@ -246,3 +246,41 @@ func TestPassCarriesARecheckOnce(t *testing.T) {
 		c.Close()
 	})
 }
+
+// A direct grant ("g:<seq>:<fence>:<now>:<token>") wakes exactly the named
+// waiter and hands it the grant with the node it came from; a malformed
+// one, or one whose node is unknown, reaches nobody.
+func TestDirectGrantsReachTheNamedWaiter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := notify.New(notify.Options{})
+		defer r.Close()
+		a := r.Register("k", "ta")
+		b := r.Register("k", "t:b") // a token may hold ':'
+		defer a.Close()
+		defer b.Close()
+		synctest.Wait()
+
+		r.DeliverFrom(2, "k", "g:3:1234:99:t:b")
+		r.DeliverFrom(0, "k", "g:3:1235:98:t:b")
+		synctest.Wait()
+		if woken(a) || !woken(b) {
+			t.Fatal("the grant did not wake exactly its waiter")
+		}
+		want := []notify.Grant{{Node: 2, Seq: 3, Fence: 1234, Now: 99}, {Node: 0, Seq: 3, Fence: 1235, Now: 98}}
+		if got := b.Grants(); !slices.Equal(got, want) {
+			t.Fatalf("grants %+v, want %+v", got, want)
+		}
+		if got := b.Grants(); len(got) != 0 {
+			t.Fatalf("grants taken twice: %+v", got)
+		}
+		for _, bad := range []string{"g:x:1:1:ta", "g:1:1:ta", "g:1:2:3:"} {
+			r.DeliverFrom(1, "k", bad)
+		}
+		r.Deliver("k", "g:1:2:3:ta") // no node: cannot count toward a quorum
+		synctest.Wait()
+		if woken(a) || len(a.Grants()) != 0 {
+			t.Fatal("a malformed grant reached a waiter")
+		}
+	})
+}

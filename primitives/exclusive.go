@@ -50,6 +50,9 @@ func (w *waiter) newHold(token string, fence uint64, start time.Time) (*engine.H
 	return w.newHoldWid(token, w.wid, fence, start)
 }
 
+// primitive returns the waiting primitive (for its optional interfaces).
+func (w *waiter) primitive() any { return w.queued }
+
 // nodeAdapter is implemented by primitives whose calls must change per node:
 // a MultiLock on a Redis Cluster node runs one step per slot group. forNode
 // returns a fresh call each time (a program keeps per-run state).
@@ -106,8 +109,8 @@ func fenceInitValue(c *engine.Engine) int64 {
 // delete a later attempt's grant.
 func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue bool) attemptResult {
 	var base any = x // the primitive, for its optional interfaces
-	if w, ok := x.(*waiter); ok {
-		base = w.queued
+	if w, ok := x.(interface{ primitive() any }); ok {
+		base = w.primitive()
 	}
 	token := ""
 	if tk, ok := base.(tokener); ok {

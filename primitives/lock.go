@@ -14,6 +14,7 @@ import (
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/notify"
 )
 
 var lockScript = nodeactor.NewScript("lock", scripts.Lock)
@@ -118,7 +119,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	// The waiter's queue score is the server TIME of its first refusal, the
 	// same value on every node: all nodes order their queues alike, so a
 	// release on every node reserves for the same waiter.
-	w := &waiter{queued: l, wid: token}
+	w := newLockWaiter(l, token)
 	// Expecting contention, queue at once with the estimated server time as
 	// the score (one value for every node, like a refusal's TIME).
 	queued := false
@@ -128,8 +129,13 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 		}
 	}
 	attempts := 0
-	defer func() { l.contended.Store(attempts > 1 || (queued && err != nil)) }()
+	defer func() { l.contended.Store(attempts > 1 || w.seq > 0 || (queued && err != nil)) }()
+	var direct func([]notify.Grant) (*Lease, time.Duration)
+	if w.takesGrants() {
+		direct = func(gs []notify.Grant) (*Lease, time.Duration) { return w.offer(ctx, gs) }
+	}
 	return waitLoop(ctx, l.c, waitSpec{topics: []string{l.topic}, token: token, queued: queued, recheckMax: l.o.ttl,
+		direct: direct,
 		try: func(enqueue bool) attemptResult {
 			attempts++
 			r := attemptExclusive(ctx, l.c, w, token, enqueue)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/notify"
 )
 
 // recheckCap bounds how long a waiter whose queue entry needs a heartbeat
@@ -34,6 +35,11 @@ type waitSpec struct {
 	// recheckMax is the longest a refused waiter sleeps without a message
 	// (0: recheckCap). Its queue entry, if any, must outlive it.
 	recheckMax time.Duration
+	// direct, if set, is offered the direct grants received (a Lock
+	// waiter's, direct.go) before each attempt after the first: it returns
+	// the lease they make, or how long to wait for more before attempting
+	// (0: attempt now).
+	direct func([]notify.Grant) (*Lease, time.Duration)
 }
 
 // waitLoop is the blocking acquire shared by the exclusive primitives. The
@@ -58,19 +64,20 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
 	cfg := c.Settings()
-	notify := !cfg.Polling
+	push := !cfg.Polling
 	recheckMax := w.recheckMax
 	if recheckMax <= 0 {
 		recheckMax = recheckCap
 	}
 	var (
-		wake  <-chan struct{}
-		pass  = func() {}
-		woken bool // the last sleep ended by a message
+		wake   <-chan struct{}
+		pass   = func() {}
+		woken  bool // the last sleep ended by a message
+		grants = func() []notify.Grant { return nil }
 	)
-	if notify {
+	if push {
 		rw := c.Router().RegisterAll(w.token, w.topics...)
-		pass = rw.Pass
+		pass, grants = rw.Pass, rw.Grants
 		defer rw.Close()
 		wake = rw.C()
 		t := time.NewTimer(2 * cfg.NodeTimeout)
@@ -98,7 +105,25 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 			leave()
 			return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, err)
 		}
-		res := w.try(notify)
+		if w.direct != nil {
+			lease, wait := w.direct(grants())
+			if lease != nil {
+				return lease, nil
+			}
+			if wait > 0 {
+				// Some nodes granted our latest attempt: the others' grants
+				// are on their way (a release runs on every node at once).
+				t := time.NewTimer(wait)
+				select {
+				case <-wake:
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				t.Stop()
+				continue
+			}
+		}
+		res := w.try(push)
 		if res.lease != nil {
 			return res.lease, nil
 		}
@@ -115,7 +140,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		var d time.Duration
 		wc := wake // nil in polling mode: never fires
-		if !notify || res.split || !(res.held || errors.Is(res.err, coordinator.ErrNotAcquired)) {
+		if !push || res.split || !(res.held || errors.Is(res.err, coordinator.ErrNotAcquired)) {
 			// Split vote or lost quorum with no refusal: back off with
 			// jitter so contenders converge; nothing will send a message.
 			d = jitter(backoff)

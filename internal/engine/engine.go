@@ -292,9 +292,9 @@ func (c *Engine) unsubscribe(topic string) {
 
 // onPush runs on a push connection's reader goroutine: it only parses and
 // hands the message to the router, which never blocks.
-func (c *Engine) onPush(_ int, channel, message string) {
+func (c *Engine) onPush(node int, channel, message string) {
 	if t, ok := strings.CutSuffix(channel, ":ch"); ok {
-		c.router.Deliver(t, message)
+		c.router.DeliverFrom(node, t, message)
 		return
 	}
 	if strings.HasPrefix(channel, "__keyspace@") {

@@ -17,6 +17,7 @@ const (
 	MetricAcquireLatency  = "redlock.acquire.duration"  // histogram, s: Acquire/TryAcquire call to return; attrs primitive, outcome
 	MetricWaitTime        = "redlock.acquire.wait"      // histogram, s: time spent waiting after a refused attempt; attr primitive
 	MetricAttempts        = "redlock.acquire.attempts"  // counter: quorum attempts; attrs primitive, outcome
+	MetricDirectGrants    = "redlock.acquire.direct"    // counter: Lock waiters that took a direct grant (no attempt of their own)
 	MetricRenewals        = "redlock.lease.renewals"    // counter: renewal rounds per lease; attr outcome (ok, failed)
 	MetricLeasesLost      = "redlock.lease.lost"        // counter: leases lost (Lost closed)
 	MetricNodeUp          = "redlock.node.up"           // gauge 0/1 per node
@@ -33,6 +34,7 @@ type Instruments struct {
 	AcquireLatency metric.Float64Histogram
 	WaitTime       metric.Float64Histogram
 	Attempts       metric.Int64Counter
+	DirectGrants   metric.Int64Counter
 	Renewals       metric.Int64Counter
 	LeasesLost     metric.Int64Counter
 	reg            metric.Registration
@@ -50,6 +52,7 @@ func newInstruments(c *Engine, mp metric.MeterProvider) *Instruments {
 	ins.WaitTime, _ = m.Float64Histogram(MetricWaitTime, metric.WithUnit("s"),
 		metric.WithDescription("time an Acquire spent waiting after its first refusal"))
 	ins.Attempts, _ = m.Int64Counter(MetricAttempts, metric.WithDescription("quorum attempts"))
+	ins.DirectGrants, _ = m.Int64Counter(MetricDirectGrants, metric.WithDescription("waiters that held by a direct grant"))
 	ins.Renewals, _ = m.Int64Counter(MetricRenewals, metric.WithDescription("lease renewals"))
 	ins.LeasesLost, _ = m.Int64Counter(MetricLeasesLost, metric.WithDescription("leases lost before release"))
 	up, _ := m.Int64ObservableGauge(MetricNodeUp, metric.WithDescription("1 if the node answers"))

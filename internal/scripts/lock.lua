@@ -44,11 +44,33 @@ if extra > 0 then
 end
 
 local function dequeue(id)
-  if redis.call('ZREM', QUEUE, id) == 1 then redis.call('HDEL', QEXP, id) end
+  if redis.call('ZREM', QUEUE, id) == 1 then
+    redis.call('HDEL', QEXP, id, '=' .. id)
+    return true
+  end
+  return false
 end
 
 -- a waiter that left is buried in GONE for TOMBSTONE_MS (see the header)
 local TOMBSTONE_MS = 3000
+local function bury(id)
+  redis.call('ZREMRANGEBYSCORE', GONE, '-inf', now)
+  redis.call('ZADD', GONE, now + TOMBSTONE_MS, id)
+  redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
+end
+
+-- A Lock waiter that takes direct grants keeps, next to its queue entry,
+-- the state of its latest attempt here ('=' .. id): "W <seq> <ttl> <keep>
+-- <skew> <token>" while it waits (free may grant the lock to that token),
+-- "G ..." once free granted it (its later attempt takes the grant over, see
+-- acquire). direct_state parses it: state, seq, ttl, keep, skew, token.
+local function direct_state(id)
+  local d = redis.call('HGET', QEXP, '=' .. id)
+  if not d then return nil end
+  local st, seq, ttl, keep, skew, tok = string.match(d, '^(%a) (%d+) (%d+) (%d+) (%d+) (.*)$')
+  if not st then return nil end
+  return st, tonumber(seq), tonumber(ttl), keep, skew, tok
+end
 
 -- free ends a hold: it reserves the lock for the longest live waiter and
 -- tells only that waiter (the SET overwrites the key: no `del` event wakes
@@ -70,6 +92,26 @@ local function free(window, ch, self)
   if extra > 0 then
     local id, exp = head(QUEUE, QEXP)
     if id then
+      -- Direct grant (docs/lock.md, "Direct grant"): a waiting Lock waiter
+      -- gets the lock under its latest attempt's token here, for that
+      -- attempt's TTL but never past its queue entry, with a stepped
+      -- fence, and `g:<seq>:<fence>:<now>:<id>` tells it; it holds once a
+      -- quorum of nodes granted the same attempt (seq), without a round.
+      local st, seq, gttl, keep, skew, gtok = direct_state(id)
+      if st == 'W' then
+        redis.call('SET', LOCK, HELD .. gtok, 'PX', math.min(gttl, exp - now))
+        -- use: fence_step fence_floor
+        local f
+        if fv then
+          f = fence_step(FENCE, keep)
+        else
+          f = fence_floor(skew)
+          redis.call('SET', FENCE, string.format('%.0f', f), 'PX', fence_ttl(f, keep))
+        end
+        redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(redis.call('HGET', QEXP, '=' .. id), 2))
+        redis.call('PUBLISH', ch, 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id)
+        return
+      end
       if id == self then
         redis.call('SET', LOCK, RESERVED .. id, 'PX', exp - now)
         return
@@ -98,11 +140,25 @@ if op == 'acquire' then
   -- queue score (chosen once by the waiter from a server TIME, the same on
   -- every node); fence_init: the fence for a missing counter (the caller's
   -- hybrid clock, the same on every node; 0 = unknown); skew: a missing
-  -- counter starts at least at (TIME - skew) << 10
-  local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew =
+  -- counter starts at least at (TIME - skew) << 10; seq: the attempt's
+  -- number within its Acquire (1, 2, ...) if the waiter takes direct grants
+  -- (plain mode only), else 0
+  local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew, seq =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
-    tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11]
+    tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11], tonumber(ARGV[12] or '0') or 0
   local rsv = RESERVED .. wid
+  local direct = enqueue and seq > 0 and owner == ''
+  local dstate, dseq, dtok = nil, 0, nil
+  if direct and extra > 0 then
+    local _
+    dstate, dseq, _, _, _, dtok = direct_state(wid)
+    dseq = dseq or 0
+  end
+  -- This node granted the lock directly to an earlier attempt of this
+  -- waiter (free), which the waiter did not take (too few nodes, or too
+  -- little validity left): a later attempt takes the grant over. An
+  -- earlier attempt arriving late never does (seq orders them).
+  if dstate == 'G' and seq > dseq and v == HELD .. dtok then v = rsv end
   local function buried(id)
     local s = redis.call('ZSCORE', GONE, id)
     return s and tonumber(s) > now
@@ -121,11 +177,19 @@ if op == 'acquire' then
   -- grants or refuses: if the attempt fails elsewhere, its rollback here
   -- finds it first in line and keeps its place without a message (see
   -- free), instead of deleting the key (a `del` event would wake it).
-  local function queue_up()
+  -- A refused waiter that takes direct grants records this attempt (if it
+  -- is its latest here) for free; a grant drops that record.
+  local function queue_up(granted)
     if enqueue and not buried(wid) then
       if score <= 0 then score = now end
       redis.call('ZADD', QUEUE, 'NX', score, wid)
-      redis.call('HSET', QEXP, wid, now + entry_ttl)
+      if direct and not granted and seq > dseq then
+        redis.call('HSET', QEXP, wid, now + entry_ttl,
+          '=' .. wid, 'W ' .. seq .. ' ' .. ttl .. ' ' .. keep .. ' ' .. skew .. ' ' .. tok)
+      else
+        redis.call('HSET', QEXP, wid, now + entry_ttl)
+        if granted and dstate and seq >= dseq then redis.call('HDEL', QEXP, '=' .. wid) end
+      end
       pexpire_max(QUEUE, entry_ttl); pexpire_max(QEXP, entry_ttl)
     end
   end
@@ -134,7 +198,7 @@ if op == 'acquire' then
   -- name reserved while it waits for its other names; a waiter that joined
   -- later with an earlier score goes first, on every node alike).
   if v and v ~= rsv and enqueue and string.sub(v, 1, 6) == RESERVED then
-    queue_up()
+    queue_up(false)
     if head(QUEUE, QEXP) == wid then v = rsv end
   end
   if owner == '' then
@@ -147,7 +211,7 @@ if op == 'acquire' then
     end
     if v == false or v == rsv then
       redis.call('SET', LOCK, mine, 'PX', ttl)
-      queue_up()
+      queue_up(true)
       return {GRANTED, fence_next(), now, 0}
     end
   else
@@ -168,7 +232,7 @@ if op == 'acquire' then
       return {GRANTED, f, now, 0}
     end
   end
-  queue_up()
+  queue_up(false)
   return {REFUSED, redis.call('PTTL', LOCK), now, 0}
 
 elseif op == 'release' or op == 'rollback' then
@@ -181,9 +245,15 @@ elseif op == 'release' or op == 'rollback' then
   -- use: drop_hold
   local self = ''
   if op == 'rollback' then self = wid end
-  if op == 'release' and wid ~= '' then
-    dequeue(wid)
-    if v == RESERVED .. wid then free(window, ch, ''); return 0 end
+  if op == 'release' and wid ~= '' and extra > 0 then
+    -- a lease of a waiter: its queue entry goes, buried so that an attempt
+    -- of it still in flight cannot queue it again (a dead waiter would be
+    -- granted the lock); a grant made for it meanwhile is freed
+    local st, _, _, _, _, gtok = direct_state(wid)
+    if dequeue(wid) then bury(wid) end
+    if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok and gtok ~= tok) then
+      free(window, ch, ''); return 0
+    end
   end
   if owner == '' then
     if v == HELD .. tok then
@@ -200,11 +270,11 @@ elseif op == 'release' or op == 'rollback' then
 elseif op == 'leave' then
   -- a waiter gives up
   local wid, window, ch = ARGV[2], ARGV[3], ARGV[4]
+  local st, _, _, _, _, gtok = direct_state(wid)
   dequeue(wid)
-  redis.call('ZREMRANGEBYSCORE', GONE, '-inf', now)
-  redis.call('ZADD', GONE, now + TOMBSTONE_MS, wid)
-  redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
-  if v == RESERVED .. wid then free(window, ch, '') end
+  bury(wid)
+  -- a reservation or a direct grant made for it goes to the next waiter
+  if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok) then free(window, ch, '') end
   return 1
 
 elseif op == 'renew' then
@@ -244,6 +314,7 @@ elseif op == 'force' then
     redis.call('SET', FENCE, string.format('%.0f', f))
   end
   redis.call('PEXPIRE', FENCE, fence_ttl(f, keep))
+  fv = string.format('%.0f', f) -- a direct grant by free steps past it
   redis.call('DEL', HOLDS, EPOCH)
   free(window, ch, '')
   return {1, v, f}

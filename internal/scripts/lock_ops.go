@@ -17,11 +17,16 @@ type LockAcquire struct {
 	Score     int64         // the queue score (server ms), 0 = this node's TIME
 	FenceInit int64         // the fence for a missing counter (hybrid clock), 0 = unknown
 	FenceSkew time.Duration // a missing counter starts at least at (TIME - skew) << 10
+	// Seq numbers a blocked Acquire's attempts (1, 2, ...) when its waiter
+	// takes direct grants (plain mode, Enqueue): a release may then grant
+	// the lock to its latest attempt's Token (docs/lock.md, "Direct grant").
+	// 0: it does not.
+	Seq int64
 }
 
 func (a LockAcquire) Args() []string {
 	return []string{"acquire", a.Token, Ms(a.TTL), a.Owner, Flag(a.Enqueue), Ms(a.EntryTTL), Ms(a.FenceKeep),
-		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew)}
+		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew), itoa(a.Seq)}
 }
 
 // LockRelease ends a lease (1 released, 0 not ours); with Rollback it

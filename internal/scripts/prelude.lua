@@ -73,15 +73,16 @@ local function fence_floor(skew)
 end
 -- part: head
 -- head is the longest live waiter of queue q (zset waiter id -> score) with
--- entry expiries in hash qx (id, entry expiry), dropping dead entries on the
--- way; nil when none of the first 32 lives.
+-- entry expiries in hash qx (id, entry expiry; '=' .. id: a Lock waiter's
+-- direct grant state, lock.lua), dropping dead entries on the way; nil when
+-- none of the first 32 lives.
 local function head(q, qx)
   local ids = redis.call('ZRANGE', q, 0, 31)
   for _, id in ipairs(ids) do
     local exp = tonumber(redis.call('HGET', qx, id) or '0')
     if exp > now then return id, exp end
     redis.call('ZREM', q, id)
-    redis.call('HDEL', qx, id)
+    redis.call('HDEL', qx, id, '=' .. id)
   end
   return nil
 end

@@ -1,0 +1,97 @@
+package primitives
+
+import (
+	"context"
+	"time"
+
+	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/notify"
+)
+
+// lockWaiter is one blocked Lock.Acquire that takes direct grants
+// (docs/lock.md, "Direct grant"): its enqueuing attempts are numbered, a
+// release on a node where it is the longest waiter gives it the lock under
+// its latest attempt's token there and tells it (`g:` message), and once a
+// quorum of nodes did so for the same attempt it holds the lock without an
+// acquire round of its own. Only its Acquire goroutine touches it.
+type lockWaiter struct {
+	waiter
+	l *Lock
+
+	seq   int64     // the latest enqueuing attempt's number (0: none yet)
+	token string    // its token
+	start time.Time // when it was built (before it was sent)
+
+	got   map[int]notify.Grant // this attempt's grants, by node
+	stale bool                 // a grant for an earlier attempt arrived
+	since time.Time            // when the first of got arrived
+}
+
+func newLockWaiter(l *Lock, wid string) *lockWaiter {
+	return &lockWaiter{waiter: waiter{queued: l, wid: wid}, l: l}
+}
+
+// direct takes part only in plain mode: an owner's holds share one key.
+func (w *lockWaiter) takesGrants() bool { return w.l.o.owner == "" }
+
+func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
+	var seq int64
+	if enqueue && w.takesGrants() {
+		w.seq++
+		seq, w.token, w.start = w.seq, token, time.Now()
+		clear(w.got)
+		w.stale = false
+	}
+	l := w.l
+	return l.call(scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
+		EntryTTL: l.o.ttl + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: w.score,
+		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew, Seq: seq})
+}
+
+// offer records the grants received and, once a quorum of nodes granted
+// the latest attempt, takes them (a lease). Otherwise it says how long to
+// wait for more before attempting: 0 when nothing waits — no grant for the
+// latest attempt, one for an earlier attempt (an attempt takes those over),
+// or the wait for the rest has run out.
+func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time.Duration) {
+	for _, g := range gs {
+		switch {
+		case g.Seq == w.seq && w.seq > 0:
+			if w.got == nil {
+				w.got = map[int]notify.Grant{}
+			}
+			if len(w.got) == 0 {
+				w.since = time.Now()
+			}
+			w.got[g.Node] = g
+		case g.Seq < w.seq:
+			w.stale = true
+		}
+	}
+	c := w.l.c
+	if len(w.got) >= c.Quorum() {
+		votes := make([]engine.Vote, 0, len(w.got))
+		for _, g := range w.got {
+			votes = append(votes, engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now})
+		}
+		token := w.token
+		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Grants: votes,
+			MinValidity: w.l.o.ttl / 2,
+			Fence:       func(f int64) func(int) nodeactor.Call { return perNode(w.l, w.l.fenceCall(f)) },
+			Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
+				return w.l.newHoldWid(token, w.wid, fence, start)
+			}})
+		if err == nil {
+			c.Instruments().DirectGrants.Add(ctx, 1)
+			return newLease(h), 0
+		}
+		clear(w.got) // an attempt takes them over
+		return nil, 0
+	}
+	if len(w.got) == 0 || w.stale {
+		return nil, 0
+	}
+	return nil, max(0, c.Settings().NodeTimeout-time.Since(w.since))
+}

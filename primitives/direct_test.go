@@ -1,0 +1,107 @@
+package primitives_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// counters reads the coordinator's counters through a manual reader.
+type counters struct {
+	t      *testing.T
+	reader *sdkmetric.ManualReader
+}
+
+func newCounters(t *testing.T) (*counters, func(*coordinator.Config)) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	return &counters{t, reader}, func(cfg *coordinator.Config) { cfg.MeterProvider = mp }
+}
+
+func (c *counters) get(name string) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := c.reader.Collect(context.Background(), &rm); err != nil {
+		c.t.Fatal(err)
+	}
+	return sumCounter(rm, name)
+}
+
+// A release hands the lock to the queued waiter directly: the waiter holds
+// on the nodes' grant messages without an acquire round of its own, with a
+// higher fence, a lease that renews and releases like any other, and
+// nothing left in the queue afterwards.
+func TestLockHandoffIsADirectGrant(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	cnt, withMetrics := newCounters(t)
+	ca, cb := newCoord(t, addrs), newCoord(t, addrs, withMetrics)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	la, _ := primitives.NewLock(ca, "direct")
+	lb, _ := primitives.NewLock(cb, "direct", primitives.WithLabel("b"), primitives.WithTTL(2*time.Second))
+
+	for round := range 3 {
+		ha, err := la.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *primitives.Lease, 1)
+		go func() {
+			hb, err := lb.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- hb
+		}()
+		queuedOnEveryNode(t, func() []primitives.NodeState { return la.Status(ctx) }, "b")
+		before, directBefore := cnt.get(coordinator.MetricAttempts), cnt.get(coordinator.MetricDirectGrants)
+		if err := ha.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hb := <-got
+		if hb == nil {
+			t.FailNow()
+		}
+		if n := cnt.get(coordinator.MetricAttempts) - before; n != 0 {
+			t.Fatalf("round %d: the waiter made %d attempts after the release; want 0 (a direct grant)", round, n)
+		}
+		if n := cnt.get(coordinator.MetricDirectGrants) - directBefore; n != 1 {
+			t.Fatalf("round %d: %d direct grants counted, want 1", round, n)
+		}
+		if hb.Fence() <= ha.Fence() {
+			t.Fatalf("round %d: fence %d after %d", round, hb.Fence(), ha.Fence())
+		}
+		if !hb.Valid() || time.Until(hb.Deadline()) < time.Second {
+			t.Fatalf("round %d: direct lease valid %v, %s left", round, hb.Valid(), time.Until(hb.Deadline()))
+		}
+		// It renews (past its first TTL) and excludes others meanwhile.
+		time.Sleep(2500 * time.Millisecond)
+		if !hb.Valid() {
+			t.Fatalf("round %d: the direct lease was not renewed: %v", round, hb.Err())
+		}
+		if _, err := la.TryAcquire(ctx); err == nil {
+			t.Fatalf("round %d: another client acquired under the direct lease", round)
+		}
+		if err := hb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !testutil.Eventually(5*time.Second, func() bool {
+			for _, st := range la.Status(ctx) {
+				if st.Err != nil || st.State != "free" || st.Waiters != 0 {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("round %d: left after the release: %v", round, la.Status(ctx))
+		}
+	}
+}
