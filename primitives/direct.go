@@ -47,7 +47,7 @@ func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 	l := w.l
 	return l.call(scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
 		EntryTTL: l.o.ttl + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: w.score,
-		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew, Seq: seq})
+		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew, Seq: seq, Proc: l.c.Proc()})
 }
 
 // offer records the grants received and, once a quorum of nodes granted

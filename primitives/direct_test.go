@@ -2,6 +2,9 @@ package primitives_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +106,82 @@ func TestLockHandoffIsADirectGrant(t *testing.T) {
 		}) {
 			t.Fatalf("round %d: left after the release: %v", round, la.Status(ctx))
 		}
+	}
+}
+
+// killedWaiterEnv makes the test binary a waiter process for
+// TestLockWaiterKilledIsNotGranted: it queues on the lock "killed" at the
+// nodes named (comma-separated) and blocks until it is killed.
+const killedWaiterEnv = "REDLOCK_TEST_KILLED_WAITER"
+
+func init() {
+	nodes := os.Getenv(killedWaiterEnv)
+	if nodes == "" {
+		return
+	}
+	ctx := context.Background()
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: strings.Split(nodes, ","), DefaultTTL: 20 * time.Second, Logger: quiet})
+	if err != nil {
+		os.Exit(3)
+	}
+	l, _ := primitives.NewLock(c, "killed", primitives.WithLabel("doomed"))
+	l.Acquire(ctx) // until kill -9
+	os.Exit(4)
+}
+
+// A waiter whose process was killed (kill -9: its connections close) is
+// not handed the lock: a release reserves it for one handoff window, as
+// before direct grants, and the next waiter holds soon after — not after
+// the dead waiter's TTL (20 s here), which a direct grant to it would cost.
+func TestLockWaiterKilledIsNotGranted(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ca, cb := newCoord(t, addrs), newCoord(t, addrs)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	la, _ := primitives.NewLock(ca, "killed")
+	lb, _ := primitives.NewLock(cb, "killed", primitives.WithLabel("next"))
+	ha, err := la.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), killedWaiterEnv+"="+strings.Join(addrs, ","))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	status := func() []primitives.NodeState { return la.Status(ctx) }
+	queuedOnEveryNode(t, status, "doomed")
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		hb, err := lb.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- hb
+	}()
+	queuedOnEveryNode(t, status, "doomed,next")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// Redis drops a closed connection's subscriptions at once; give the
+	// servers a moment to see the close.
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := ha.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case hb := <-got:
+		if hb == nil {
+			t.FailNow()
+		}
+		t.Logf("the next waiter held %s after the release", time.Since(start).Round(time.Millisecond))
+		hb.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the next waiter still waits 10 s after the release: the killed waiter was granted the lock (%v)", status())
 	}
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +32,10 @@ type Engine struct {
 	ins    *Instruments
 
 	clock serverClock
+	// proc names this engine's own channel of each topic
+	// (<topic>:ch:<proc>): a direct grant is published there, so that a
+	// node grants only to a waiter whose process is subscribed.
+	proc string
 
 	mu     sync.Mutex
 	holds  map[*Hold]struct{}
@@ -156,6 +162,7 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		quorum: len(specs)/2 + 1,
 		holds:  map[*Hold]struct{}{},
 		done:   make(chan struct{}),
+		proc:   newProcID(),
 	}
 	c.router = notify.New(notify.Options{
 		Subscribe:   c.subscribe,
@@ -272,7 +279,7 @@ const keyspaceWatch = ":lock"
 
 func (c *Engine) subscribe(topic string) {
 	for i, n := range c.nodes {
-		chs := []string{topic + ":ch"}
+		chs := []string{topic + ":ch", topic + ":ch:" + c.proc}
 		if n.Caps().Keyspace {
 			chs = append(chs, "__keyspace@"+strconv.Itoa(c.specs[i].DB)+"__:"+topic+keyspaceWatch)
 		}
@@ -286,7 +293,7 @@ func (c *Engine) unsubscribe(topic string) {
 		// topic is subscribed (a cluster master that could not be
 		// configured), and dropping a reference that was never taken is a
 		// no-op.
-		n.Unsubscribe(topic+":ch", "__keyspace@"+strconv.Itoa(c.specs[i].DB)+"__:"+topic+keyspaceWatch)
+		n.Unsubscribe(topic+":ch", topic+":ch:"+c.proc, "__keyspace@"+strconv.Itoa(c.specs[i].DB)+"__:"+topic+keyspaceWatch)
 	}
 }
 
@@ -294,6 +301,10 @@ func (c *Engine) unsubscribe(topic string) {
 // hands the message to the router, which never blocks.
 func (c *Engine) onPush(node int, channel, message string) {
 	if t, ok := strings.CutSuffix(channel, ":ch"); ok {
+		c.router.DeliverFrom(node, t, message)
+		return
+	}
+	if t, ok := strings.CutSuffix(channel, ":ch:"+c.proc); ok {
 		c.router.DeliverFrom(node, t, message)
 		return
 	}
@@ -313,6 +324,16 @@ func (c *Engine) onSubscribed(_ int, channels []string) {
 			c.router.Confirmed(t)
 		}
 	}
+}
+
+// Proc returns this engine's process id in channel names: a topic's
+// messages for this process only (direct grants) go to <topic>:ch:<proc>.
+func (c *Engine) Proc() string { return c.proc }
+
+func newProcID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand doc)
+	return hex.EncodeToString(b[:])
 }
 
 // Drift returns the clock-drift allowance for ttl: ttl*DriftFactor + 2ms.

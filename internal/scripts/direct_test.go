@@ -1,8 +1,12 @@
 package scripts_test
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +42,35 @@ func (l lockOn) get(args ...string) string {
 
 func (l lockOn) attempt(tok string, seq int64) string {
 	return l.run(scripts.LockAcquire{Token: tok, TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
-		FenceKeep: time.Minute, Waiter: "W", Score: 1, FenceSkew: 10 * time.Second, Seq: seq})
+		FenceKeep: time.Minute, Waiter: "W", Score: 1, FenceSkew: 10 * time.Second, Seq: seq, Proc: "ab12"})
+}
+
+// subscribe listens on channel (a process's channel) until the test ends
+// or the returned func is called.
+func subscribe(t *testing.T, srv *testutil.Server, channel string) func() {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n", len(channel), channel)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil { // the confirmation's first line
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			c.Close()
+			// the server drops the subscription when it sees the close
+			testutil.Eventually(5*time.Second, func() bool {
+				n, _ := srv.Do("PUBSUB", "NUMSUB", channel)
+				return strings.HasSuffix(n, " 0]")
+			})
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // A release grants the lock directly to the longest waiter's latest
@@ -52,6 +84,7 @@ func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
 	l := lockOn{t, srv, scripts.Keys("redlock:{d}", scripts.LockKeys)}
 	lock, fence, qx, gone := l.keys[0], l.keys[1], l.keys[3], l.keys[7]
 	granted := func(reply string) bool { return strings.HasPrefix(reply, "[1 ") }
+	unsubscribe := subscribe(t, srv, "redlock:{d}:ch:ab12")
 
 	if r := l.run(scripts.LockAcquire{Token: "X", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second}); !granted(r) {
 		t.Fatalf("X: %s", r)
@@ -111,7 +144,7 @@ func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
 	// A waiter that leaves frees a direct grant made for it.
 	l.run(scripts.LockAcquire{Token: "Y", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second})
 	l.run(scripts.LockAcquire{Token: "V1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
-		FenceKeep: time.Minute, Waiter: "V", Score: 1, FenceSkew: 10 * time.Second, Seq: 1})
+		FenceKeep: time.Minute, Waiter: "V", Score: 1, FenceSkew: 10 * time.Second, Seq: 1, Proc: "ab12"})
 	l.run(scripts.LockRelease{Token: "Y", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
 	if v := l.get("GET", lock); v != "rl1:L:V1" {
 		t.Fatalf("after Y's release the lock is %q, want a direct grant to V1", v)
@@ -119,5 +152,19 @@ func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
 	l.run(scripts.LockLeave{Waiter: "V", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
 	if v, _ := srv.Do("GET", lock); v != testutil.NilReply {
 		t.Fatalf("lock after V left: %q, want free", v)
+	}
+
+	// A waiter whose process no longer listens (it died: its connections
+	// closed) is not granted the lock: it is reserved for one window.
+	l.run(scripts.LockAcquire{Token: "Z", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second})
+	l.run(scripts.LockAcquire{Token: "U1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
+		FenceKeep: time.Minute, Waiter: "U", Score: 1, FenceSkew: 10 * time.Second, Seq: 1, Proc: "ab12"})
+	unsubscribe()
+	l.run(scripts.LockRelease{Token: "Z", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
+	if v := l.get("GET", lock); v != "rl1:R:U" {
+		t.Fatalf("after Z's release with U's process gone the lock is %q, want U's reservation", v)
+	}
+	if pttl, _ := strconv.Atoi(l.get("PTTL", lock)); pttl <= 0 || pttl > 100 {
+		t.Fatalf("reservation PTTL %d, want the 100 ms window", pttl)
 	}
 }

@@ -1,6 +1,7 @@
 -- redlock Lock/MultiLock-compatible lock script, layout version 1 ("rl1").
 -- One script, one round trip per operation per node; ARGV[1] selects it.
--- KEYS: 1 lock, 2 fence counter, 3 waiter order (zset), 4 waiter expiry (hash),
+-- KEYS: 1 lock, 2 fence counter, 3 waiter order (zset), 4 waiter expiry (hash;
+--         '=' .. id: a Lock waiter's direct grant record, see direct_state),
 --       5 holds (zset, owner mode), 6 epoch fence (owner mode),
 --       7 watch flag (a waiter that does not queue, e.g. a MultiLock, is listening),
 --       8 tombstones (zset waiter id -> until ms): waiters that left, so that an
@@ -61,15 +62,16 @@ end
 
 -- A Lock waiter that takes direct grants keeps, next to its queue entry,
 -- the state of its latest attempt here ('=' .. id): "W <seq> <ttl> <keep>
--- <skew> <token>" while it waits (free may grant the lock to that token),
--- "G ..." once free granted it (its later attempt takes the grant over, see
--- acquire). direct_state parses it: state, seq, ttl, keep, skew, token.
+-- <skew> <proc> <token>" while it waits (free may grant the lock to that
+-- token; proc names its process's channel), "G ..." once free granted it
+-- (its later attempt takes the grant over, see acquire). direct_state
+-- parses it: state, seq, ttl, keep, skew, proc, token.
 local function direct_state(id)
   local d = redis.call('HGET', QEXP, '=' .. id)
   if not d then return nil end
-  local st, seq, ttl, keep, skew, tok = string.match(d, '^(%a) (%d+) (%d+) (%d+) (%d+) (.*)$')
+  local st, seq, ttl, keep, skew, proc, tok = string.match(d, '^(%a) (%d+) (%d+) (%d+) (%d+) (%x+) (.*)$')
   if not st then return nil end
-  return st, tonumber(seq), tonumber(ttl), keep, skew, tok
+  return st, tonumber(seq), tonumber(ttl), keep, skew, proc, tok
 end
 
 -- free ends a hold: it reserves the lock for the longest live waiter and
@@ -95,11 +97,13 @@ local function free(window, ch, self)
       -- Direct grant (docs/lock.md, "Direct grant"): a waiting Lock waiter
       -- gets the lock under its latest attempt's token here, for that
       -- attempt's TTL but never past its queue entry, with a stepped
-      -- fence, and `g:<seq>:<fence>:<now>:<id>` tells it; it holds once a
-      -- quorum of nodes granted the same attempt (seq), without a round.
-      local st, seq, gttl, keep, skew, gtok = direct_state(id)
+      -- fence; `g:<seq>:<fence>:<now>:<id>` on its process's channel tells
+      -- it, and it holds once a quorum of nodes granted the same attempt
+      -- (seq), without a round of its own. Only if its process listens
+      -- here (a process that died has no subscription left): else the
+      -- lock is reserved for it as for any waiter.
+      local st, seq, gttl, keep, skew, proc, gtok = direct_state(id)
       if st == 'W' then
-        redis.call('SET', LOCK, HELD .. gtok, 'PX', math.min(gttl, exp - now))
         -- use: fence_step fence_floor
         local f
         if fv then
@@ -108,9 +112,13 @@ local function free(window, ch, self)
           f = fence_floor(skew)
           redis.call('SET', FENCE, string.format('%.0f', f), 'PX', fence_ttl(f, keep))
         end
-        redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(redis.call('HGET', QEXP, '=' .. id), 2))
-        redis.call('PUBLISH', ch, 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id)
-        return
+        fv = fv or string.format('%.0f', f)
+        local msg = 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id
+        if redis.call('PUBLISH', ch .. ':' .. proc, msg) > 0 then
+          redis.call('SET', LOCK, HELD .. gtok, 'PX', math.min(gttl, exp - now))
+          redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(redis.call('HGET', QEXP, '=' .. id), 2))
+          return
+        end
       end
       if id == self then
         redis.call('SET', LOCK, RESERVED .. id, 'PX', exp - now)
@@ -143,15 +151,15 @@ if op == 'acquire' then
   -- counter starts at least at (TIME - skew) << 10; seq: the attempt's
   -- number within its Acquire (1, 2, ...) if the waiter takes direct grants
   -- (plain mode only), else 0
-  local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew, seq =
+  local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew, seq, proc =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
-    tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11], tonumber(ARGV[12] or '0') or 0
+    tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11], tonumber(ARGV[12] or '0') or 0, ARGV[13] or ''
   local rsv = RESERVED .. wid
-  local direct = enqueue and seq > 0 and owner == ''
+  local direct = enqueue and seq > 0 and owner == '' and string.match(proc, '^%x+$') ~= nil
   local dstate, dseq, dtok = nil, 0, nil
   if direct and extra > 0 then
     local _
-    dstate, dseq, _, _, _, dtok = direct_state(wid)
+    dstate, dseq, _, _, _, _, dtok = direct_state(wid)
     dseq = dseq or 0
   end
   -- This node granted the lock directly to an earlier attempt of this
@@ -185,7 +193,7 @@ if op == 'acquire' then
       redis.call('ZADD', QUEUE, 'NX', score, wid)
       if direct and not granted and seq > dseq then
         redis.call('HSET', QEXP, wid, now + entry_ttl,
-          '=' .. wid, 'W ' .. seq .. ' ' .. ttl .. ' ' .. keep .. ' ' .. skew .. ' ' .. tok)
+          '=' .. wid, 'W ' .. seq .. ' ' .. ttl .. ' ' .. keep .. ' ' .. skew .. ' ' .. proc .. ' ' .. tok)
       else
         redis.call('HSET', QEXP, wid, now + entry_ttl)
         if granted and dstate and seq >= dseq then redis.call('HDEL', QEXP, '=' .. wid) end
@@ -249,7 +257,7 @@ elseif op == 'release' or op == 'rollback' then
     -- a lease of a waiter: its queue entry goes, buried so that an attempt
     -- of it still in flight cannot queue it again (a dead waiter would be
     -- granted the lock); a grant made for it meanwhile is freed
-    local st, _, _, _, _, gtok = direct_state(wid)
+    local st, _, _, _, _, _, gtok = direct_state(wid)
     if dequeue(wid) then bury(wid) end
     if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok and gtok ~= tok) then
       free(window, ch, ''); return 0
@@ -270,7 +278,7 @@ elseif op == 'release' or op == 'rollback' then
 elseif op == 'leave' then
   -- a waiter gives up
   local wid, window, ch = ARGV[2], ARGV[3], ARGV[4]
-  local st, _, _, _, _, gtok = direct_state(wid)
+  local st, _, _, _, _, _, gtok = direct_state(wid)
   dequeue(wid)
   bury(wid)
   -- a reservation or a direct grant made for it goes to the next waiter

@@ -22,11 +22,15 @@ type LockAcquire struct {
 	// the lock to its latest attempt's Token (docs/lock.md, "Direct grant").
 	// 0: it does not.
 	Seq int64
+	// Proc is the waiter's process id (hex): a direct grant is published on
+	// the resource's channel + ":" + Proc, and made only if that process
+	// listens there.
+	Proc string
 }
 
 func (a LockAcquire) Args() []string {
 	return []string{"acquire", a.Token, Ms(a.TTL), a.Owner, Flag(a.Enqueue), Ms(a.EntryTTL), Ms(a.FenceKeep),
-		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew), itoa(a.Seq)}
+		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew), itoa(a.Seq), a.Proc}
 }
 
 // LockRelease ends a lease (1 released, 0 not ours); with Rollback it
