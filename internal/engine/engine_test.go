@@ -806,3 +806,53 @@ func TestAMinorityOfBrokenNodesIsTreatedAsDown(t *testing.T) {
 		}
 	})
 }
+
+// Direct grants make a hold without an acquire round: validity counts
+// from the granted attempt's start (a grant that leaves less than asked is
+// refused, holding nothing), fewer than a quorum hold nothing, and the
+// fence is the largest granted, written back where fewer than a quorum
+// hold it.
+func TestTakeGrantsCountsFromTheAttemptAndDecidesTheFence(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		s := w.spec("A", time.Second)
+		spec := func(start time.Time, fences ...int64) DirectSpec {
+			d := DirectSpec{Start: start, TTL: time.Second, MinValidity: 500 * time.Millisecond, Fence: s.Fence, Hold: s.Hold}
+			for _, f := range fences {
+				d.Grants = append(d.Grants, Vote{Granted: true, Fence: f, Now: 1})
+			}
+			return d
+		}
+		if _, err := w.e.TakeGrants(t.Context(), spec(time.Now(), 7)); !errors.Is(err, ErrQuorumUnavailable) {
+			t.Fatalf("one grant of three: %v", err)
+		}
+		if _, err := w.e.TakeGrants(t.Context(), spec(time.Now().Add(-600*time.Millisecond), 7, 7)); !errors.Is(err, ErrGrantTooLate) {
+			t.Fatalf("an attempt started 600 ms ago, TTL 1 s: %v", err)
+		}
+		for _, f := range w.nodes {
+			if _, _, ops := f.state(); len(ops) != 0 {
+				t.Fatalf("a refused grant sent %v", ops)
+			}
+		}
+		start := time.Now().Add(-100 * time.Millisecond)
+		h, err := w.e.TakeGrants(t.Context(), spec(start, 8, 9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Fence() != 9 || !h.Deadline().Equal(start.Add(time.Second-w.e.Drift(time.Second))) {
+			t.Fatalf("fence %d deadline %v, want 9 and start+TTL-drift", h.Fence(), h.Deadline())
+		}
+		synctest.Wait()
+		written := 0
+		for _, f := range w.nodes {
+			if _, fence, _ := f.state(); fence == 9 {
+				written++
+			}
+		}
+		if written < 2 {
+			t.Fatalf("fence 9 on %d nodes: not written back to a quorum", written)
+		}
+		h.Release(context.Background())
+	})
+}
