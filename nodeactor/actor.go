@@ -63,6 +63,7 @@ type Reply struct {
 // goroutine, so Late must not block) instead of being sent on Reply.
 type Ticket struct {
 	state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
+	drop  atomic.Bool  // Drop was called
 	Late  func(Reply)
 }
 
@@ -70,17 +71,55 @@ type Ticket struct {
 // Late. If it returns false the reply was (or is being) sent on Reply.
 func (t *Ticket) Abandon() bool { return t.state.CompareAndSwap(0, 2) }
 
+// Drop asks the node not to send a Normal request that is still queued
+// unsent, as if its ctx had ended (its reply wraps ErrNotSent); an Urgent
+// request is sent anyway.
+func (t *Ticket) Drop() { t.drop.Store(true) }
+
 // Request is one Call for the actor. Reply must have a free slot for the
 // one Reply the actor sends (size the channel to the fan-out).
 type Request struct {
-	Ctx    context.Context // request scope; checked before I/O
-	Call   Call
-	Lane   Lane
-	Reply  chan<- Reply
-	Ticket *Ticket // optional
+	Ctx context.Context // request scope; checked before I/O
+	// Deadline, when not zero, bounds the request as a deadline of Ctx
+	// would (the earlier of the two counts): a Normal request is not sent
+	// after it, and its batch waits for its reply until then. It spares a
+	// fan-out a context (and its timer) per round.
+	Deadline time.Time
+	Call     Call
+	Lane     Lane
+	Reply    chan<- Reply
+	Ticket   *Ticket // optional
 
 	retried bool // a cluster node already re-queued it once (see exec)
 	counted bool // holds room in the actor's queue accounting (see dequeued)
+}
+
+// Stale returns why a Normal request must not be sent any more at now —
+// its Ctx ended, its Deadline passed, or its Ticket was dropped — or nil.
+// An Urgent request is never stale: it is sent even after its ctx ended.
+func (r *Request) Stale(now time.Time) error {
+	if r.Lane != Normal {
+		return nil
+	}
+	if r.Ctx.Err() != nil {
+		return context.Cause(r.Ctx)
+	}
+	if !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+		return context.DeadlineExceeded
+	}
+	if r.Ticket != nil && r.Ticket.drop.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// deadline returns the earlier of Ctx's deadline and Deadline.
+func (r *Request) deadline() (time.Time, bool) {
+	d, ok := r.Ctx.Deadline()
+	if !r.Deadline.IsZero() && (!ok || r.Deadline.Before(d)) {
+		return r.Deadline, true
+	}
+	return d, ok
 }
 
 // Deliver hands rep to the requester exactly once: on Reply, or to the
@@ -494,19 +533,20 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	cl := *cp
 	live := batch[:0] // filtered in place: index i is read before it is overwritten
 	var deadline time.Time
+	now := time.Now()
 	for i := range batch {
 		r := batch[i]
-		if err := r.Ctx.Err(); err != nil && r.Lane == Normal {
-			r.Deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, context.Cause(r.Ctx))})
+		if err := r.Stale(now); err != nil {
+			r.Deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, err)})
 			continue
 		}
-		d, ok := r.Ctx.Deadline()
+		d, ok := r.deadline()
 		if !ok {
-			d = time.Now().Add(defaultBatchWait)
+			d = now.Add(defaultBatchWait)
 		}
 		if r.Lane == Urgent {
 			// Cleanup must reach the node even when its caller's ctx is gone.
-			if g := time.Now().Add(urgentGrace); g.After(d) {
+			if g := now.Add(urgentGrace); g.After(d) {
 				d = g
 			}
 		}

@@ -225,3 +225,49 @@ func TestCloseAnswersQueued(t *testing.T) {
 		t.Fatalf("after Close: %v", rep.Err)
 	}
 }
+
+// A Normal request whose Deadline passed, or whose Ticket was dropped,
+// before its lane took it is answered ErrNotSent and never reaches the
+// node; an Urgent one is sent all the same (releases outlive their caller).
+func TestStaleRequestsAreNotSent(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	past, future := time.Now().Add(-time.Millisecond), time.Now().Add(time.Minute)
+	dropped := func() *nodeactor.Ticket {
+		tk := &nodeactor.Ticket{}
+		tk.Drop()
+		return tk
+	}
+	for _, c := range []struct {
+		key      string
+		lane     nodeactor.Lane
+		deadline time.Time
+		ticket   *nodeactor.Ticket
+		sent     bool
+	}{
+		{"late", nodeactor.Normal, past, nil, false},
+		{"dropped", nodeactor.Normal, time.Time{}, dropped(), false},
+		{"urgent", nodeactor.Urgent, past, dropped(), true},
+		{"fresh", nodeactor.Normal, future, nil, true},
+	} {
+		reply := make(chan nodeactor.Reply, 1)
+		err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Deadline: c.deadline, Lane: c.lane,
+			Call: nodeactor.Call{Keys: []string{c.key}, Args: []string{"SET", "v"}}, Reply: reply, Ticket: c.ticket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep nodeactor.Reply
+		select {
+		case rep = <-reply:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: never answered", c.key)
+		}
+		if notSent := errors.Is(rep.Err, nodeactor.ErrNotSent); notSent == c.sent {
+			t.Errorf("%s: answered %v, want sent %v", c.key, rep.Err, c.sent)
+		}
+		if got := ms[0].Exists(c.key); got != c.sent {
+			t.Errorf("%s: key written %v, want %v", c.key, got, c.sent)
+		}
+	}
+}

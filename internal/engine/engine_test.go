@@ -115,7 +115,8 @@ func (f *fakeNode) state() (owner string, fence int64, ops []string) {
 }
 
 // loop takes requests in order ("writes them to the socket"): a paused
-// node takes none; a Normal request whose ctx already ended is dropped
+// node takes none; a stale Normal request (its ctx ended, its deadline
+// passed, its round aborted) is dropped
 // unsent. Each taken request arrives delay later and runs in order (wire):
 // requests are pipelined, as on a real connection.
 func (f *fakeNode) loop() {
@@ -166,7 +167,7 @@ func (f *fakeNode) loop() {
 				return
 			}
 		}
-		if req.Lane == nodeactor.Normal && req.Ctx.Err() != nil {
+		if req.Stale(time.Now()) != nil {
 			req.Deliver(nodeactor.Reply{Node: f.idx, Err: nodeactor.ErrNotSent})
 			continue
 		}
@@ -806,3 +807,81 @@ func TestAMinorityOfBrokenNodesIsTreatedAsDown(t *testing.T) {
 		}
 	})
 }
+
+// A refused attempt drops its request still queued unsent on a busy node
+// (Round.Abort): when that node resumes well before the round's bound, the
+// acquire must not run there. The round has no context of its own to
+// cancel; Abort drops the requests through their tickets.
+func TestAbortDropsAQueuedAcquireBeforeItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[1].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[2].pause() // busy: the request waits unsent
+		start := time.Now()
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if !errors.Is(res.Err, ErrNotAcquired) {
+			t.Fatalf("attempt: err %v, want a refusal", res.Err)
+		}
+		if d := time.Since(start); d >= nodeTimeout/2 {
+			t.Fatalf("refused after %s: it waited for the paused node", d)
+		}
+		w.nodes[2].resume() // long before the round's deadline (nodeTimeout)
+		synctest.Wait()
+		if _, _, ops := w.nodes[2].state(); count(ops, "acquire A") != 0 {
+			t.Fatalf("node 2 ops %v: an aborted acquire was sent", ops)
+		}
+	})
+}
+
+// The replies of a round's abandoned nodes arrive after it returned: each
+// must reach that round's late handler, never a later round (whose replies
+// must be its own), and the round's recorded replies must not change.
+func TestLateRepliesReachOnlyTheirOwnRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes[1:] {
+			f.set(func(f *fakeNode) { f.delay = 10 * time.Millisecond })
+		}
+		call := func(tok string) func(int) nodeactor.Call {
+			return func(int) nodeactor.Call { return nodeactor.Call{Args: []string{"release", tok}} }
+		}
+		first := func(r *Round) bool { return r.NAnswered >= 1 }
+		var mu sync.Mutex
+		late := map[string][]int{}
+		lateOf := func(round string) func(nodeactor.Reply) {
+			return func(rep nodeactor.Reply) {
+				mu.Lock()
+				late[round] = append(late[round], rep.Node)
+				mu.Unlock()
+			}
+		}
+		rounds := make([]*Round, 20)
+		for k := range rounds {
+			rounds[k] = w.e.Fanout(t.Context(), nodeactor.Urgent, call("t"+strconv.Itoa(k)), first, lateOf(strconv.Itoa(k)))
+			if !rounds[k].Answered[0] || rounds[k].Answered[1] || rounds[k].Answered[2] {
+				t.Fatalf("round %d answered %v, want node 0 only", k, rounds[k].Answered)
+			}
+			time.Sleep(time.Duration(k%3) * 4 * time.Millisecond) // late replies land during later rounds
+		}
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for k, r := range rounds {
+			if got := late[strconv.Itoa(k)]; len(got) != 2 {
+				t.Errorf("round %d: late replies from nodes %v, want 1 and 2", k, got)
+			}
+			if r.NAnswered != 1 || r.Replies[0].Err != nil {
+				t.Errorf("round %d changed after it returned: %d answered, %v", k, r.NAnswered, r.Replies[0].Err)
+			}
+			for i := 1; i < 3; i++ {
+				var ne *NodeError
+				if !errors.As(r.Replies[i].Err, &ne) || ne.Addr != w.nodes[i].Addr() || !errors.Is(ne, context.DeadlineExceeded) {
+					t.Errorf("round %d node %d: %v, want its own abandoned-node error", k, i, r.Replies[i].Err)
+				}
+			}
+		}
+	})
+}
+

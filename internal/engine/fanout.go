@@ -15,16 +15,70 @@ type Round struct {
 	Answered  []bool
 	NAnswered int
 
-	abort context.CancelFunc
+	tickets []nodeactor.Ticket    // the requests' tickets (nil for a renewer's round)
+	errs    []nodeactor.NodeError // the failed or abandoned nodes' errors
 }
 
 // Abort drops the round's requests that are still queued unsent (their
 // nodes' replies had not been awaited). Without it they are still sent until
 // NodeTimeout: an acquire that won its quorum wants its grant on every node.
 func (r *Round) Abort() {
-	if r.abort != nil {
-		r.abort()
+	for i := range r.tickets {
+		r.tickets[i].Drop()
 	}
+}
+
+// newRound returns a round for n nodes. Up to 5 nodes it is one
+// allocation, sized to n: the slices of its Round point into arrays beside
+// it. Its tickets are reachable from the actors' queues until each request
+// was answered or dropped; nothing in it is ever reused (it is garbage once
+// the round and every request are).
+func newRound(n int) *Round {
+	type (
+		reps  = nodeactor.Reply
+		tix   = nodeactor.Ticket
+		nerrs = nodeactor.NodeError
+	)
+	switch {
+	case n == 1:
+		s := &struct {
+			r Round
+			p [1]reps
+			a [1]bool
+			t [1]tix
+			e [1]nerrs
+		}{}
+		s.r.Replies, s.r.Answered, s.r.tickets, s.r.errs = s.p[:], s.a[:], s.t[:], s.e[:]
+		return &s.r
+	case n <= 3:
+		s := &struct {
+			r Round
+			p [3]reps
+			a [3]bool
+			t [3]tix
+			e [3]nerrs
+		}{}
+		s.r.Replies, s.r.Answered, s.r.tickets, s.r.errs = s.p[:n:n], s.a[:n:n], s.t[:n:n], s.e[:n:n]
+		return &s.r
+	case n <= 5:
+		s := &struct {
+			r Round
+			p [5]reps
+			a [5]bool
+			t [5]tix
+			e [5]nerrs
+		}{}
+		s.r.Replies, s.r.Answered, s.r.tickets, s.r.errs = s.p[:n:n], s.a[:n:n], s.t[:n:n], s.e[:n:n]
+		return &s.r
+	}
+	return &Round{Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n),
+		tickets: make([]nodeactor.Ticket, n), errs: make([]nodeactor.NodeError, n)}
+}
+
+// nodeErr returns node i's error err, kept in the round.
+func (r *Round) nodeErr(i int, addr string, err error) error {
+	r.errs[i] = nodeactor.NodeError{Addr: addr, Err: err}
+	return &r.errs[i]
 }
 
 // Fanout sends call(i) to every node i on lane, each bounded by NodeTimeout,
@@ -40,45 +94,55 @@ func (c *Engine) Fanout(ctx context.Context, lane nodeactor.Lane, call func(node
 }
 
 // fanout is Fanout with the round bounded by bound instead of NodeTimeout.
+// The bound is each request's Deadline and one timer, not a context of the
+// round's own (a context with a timeout costs four allocations and a
+// timer; a dropped round is Round.Abort's Ticket.Drop).
 func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
 	n := len(c.nodes)
-	r := &Round{Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
+	r := newRound(n)
 	ch := make(chan nodeactor.Reply, n) // early return never strands an actor
-	tickets := make([]nodeactor.Ticket, n)
-	rctx, cancel := context.WithTimeout(ctx, bound)
-	r.abort = cancel
 	r.Start = time.Now()
+	deadline := r.Start.Add(bound)
 	pending := 0
 	for i, nd := range c.nodes {
-		tickets[i].Late = late
+		t := &r.tickets[i]
+		t.Late = late
 		// A full mailbox (the node stopped answering) fails this node at
 		// once: one hung node must not use up the round's time for the others.
-		err := nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: lane, Reply: ch, Ticket: &tickets[i]})
+		err := nd.TrySend(nodeactor.Request{Ctx: ctx, Deadline: deadline, Call: call(i), Lane: lane, Reply: ch, Ticket: t})
 		if err != nil {
-			tickets[i].Abandon()
-			r.record(nodeactor.Reply{Node: i, Err: &NodeError{Addr: nd.Addr(), Err: err}})
+			t.Abandon()
+			r.record(nodeactor.Reply{Node: i, Err: r.nodeErr(i, nd.Addr(), err)})
 			continue
 		}
 		pending++
 	}
+	if pending == 0 {
+		return r
+	}
+	// Not a pooled timer: a timer made in a synctest bubble must not be used
+	// outside it, nor one from outside in it.
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
 wait:
 	for pending > 0 && (decide == nil || !decide(r)) {
 		select {
 		case rep := <-ch:
 			pending--
 			r.record(rep)
-		case <-rctx.Done():
+		case <-ctx.Done():
+			break wait
+		case <-timer.C:
 			break wait
 		}
 	}
 	if pending == 0 {
-		cancel()
 		return r
 	}
 	unread := 0
-	for i := range tickets {
-		if !r.Answered[i] && !tickets[i].Abandon() {
+	for i := range r.tickets {
+		if !r.Answered[i] && !r.tickets[i].Abandon() {
 			unread++ // delivered (or being delivered) on ch
 		}
 	}
@@ -87,11 +151,11 @@ wait:
 	}
 	for i := range r.Answered {
 		if !r.Answered[i] {
-			err := rctx.Err()
+			err := ctx.Err()
 			if err == nil {
 				err = context.DeadlineExceeded
 			}
-			r.Replies[i] = nodeactor.Reply{Node: i, Err: &NodeError{Addr: c.nodes[i].Addr(), Err: err}}
+			r.Replies[i] = nodeactor.Reply{Node: i, Err: r.nodeErr(i, c.nodes[i].Addr(), err)}
 		}
 	}
 	return r
