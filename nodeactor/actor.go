@@ -245,8 +245,12 @@ func (l *fifo) take(front []Request, max int) []Request {
 	k := min(len(l.q), max-len(front))
 	batch := append(front, l.q[:k]...)
 	clear(l.q[:k])
-	l.q = l.q[k:]
-	if len(l.q) == 0 {
+	switch {
+	case k < len(l.q):
+		l.q = l.q[k:]
+	case cap(l.q) <= 2*max:
+		l.q = l.q[:0] // reused: a lane's queue is refilled between batches
+	default:
 		l.q = nil // let a burst's backing array go
 	}
 	return batch
