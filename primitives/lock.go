@@ -67,6 +67,7 @@ func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock
 type resource struct {
 	c       *engine.Engine
 	name    string
+	names   []string // {name}: every hold's Keys (a Hold never changes them)
 	o       options
 	keys    []string
 	topic   string
@@ -86,7 +87,7 @@ func newResource(coord *coordinator.Coordinator, name string, opts []Option, k k
 		return resource{}, err
 	}
 	topic := c.Topic(name) + topicSuffix
-	return resource{c: c, name: name, o: o, keys: scripts.Keys(c.Topic(name), suffixes), topic: topic,
+	return resource{c: c, name: name, names: []string{name}, o: o, keys: scripts.Keys(c.Topic(name), suffixes), topic: topic,
 		channel: topic + ":ch", meta: holderMeta(o.label)}, nil
 }
 
@@ -167,7 +168,7 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
-		Keys: []string{l.name}, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
+		Keys: l.names, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
 		Protocol: newLockProto(l, token, wid, fence),
 	})

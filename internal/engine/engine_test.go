@@ -885,3 +885,56 @@ func TestLateRepliesReachOnlyTheirOwnRound(t *testing.T) {
 	})
 }
 
+// Done, Lost and Context are made on first use: a hold that ended before
+// any of them was asked for still gives them closed (Lost only if lost)
+// and cancelled with its Err as the cause.
+func TestHoldChannelsAskedForAfterTheEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h := res.Hold
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.Done():
+		default:
+			t.Fatal("Done not closed after Release")
+		}
+		select {
+		case <-h.Lost():
+			t.Fatal("Lost closed by Release")
+		default:
+		}
+		if c := context.Cause(h.Context()); !errors.Is(c, ErrReleased) {
+			t.Fatalf("Context cause %v, want ErrReleased", c)
+		}
+
+		// Lost first, the rest asked for only after it closed: they must
+		// already be done (the order observers rely on).
+		res = w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h = res.Hold
+		lost := h.Lost()
+		for _, f := range w.nodes {
+			f.pause()
+		}
+		<-lost
+		select {
+		case <-h.Done():
+		default:
+			t.Fatal("Lost closed but Done not")
+		}
+		if c := context.Cause(h.Context()); !errors.Is(c, ErrLeaseLost) {
+			t.Fatalf("Context cause %v, want ErrLeaseLost", c)
+		}
+		for _, f := range w.nodes {
+			f.resume()
+		}
+	})
+}
