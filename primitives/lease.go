@@ -153,9 +153,15 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err 
 
 // newToken returns 128 random bits from crypto/rand, hex encoded.
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand doc)
-	return hex.EncodeToString(b[:])
+	var b [32]byte
+	return string(appendToken(b[:0]))
+}
+
+// appendToken appends a fresh token (newToken's digits) to b.
+func appendToken(b []byte) []byte {
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
+	return hex.AppendEncode(b, r[:])
 }
 
 var _ = coordinator.ErrClosed
