@@ -101,7 +101,7 @@ func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
 	n := len(c.nodes)
 	r := newRound(n)
-	ch := make(chan nodeactor.Reply, n) // early return never strands an actor
+	ch := c.replyChan() // sized n: an early return never strands an actor
 	r.Start = time.Now()
 	deadline := r.Start.Add(bound)
 	pending := 0
@@ -119,12 +119,11 @@ func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor
 		pending++
 	}
 	if pending == 0 {
+		c.chans.Put(ch)
 		return r
 	}
-	// Not a pooled timer: a timer made in a synctest bubble must not be used
-	// outside it, nor one from outside in it.
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
+	timer := c.timer(bound)
+	defer c.putTimer(timer)
 wait:
 	for pending > 0 && (decide == nil || !decide(r)) {
 		select {
@@ -138,6 +137,7 @@ wait:
 		}
 	}
 	if pending == 0 {
+		c.chans.Put(ch)
 		return r
 	}
 	unread := 0
@@ -149,6 +149,10 @@ wait:
 	for ; unread > 0; unread-- {
 		r.record(<-ch)
 	}
+	// Every request was answered on ch and read, or abandoned (its reply,
+	// if any, goes to late: Deliver sends on ch only after it won the
+	// ticket). Nothing will send on ch again: it is free for another round.
+	c.chans.Put(ch)
 	for i := range r.Answered {
 		if !r.Answered[i] {
 			err := ctx.Err()
@@ -159,6 +163,35 @@ wait:
 		}
 	}
 	return r
+}
+
+// replyChan returns an empty channel with room for one reply per node.
+func (c *Engine) replyChan() chan nodeactor.Reply {
+	if ch, ok := c.chans.Get().(chan nodeactor.Reply); ok && cap(ch) == len(c.nodes) {
+		return ch
+	}
+	return make(chan nodeactor.Reply, len(c.nodes))
+}
+
+// timer returns a timer that fires after d, used by one round at a time.
+func (c *Engine) timer(d time.Duration) *time.Timer {
+	if t, ok := c.timers.Get().(*time.Timer); ok {
+		t.Reset(d) // stopped and drained: no stale tick (Go 1.23 timers)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func (c *Engine) putTimer(t *time.Timer) {
+	if !t.Stop() {
+		// It fired: Go 1.23 timers drop the unread tick on Stop; with
+		// GODEBUG asynctimerchan=1 it may still be buffered.
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	c.timers.Put(t)
 }
 
 func (r *Round) record(rep nodeactor.Reply) {
@@ -174,12 +207,11 @@ func (r *Round) record(rep nodeactor.Reply) {
 // for replies; used for best-effort cleanup. It never blocks: a node whose
 // mailbox is full is skipped (its keys expire by TTL).
 func (c *Engine) Broadcast(ctx context.Context, call func(node int) nodeactor.Call) {
-	// Urgent requests are sent even after their ctx ended (see nodeactor), so
-	// the ctx can be released as soon as they are queued.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.set.NodeTimeout)
-	defer cancel()
+	// Urgent requests are sent even after their ctx ended (see nodeactor):
+	// only the deadline bounds them.
+	rctx, deadline := context.WithoutCancel(ctx), time.Now().Add(c.set.NodeTimeout)
 	for i, nd := range c.nodes {
-		_ = nd.TrySend(nodeactor.Request{Ctx: rctx, Call: call(i), Lane: nodeactor.Urgent})
+		_ = nd.TrySend(nodeactor.Request{Ctx: rctx, Deadline: deadline, Call: call(i), Lane: nodeactor.Urgent})
 	}
 }
 
@@ -192,9 +224,10 @@ func (c *Engine) SendLate(i int, call nodeactor.Call) {
 		return
 	default:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.set.NodeTimeout)
-	defer cancel() // urgent requests are sent even after their ctx ended
-	_ = c.nodes[i].TrySend(nodeactor.Request{Ctx: ctx, Call: call, Lane: nodeactor.Urgent})
+	// urgent requests are sent even after their ctx ended: only the
+	// deadline bounds them
+	_ = c.nodes[i].TrySend(nodeactor.Request{Ctx: context.Background(), Deadline: time.Now().Add(c.set.NodeTimeout),
+		Call: call, Lane: nodeactor.Urgent})
 }
 
 // NodeCaps returns node i's probed capabilities.

@@ -288,9 +288,9 @@ func (c *Engine) releaseTimeout() time.Duration {
 	return 4*c.set.NodeTimeout + 100*time.Millisecond
 }
 
-// Release deletes the hold on every node that answers. It runs with
-// context.WithoutCancel(ctx), so a deferred Release after the request's ctx
-// ended still deletes the keys, and waits for a busy node until the hold's
+// Release deletes the hold on every node that answers. Nothing of ctx
+// cancels it (as if run with context.WithoutCancel(ctx)), so a deferred
+// Release after the request's ctx ended still deletes the keys, and waits for a busy node until the hold's
 // Deadline at most (never less than a short bound); a node that is down or
 // not answering does not hold it up once a quorum confirmed. It returns nil when a
 // quorum confirmed (and nil again on a second call), an error wrapping the
@@ -321,7 +321,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	h.c.rn.remove(h)
 	h.waitRound(idle)
-	err := h.c.release(ctx, h.spec.Protocol, h.Deadline())
+	err := h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, ErrReleased)
 	return err
 }
@@ -376,7 +376,7 @@ func (h *Hold) closeRelease() {
 	idle := h.idle
 	h.mu.Unlock()
 	h.waitRound(idle)
-	_ = h.c.release(context.Background(), h.spec.Protocol, h.Deadline())
+	_ = h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
 }
 
@@ -384,8 +384,11 @@ func (h *Hold) closeRelease() {
 // deadline (at least releaseTimeout): a release queued behind a burst on a
 // busy node is waited for while it still matters (after the deadline the
 // keys expire anyway), and the caller's cancellation must not cut it short.
-func (c *Engine) release(ctx context.Context, p Protocol, deadline time.Time) error {
-	rctx := context.WithoutCancel(ctx)
+func (c *Engine) release(p Protocol, deadline time.Time) error {
+	// No caller's ctx: nothing cancels a release, and the nodes read only
+	// an urgent request's deadline (context.WithoutCancel(ctx) would cost
+	// an allocation for values nobody reads).
+	rctx := context.Background()
 	bound := max(time.Until(deadline), c.releaseTimeout())
 	// Done once a quorum confirmed. The other nodes' requests stay queued
 	// and are still sent (urgent requests outlive their ctx), after
