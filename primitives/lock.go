@@ -194,6 +194,9 @@ type lockProto struct {
 	wid   string // the waiter id whose queue entries the release drops ("" for TryAcquire)
 	fence uint64
 	high  ttlHigh
+	// release is the release call, the same for every node: built once
+	// (ReleaseCall is asked for it node by node).
+	release nodeactor.Call
 }
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
@@ -239,11 +242,7 @@ func (t *ttlHigh) nativeOK(ttl time.Duration) bool {
 
 func flag(b bool) string { return scripts.Flag(b) }
 
-func (p *lockProto) ReleaseCall(int) nodeactor.Call {
-	l := p.l
-	return l.call(scripts.LockRelease{Token: p.token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
-		Channel: l.channel, Waiter: p.wid})
-}
+func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
 
 func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 	return classifyRenew(rep)
@@ -399,6 +398,8 @@ func prefix8(tok string) string {
 
 func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
+	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
+		Channel: l.channel, Waiter: wid})
 	p.high.note(l.o.ttl)
 	return p
 }
