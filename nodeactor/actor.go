@@ -453,6 +453,7 @@ func (a *Actor) Close() error {
 func (a *Actor) serve(l *fifo) {
 	var front []Request
 	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
+	var clock batchClock          // the batches' ctx, reused while no deadline hits
 	for {
 		if len(front) == 0 {
 			select {
@@ -476,7 +477,7 @@ func (a *Actor) serve(l *fifo) {
 		for i := range batch {
 			a.dequeued(&batch[i])
 		}
-		next, wait := a.exec(batch)
+		next, wait := a.exec(batch, &clock)
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -528,7 +529,7 @@ func (a *Actor) fail(batch []Request, err error) {
 // exec sends one batch and delivers its replies. It returns the requests
 // to send first in the lane's next batch, and how long the lane must wait
 // before it (a cluster node's resend after a failover).
-func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
+func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait time.Duration) {
 	cp := a.client.Load()
 	if cp == nil {
 		a.fail(batch, ErrNodeDown)
@@ -562,8 +563,8 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	if len(live) == 0 {
 		return nil, 0
 	}
-	ctx, cancel := until(deadline)
-	defer cancel()
+	ctx := clock.start(deadline)
+	defer clock.stop()
 	caps := a.caps.Load()
 	cmds := make(rueidis.Commands, len(live))
 	for i := range live {
@@ -686,6 +687,39 @@ func until(deadline time.Time) (context.Context, context.CancelFunc) {
 	return ctx, func() {
 		t.Stop()
 		cancel(context.Canceled)
+	}
+}
+
+// batchClock is a lane's ctx for its batches: like until's, without a
+// deadline and canceled by a timer at the batch's deadline. The lane runs
+// one batch at a time and nothing keeps the ctx after exec returns
+// (rueidis waits on it only inside DoMulti), so the same ctx and timer
+// serve batch after batch while no deadline hits: until cost five
+// allocations per batch, and an uncontended lane sends batches of one. A
+// timer that fired (or is firing) cancels only its own ctx, which is
+// then dropped: the next batch makes a fresh pair. Owned by its lane.
+type batchClock struct {
+	ctx context.Context
+	t   *time.Timer // AfterFunc canceling ctx; stopped between batches
+}
+
+// start returns the ctx for a batch that must end by deadline.
+func (c *batchClock) start(deadline time.Time) context.Context {
+	d := time.Until(deadline)
+	if c.ctx == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		c.ctx = ctx
+		c.t = time.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+		return ctx
+	}
+	c.t.Reset(d)
+	return c.ctx
+}
+
+// stop ends a batch: the pair is kept unless its timer fired.
+func (c *batchClock) stop() {
+	if !c.t.Stop() {
+		c.ctx, c.t = nil, nil // fired, or firing: its cancel is for this ctx alone
 	}
 }
 

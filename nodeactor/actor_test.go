@@ -271,3 +271,34 @@ func TestStaleRequestsAreNotSent(t *testing.T) {
 		}
 	}
 }
+
+// A lane reuses its batch ctx while no batch hits its deadline. A batch
+// that does (a 50 ms script under a 10 ms deadline) fails, and the next
+// batch, with time to spare, must not inherit its canceled ctx.
+func TestBatchAfterADeadlineHitGetsAFreshCtx(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, srv.Addr())
+	ready(t, a)
+	busy := nodeactor.NewScript("busy", `local s = redis.call('TIME')
+repeat local n = redis.call('TIME') until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 50000
+return 1`)
+	ctx := context.Background()
+	if rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: busy, Keys: []string{"k"}}); rep.Err != nil {
+		t.Fatal(rep.Err) // loads the script; the lane's ctx is now in use
+	}
+	for round := range 3 {
+		short := make(chan nodeactor.Reply, 1)
+		if err := a.TrySend(nodeactor.Request{Ctx: ctx, Deadline: time.Now().Add(10 * time.Millisecond),
+			Call: nodeactor.Call{Script: busy, Keys: []string{"k"}}, Reply: short}); err != nil {
+			t.Fatal(err)
+		}
+		if rep := <-short; rep.Err == nil {
+			t.Fatalf("round %d: a 50 ms script finished within a 10 ms deadline", round)
+		}
+		rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Keys: []string{"k2"}, Args: []string{"SET", "v"}})
+		if rep.Err != nil {
+			t.Fatalf("round %d: the batch after a deadline hit failed: %v", round, rep.Err)
+		}
+	}
+}
