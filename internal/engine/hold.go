@@ -290,8 +290,9 @@ func (c *Engine) releaseTimeout() time.Duration {
 
 // Release deletes the hold on every node that answers. Nothing of ctx
 // cancels it (as if run with context.WithoutCancel(ctx)), so a deferred
-// Release after the request's ctx ended still deletes the keys, and waits for a busy node until the hold's
-// Deadline at most (never less than a short bound); a node that is down or
+// Release after the request's ctx ended still deletes the keys, and waits
+// for a busy node until the hold's Deadline at most (never less than a
+// short bound); a node that is down or
 // not answering does not hold it up once a quorum confirmed. It returns nil when a
 // quorum confirmed (and nil again on a second call), an error wrapping the
 // per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
