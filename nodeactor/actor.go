@@ -63,6 +63,7 @@ type Reply struct {
 // goroutine, so Late must not block) instead of being sent on Reply.
 type Ticket struct {
 	state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
+	drop  atomic.Bool  // Drop was called
 	Late  func(Reply)
 }
 
@@ -70,17 +71,55 @@ type Ticket struct {
 // Late. If it returns false the reply was (or is being) sent on Reply.
 func (t *Ticket) Abandon() bool { return t.state.CompareAndSwap(0, 2) }
 
+// Drop asks the node not to send a Normal request that is still queued
+// unsent, as if its ctx had ended (its reply wraps ErrNotSent); an Urgent
+// request is sent anyway.
+func (t *Ticket) Drop() { t.drop.Store(true) }
+
 // Request is one Call for the actor. Reply must have a free slot for the
 // one Reply the actor sends (size the channel to the fan-out).
 type Request struct {
-	Ctx    context.Context // request scope; checked before I/O
-	Call   Call
-	Lane   Lane
-	Reply  chan<- Reply
-	Ticket *Ticket // optional
+	Ctx context.Context // request scope; checked before I/O
+	// Deadline, when not zero, bounds the request as a deadline of Ctx
+	// would (the earlier of the two counts): a Normal request is not sent
+	// after it, and its batch waits for its reply until then. It spares a
+	// fan-out a context (and its timer) per round.
+	Deadline time.Time
+	Call     Call
+	Lane     Lane
+	Reply    chan<- Reply
+	Ticket   *Ticket // optional
 
 	retried bool // a cluster node already re-queued it once (see exec)
 	counted bool // holds room in the actor's queue accounting (see dequeued)
+}
+
+// Stale returns why a Normal request must not be sent any more at now —
+// its Ctx ended, its Deadline passed, or its Ticket was dropped — or nil.
+// An Urgent request is never stale: it is sent even after its ctx ended.
+func (r *Request) Stale(now time.Time) error {
+	if r.Lane != Normal {
+		return nil
+	}
+	if r.Ctx.Err() != nil {
+		return context.Cause(r.Ctx)
+	}
+	if !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+		return context.DeadlineExceeded
+	}
+	if r.Ticket != nil && r.Ticket.drop.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// deadline returns the earlier of Ctx's deadline and Deadline.
+func (r *Request) deadline() (time.Time, bool) {
+	d, ok := r.Ctx.Deadline()
+	if !r.Deadline.IsZero() && (!ok || r.Deadline.Before(d)) {
+		return r.Deadline, true
+	}
+	return d, ok
 }
 
 // Deliver hands rep to the requester exactly once: on Reply, or to the
@@ -206,8 +245,12 @@ func (l *fifo) take(front []Request, max int) []Request {
 	k := min(len(l.q), max-len(front))
 	batch := append(front, l.q[:k]...)
 	clear(l.q[:k])
-	l.q = l.q[k:]
-	if len(l.q) == 0 {
+	switch {
+	case k < len(l.q):
+		l.q = l.q[k:]
+	case cap(l.q) <= 2*max:
+		l.q = l.q[:0] // reused: a lane's queue is refilled between batches
+	default:
 		l.q = nil // let a burst's backing array go
 	}
 	return batch
@@ -410,6 +453,7 @@ func (a *Actor) Close() error {
 func (a *Actor) serve(l *fifo) {
 	var front []Request
 	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
+	var clock batchClock          // the batches' ctx, reused while no deadline hits
 	for {
 		if len(front) == 0 {
 			select {
@@ -433,7 +477,7 @@ func (a *Actor) serve(l *fifo) {
 		for i := range batch {
 			a.dequeued(&batch[i])
 		}
-		next, wait := a.exec(batch)
+		next, wait := a.exec(batch, &clock)
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -485,7 +529,7 @@ func (a *Actor) fail(batch []Request, err error) {
 // exec sends one batch and delivers its replies. It returns the requests
 // to send first in the lane's next batch, and how long the lane must wait
 // before it (a cluster node's resend after a failover).
-func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
+func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait time.Duration) {
 	cp := a.client.Load()
 	if cp == nil {
 		a.fail(batch, ErrNodeDown)
@@ -494,19 +538,20 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	cl := *cp
 	live := batch[:0] // filtered in place: index i is read before it is overwritten
 	var deadline time.Time
+	now := time.Now()
 	for i := range batch {
 		r := batch[i]
-		if err := r.Ctx.Err(); err != nil && r.Lane == Normal {
-			r.Deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, context.Cause(r.Ctx))})
+		if err := r.Stale(now); err != nil {
+			r.Deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, err)})
 			continue
 		}
-		d, ok := r.Ctx.Deadline()
+		d, ok := r.deadline()
 		if !ok {
-			d = time.Now().Add(defaultBatchWait)
+			d = now.Add(defaultBatchWait)
 		}
 		if r.Lane == Urgent {
 			// Cleanup must reach the node even when its caller's ctx is gone.
-			if g := time.Now().Add(urgentGrace); g.After(d) {
+			if g := now.Add(urgentGrace); g.After(d) {
 				d = g
 			}
 		}
@@ -518,8 +563,8 @@ func (a *Actor) exec(batch []Request) (next []Request, wait time.Duration) {
 	if len(live) == 0 {
 		return nil, 0
 	}
-	ctx, cancel := until(deadline)
-	defer cancel()
+	ctx := clock.start(deadline)
+	defer clock.stop()
 	caps := a.caps.Load()
 	cmds := make(rueidis.Commands, len(live))
 	for i := range live {
@@ -642,6 +687,39 @@ func until(deadline time.Time) (context.Context, context.CancelFunc) {
 	return ctx, func() {
 		t.Stop()
 		cancel(context.Canceled)
+	}
+}
+
+// batchClock is a lane's ctx for its batches: like until's, without a
+// deadline and canceled by a timer at the batch's deadline. The lane runs
+// one batch at a time and nothing keeps the ctx after exec returns
+// (rueidis waits on it only inside DoMulti), so the same ctx and timer
+// serve batch after batch while no deadline hits: until cost five
+// allocations per batch, and an uncontended lane sends batches of one. A
+// timer that fired (or is firing) cancels only its own ctx, which is
+// then dropped: the next batch makes a fresh pair. Owned by its lane.
+type batchClock struct {
+	ctx context.Context
+	t   *time.Timer // AfterFunc canceling ctx; stopped between batches
+}
+
+// start returns the ctx for a batch that must end by deadline.
+func (c *batchClock) start(deadline time.Time) context.Context {
+	d := time.Until(deadline)
+	if c.ctx == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		c.ctx = ctx
+		c.t = time.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+		return ctx
+	}
+	c.t.Reset(d)
+	return c.ctx
+}
+
+// stop ends a batch: the pair is kept unless its timer fired.
+func (c *batchClock) stop() {
+	if !c.t.Stop() {
+		c.ctx, c.t = nil, nil // fired, or firing: its cancel is for this ctx alone
 	}
 }
 

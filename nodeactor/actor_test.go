@@ -225,3 +225,80 @@ func TestCloseAnswersQueued(t *testing.T) {
 		t.Fatalf("after Close: %v", rep.Err)
 	}
 }
+
+// A Normal request whose Deadline passed, or whose Ticket was dropped,
+// before its lane took it is answered ErrNotSent and never reaches the
+// node; an Urgent one is sent all the same (releases outlive their caller).
+func TestStaleRequestsAreNotSent(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	a := start(t, ms[0].Addr())
+	ready(t, a)
+	past, future := time.Now().Add(-time.Millisecond), time.Now().Add(time.Minute)
+	dropped := func() *nodeactor.Ticket {
+		tk := &nodeactor.Ticket{}
+		tk.Drop()
+		return tk
+	}
+	for _, c := range []struct {
+		key      string
+		lane     nodeactor.Lane
+		deadline time.Time
+		ticket   *nodeactor.Ticket
+		sent     bool
+	}{
+		{"late", nodeactor.Normal, past, nil, false},
+		{"dropped", nodeactor.Normal, time.Time{}, dropped(), false},
+		{"urgent", nodeactor.Urgent, past, dropped(), true},
+		{"fresh", nodeactor.Normal, future, nil, true},
+	} {
+		reply := make(chan nodeactor.Reply, 1)
+		err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Deadline: c.deadline, Lane: c.lane,
+			Call: nodeactor.Call{Keys: []string{c.key}, Args: []string{"SET", "v"}}, Reply: reply, Ticket: c.ticket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep nodeactor.Reply
+		select {
+		case rep = <-reply:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: never answered", c.key)
+		}
+		if notSent := errors.Is(rep.Err, nodeactor.ErrNotSent); notSent == c.sent {
+			t.Errorf("%s: answered %v, want sent %v", c.key, rep.Err, c.sent)
+		}
+		if got := ms[0].Exists(c.key); got != c.sent {
+			t.Errorf("%s: key written %v, want %v", c.key, got, c.sent)
+		}
+	}
+}
+
+// A lane reuses its batch ctx while no batch hits its deadline. A batch
+// that does (a 50 ms script under a 10 ms deadline) fails, and the next
+// batch, with time to spare, must not inherit its canceled ctx.
+func TestBatchAfterADeadlineHitGetsAFreshCtx(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, srv.Addr())
+	ready(t, a)
+	busy := nodeactor.NewScript("busy", `local s = redis.call('TIME')
+repeat local n = redis.call('TIME') until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 50000
+return 1`)
+	ctx := context.Background()
+	if rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: busy, Keys: []string{"k"}}); rep.Err != nil {
+		t.Fatal(rep.Err) // loads the script; the lane's ctx is now in use
+	}
+	for round := range 3 {
+		short := make(chan nodeactor.Reply, 1)
+		if err := a.TrySend(nodeactor.Request{Ctx: ctx, Deadline: time.Now().Add(10 * time.Millisecond),
+			Call: nodeactor.Call{Script: busy, Keys: []string{"k"}}, Reply: short}); err != nil {
+			t.Fatal(err)
+		}
+		if rep := <-short; rep.Err == nil {
+			t.Fatalf("round %d: a 50 ms script finished within a 10 ms deadline", round)
+		}
+		rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Keys: []string{"k2"}, Args: []string{"SET", "v"}})
+		if rep.Err != nil {
+			t.Fatalf("round %d: the batch after a deadline hit failed: %v", round, rep.Err)
+		}
+	}
+}

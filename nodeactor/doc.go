@@ -49,5 +49,6 @@
 //   - urgentN: an atomic counter of queued urgent requests, incremented by
 //     callers and decremented by the lane that dequeues them.
 //   - A Ticket's state is one atomic: the first of Deliver and Abandon to
-//     move it from pending wins.
+//     move it from pending wins. Its drop flag is another: set by the
+//     requester (Drop), read by the lane before it sends the request.
 package nodeactor

@@ -221,7 +221,7 @@ func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
 func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
 	f := w.f
 	return f.c.NewHold(engine.HoldSpec{
-		Keys: []string{f.name}, Token: bareToken(token), Fence: fence, TTL: f.o.ttl, Start: start,
+		Keys: f.names, Token: bareToken(token), Fence: fence, TTL: f.o.ttl, Start: start,
 		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat,
 		Protocol: newFairProto(f, token, fence, w.wid),
 	})

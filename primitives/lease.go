@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
@@ -17,8 +18,9 @@ import (
 // closes by its Deadline, before anyone else could acquire. Every primitive's
 // Acquire returns one. It is safe for concurrent use.
 type Lease struct {
-	h   *engine.Hold
-	ctx context.Context // h's Context, carrying the lease for Heartbeat(ctx)
+	h      *engine.Hold
+	ctxSet sync.Once
+	ctx    context.Context // h's Context, carrying the lease for Heartbeat(ctx); made on first use
 }
 
 // wrap returns the Lease of a fresh hold (nil for nil, with err unchanged).
@@ -30,9 +32,7 @@ func wrap(h *engine.Hold, err error) (*Lease, error) {
 }
 
 func newLease(h *engine.Hold) *Lease {
-	l := &Lease{h: h}
-	l.ctx = context.WithValue(h.Context(), leaseKey{}, l)
-	return l
+	return &Lease{h: h}
 }
 
 // leaseKey is the context key under which a lease's Context (and Do's
@@ -92,7 +92,10 @@ func (l *Lease) Err() error { return l.h.Err() }
 
 // Context returns a context cancelled when Done closes, with Err as its
 // cause: run the work the lease protects under it.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context {
+	l.ctxSet.Do(func() { l.ctx = context.WithValue(l.h.Context(), leaseKey{}, l) })
+	return l.ctx
+}
 
 // Extend renews the lease on the nodes now with ttl (ttl > 0, within the
 // TTL bounds): it succeeds iff a quorum confirms the token within the
@@ -150,9 +153,15 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err 
 
 // newToken returns 128 random bits from crypto/rand, hex encoded.
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand doc)
-	return hex.EncodeToString(b[:])
+	var b [32]byte
+	return string(appendToken(b[:0]))
+}
+
+// appendToken appends a fresh token (newToken's digits) to b.
+func appendToken(b []byte) []byte {
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
+	return hex.AppendEncode(b, r[:])
 }
 
 var _ = coordinator.ErrClosed

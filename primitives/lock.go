@@ -68,6 +68,7 @@ func NewLock(coord *coordinator.Coordinator, name string, opts ...Option) (*Lock
 type resource struct {
 	c       *engine.Engine
 	name    string
+	names   []string // {name}: every hold's Keys (a Hold never changes them)
 	o       options
 	keys    []string
 	topic   string
@@ -87,7 +88,7 @@ func newResource(coord *coordinator.Coordinator, name string, opts []Option, k k
 		return resource{}, err
 	}
 	topic := c.Topic(name) + topicSuffix
-	return resource{c: c, name: name, o: o, keys: scripts.Keys(c.Topic(name), suffixes), topic: topic,
+	return resource{c: c, name: name, names: []string{name}, o: o, keys: scripts.Keys(c.Topic(name), suffixes), topic: topic,
 		channel: topic + ":ch", meta: holderMeta(o.label)}, nil
 }
 
@@ -173,7 +174,7 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
-		Keys: []string{l.name}, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
+		Keys: l.names, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
 		Protocol: newLockProto(l, token, wid, fence),
 	})
@@ -199,6 +200,9 @@ type lockProto struct {
 	wid   string // the waiter id whose queue entries the release drops ("" for TryAcquire)
 	fence uint64
 	high  ttlHigh
+	// release is the release call, the same for every node: built once
+	// (ReleaseCall is asked for it node by node).
+	release nodeactor.Call
 }
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
@@ -244,11 +248,7 @@ func (t *ttlHigh) nativeOK(ttl time.Duration) bool {
 
 func flag(b bool) string { return scripts.Flag(b) }
 
-func (p *lockProto) ReleaseCall(int) nodeactor.Call {
-	l := p.l
-	return l.call(scripts.LockRelease{Token: p.token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
-		Channel: l.channel, Waiter: p.wid})
-}
+func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
 
 func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 	return classifyRenew(rep)
@@ -404,6 +404,8 @@ func prefix8(tok string) string {
 
 func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
+	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
+		Channel: l.channel, Waiter: wid})
 	p.high.note(l.o.ttl)
 	return p
 }

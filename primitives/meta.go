@@ -90,7 +90,14 @@ var hostLabel = func() func() string {
 // holdValue is the token an attempt writes: a fresh token with the holder's
 // metadata, the acquisition time and the waiter it queued as (wid, "" for none).
 func holdValue(meta string, at time.Time, wid string) string {
-	return newToken() + meta + metaSep + strconv.FormatInt(at.UnixMilli(), 10) + metaSep + prefixN(wid, 8)
+	var buf [128]byte // one allocation: the string
+	b := appendToken(buf[:0])
+	b = append(b, meta...)
+	b = append(b, metaSep...)
+	b = strconv.AppendInt(b, at.UnixMilli(), 10)
+	b = append(b, metaSep...)
+	b = append(b, prefixN(wid, 8)...)
+	return string(b)
 }
 
 // waiterID is a fresh waiter id carrying the metadata and the time its

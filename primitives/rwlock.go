@@ -86,7 +86,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 		return nil, fmt.Errorf("redlock: downgrade not confirmed by a quorum; lease released: %w", err)
 	}
 	read, err := rw.c.NewHold(engine.HoldSpec{
-		Keys: []string{rw.name}, Token: bareToken(p.token), Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
+		Keys: rw.names, Token: bareToken(p.token), Fence: write.Fence(), TTL: rw.o.ttl, Start: r.Start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: p.token, write: false},
 	})
@@ -208,7 +208,7 @@ func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.H
 func (s *rwSide) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	rw := s.rw
 	return rw.c.NewHold(engine.HoldSpec{
-		Keys: []string{rw.name}, Token: bareToken(token), Fence: fence, TTL: rw.o.ttl, Start: start,
+		Keys: rw.names, Token: bareToken(token), Fence: fence, TTL: rw.o.ttl, Start: start,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: token, wid: wid, write: s.write},
 	})

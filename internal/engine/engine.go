@@ -41,6 +41,13 @@ type Engine struct {
 	holds  map[*Hold]struct{}
 	closed bool
 
+	// A fan-out's reply channel and timer, kept for the next round (see
+	// fanout for when they are free). Per engine, not global: a timer made
+	// in a synctest bubble must never be used outside it, and an engine's
+	// rounds all run where it runs.
+	chans  sync.Pool // chan nodeactor.Reply, cap len(nodes), empty
+	timers sync.Pool // *time.Timer, stopped
+
 	done      chan struct{}
 	closeOnce sync.Once
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,7 +116,8 @@ func (f *fakeNode) state() (owner string, fence int64, ops []string) {
 }
 
 // loop takes requests in order ("writes them to the socket"): a paused
-// node takes none; a Normal request whose ctx already ended is dropped
+// node takes none; a stale Normal request (its ctx ended, its deadline
+// passed, its round aborted) is dropped
 // unsent. Each taken request arrives delay later and runs in order (wire):
 // requests are pipelined, as on a real connection.
 func (f *fakeNode) loop() {
@@ -166,7 +168,7 @@ func (f *fakeNode) loop() {
 				return
 			}
 		}
-		if req.Lane == nodeactor.Normal && req.Ctx.Err() != nil {
+		if req.Stale(time.Now()) != nil {
 			req.Deliver(nodeactor.Reply{Node: f.idx, Err: nodeactor.ErrNotSent})
 			continue
 		}
@@ -181,8 +183,8 @@ func (f *fakeNode) loop() {
 	}
 }
 
-// run executes one call: acquire, rollback, release, renew, fence, or
-// wrongtype (answers a WRONGTYPE error).
+// run executes one call: acquire, rollback, release, renew, fence, echo
+// (answers its argument), or wrongtype (answers a WRONGTYPE error).
 func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -227,6 +229,8 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 		n, _ := strconv.ParseInt(arg, 10, 64)
 		f.fence = max(f.fence, n)
 		rep.Msg = mock.RedisInt64(1)
+	case "echo":
+		rep.Msg = mock.RedisString(arg)
 	case "wrongtype":
 		m := mock.RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")
 		rep.Err = m.Error()
@@ -854,5 +858,142 @@ func TestTakeGrantsCountsFromTheAttemptAndDecidesTheFence(t *testing.T) {
 			t.Fatalf("fence 9 on %d nodes: not written back to a quorum", written)
 		}
 		h.Release(context.Background())
+	})
+}
+
+// A refused attempt drops its request still queued unsent on a busy node
+// (Round.Abort): when that node resumes well before the round's bound, the
+// acquire must not run there. The round has no context of its own to
+// cancel; Abort drops the requests through their tickets.
+func TestAbortDropsAQueuedAcquireBeforeItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[0].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[1].set(func(f *fakeNode) { f.owner = "other" })
+		w.nodes[2].pause() // busy: the request waits unsent
+		start := time.Now()
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if !errors.Is(res.Err, ErrNotAcquired) {
+			t.Fatalf("attempt: err %v, want a refusal", res.Err)
+		}
+		if d := time.Since(start); d >= nodeTimeout/2 {
+			t.Fatalf("refused after %s: it waited for the paused node", d)
+		}
+		w.nodes[2].resume() // long before the round's deadline (nodeTimeout)
+		synctest.Wait()
+		if _, _, ops := w.nodes[2].state(); count(ops, "acquire A") != 0 {
+			t.Fatalf("node 2 ops %v: an aborted acquire was sent", ops)
+		}
+	})
+}
+
+// The replies a round did not wait for arrive after it returned, some
+// already on its channel when it decided (node 1 answers with node 0),
+// some later (node 2): each must be recorded by its own round or reach
+// that round's late handler, exactly once, and never a later round (the
+// rounds' reply channels are reused).
+func TestLateRepliesReachOnlyTheirOwnRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 10 * time.Millisecond })
+		echo := func(tok string) func(int) nodeactor.Call {
+			return func(int) nodeactor.Call { return nodeactor.Call{Args: []string{"echo", tok}} }
+		}
+		first := func(r *Round) bool { return r.NAnswered >= 1 }
+		var mu sync.Mutex
+		late := map[string][]nodeactor.Reply{}
+		rounds := make([]*Round, 30)
+		for k := range rounds {
+			tok := "t" + strconv.Itoa(k)
+			rounds[k] = w.e.Fanout(t.Context(), nodeactor.Urgent, echo(tok), first, func(rep nodeactor.Reply) {
+				mu.Lock()
+				late[tok] = append(late[tok], rep)
+				mu.Unlock()
+			})
+			time.Sleep(time.Duration(k%3) * 4 * time.Millisecond) // node 2's late replies land during later rounds
+		}
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for k, r := range rounds {
+			tok := "t" + strconv.Itoa(k)
+			seen := make([]int, 3)
+			for i, rep := range r.Replies {
+				if !r.Answered[i] {
+					continue
+				}
+				if s, _ := rep.Msg.ToString(); s != tok || rep.Node != i {
+					t.Errorf("round %s recorded node %d's reply %q from node %d", tok, i, s, rep.Node)
+				}
+				seen[i]++
+			}
+			for _, rep := range late[tok] {
+				if s, _ := rep.Msg.ToString(); s != tok {
+					t.Errorf("round %s's late handler got %q", tok, s)
+				}
+				seen[rep.Node]++
+			}
+			if !slices.Equal(seen, []int{1, 1, 1}) {
+				t.Errorf("round %s: replies per node %v (recorded or late), want each once", tok, seen)
+			}
+			if r.Answered[2] {
+				t.Errorf("round %s waited for the slow node", tok)
+			}
+		}
+	})
+}
+
+// Done, Lost and Context are made on first use: a hold that ended before
+// any of them was asked for still gives them closed (Lost only if lost)
+// and cancelled with its Err as the cause.
+func TestHoldChannelsAskedForAfterTheEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h := res.Hold
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.Done():
+		default:
+			t.Fatal("Done not closed after Release")
+		}
+		select {
+		case <-h.Lost():
+			t.Fatal("Lost closed by Release")
+		default:
+		}
+		if c := context.Cause(h.Context()); !errors.Is(c, ErrReleased) {
+			t.Fatalf("Context cause %v, want ErrReleased", c)
+		}
+
+		// Lost first, the rest asked for only after it closed: they must
+		// already be done (the order observers rely on).
+		res = w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		h = res.Hold
+		lost := h.Lost()
+		for _, f := range w.nodes {
+			f.pause()
+		}
+		<-lost
+		select {
+		case <-h.Done():
+		default:
+			t.Fatal("Lost closed but Done not")
+		}
+		if c := context.Cause(h.Context()); !errors.Is(c, ErrLeaseLost) {
+			t.Fatalf("Context cause %v, want ErrLeaseLost", c)
+		}
+		for _, f := range w.nodes {
+			f.resume()
+		}
 	})
 }

@@ -50,7 +50,7 @@ const (
 
 // HoldSpec describes a freshly acquired hold.
 type HoldSpec struct {
-	Keys      []string      // resource names, for display
+	Keys      []string      // resource names, for display; only read (the caller may share it)
 	Token     string        // unique per acquisition
 	Fence     uint64        // fencing token
 	TTL       time.Duration // key TTL; later renewals use it too
@@ -83,6 +83,9 @@ type Hold struct {
 	idle     chan struct{} // closed when rounds drops to 0; nil while none is in flight
 	maxAt    time.Time
 
+	// lost, done and ctx are made on first use (most holds are released
+	// unobserved: three allocations fewer per acquisition); once the hold
+	// ended, a first use gets them already closed or cancelled.
 	lost   chan struct{}
 	done   chan struct{}
 	ctx    context.Context
@@ -117,16 +120,11 @@ func (h *Hold) beating(now time.Time) bool {
 // checked that the validity is positive. If the coordinator is closed the
 // hold is released at once and ErrClosed returned.
 func (c *Engine) NewHold(spec HoldSpec) (*Hold, error) {
-	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &Hold{
 		c:        c,
 		spec:     spec,
 		ttl:      spec.TTL,
 		deadline: spec.Start.Add(spec.TTL - c.Drift(spec.TTL)),
-		lost:     make(chan struct{}),
-		done:     make(chan struct{}),
-		ctx:      ctx,
-		cancel:   cancel,
 		idx:      -1,
 	}
 	h.renewAt = spec.Start.Add(spec.TTL / 3)
@@ -177,13 +175,32 @@ func (h *Hold) Valid() bool {
 // Lost returns a channel closed when the hold is lost: its Deadline passed
 // without a confirmed renewal, or a quorum reported another owner. It is
 // closed by the Deadline while the process runs, and never by Release.
-func (h *Hold) Lost() <-chan struct{} { return h.lost }
+func (h *Hold) Lost() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost == nil {
+		h.lost = make(chan struct{})
+	}
+	return h.lost
+}
 
 // Done returns a channel closed when the hold ends for any reason: by
 // Release (when its round ended, before it returns), by the renewal
 // scheduler when the hold is lost (just before Lost is closed), or by
 // Coordinator.Close.
-func (h *Hold) Done() <-chan struct{} { return h.done }
+func (h *Hold) Done() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.doneLocked()
+}
+
+// doneLocked is Done with h.mu held.
+func (h *Hold) doneLocked() chan struct{} {
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
 
 // Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the
 // cause; both wrap ErrClosed when Coordinator.Close ended the hold).
@@ -194,7 +211,24 @@ func (h *Hold) Err() error {
 }
 
 // Context returns a context cancelled when Done closes, with Err as cause.
-func (h *Hold) Context() context.Context { return h.ctx }
+func (h *Hold) Context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+		if h.state == stateReleased || h.state == stateLost {
+			h.cancel(h.err) // finish ran before the first use
+		}
+	}
+	return h.ctx
+}
+
+// closed is the channel every ended hold's unused Done and Lost return.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // finish ends the hold; it reports whether this call did it.
 func (h *Hold) finish(st holdState, err error) bool {
@@ -204,16 +238,29 @@ func (h *Hold) finish(st holdState, err error) bool {
 		return false
 	}
 	h.state, h.err = st, err
+	// What was not used yet is made closed (cancelled) by its first use:
+	// take only what exists now.
+	cancel, done, lost := h.cancel, h.done, h.lost
+	if done == nil {
+		h.done = closed
+	}
+	if lost == nil && st == stateLost {
+		h.lost = closed
+	}
 	h.mu.Unlock()
 	if st == stateLost {
 		h.c.ins.LeasesLost.Add(context.Background(), 1) // counted before anyone can see Lost
 	}
 	// Order matters to observers: once Lost is closed, Done and Context
 	// are already done too.
-	h.cancel(err)
-	close(h.done)
-	if st == stateLost {
-		close(h.lost)
+	if cancel != nil {
+		cancel(err)
+	}
+	if done != nil {
+		close(done)
+	}
+	if lost != nil && st == stateLost {
+		close(lost)
 	}
 	h.c.mu.Lock()
 	delete(h.c.holds, h)
@@ -241,10 +288,11 @@ func (c *Engine) releaseTimeout() time.Duration {
 	return 4*c.set.NodeTimeout + 100*time.Millisecond
 }
 
-// Release deletes the hold on every node that answers. It runs with
-// context.WithoutCancel(ctx), so a deferred Release after the request's ctx
-// ended still deletes the keys, and waits for a busy node until the hold's
-// Deadline at most (never less than a short bound); a node that is down or
+// Release deletes the hold on every node that answers. Nothing of ctx
+// cancels it (as if run with context.WithoutCancel(ctx)), so a deferred
+// Release after the request's ctx ended still deletes the keys, and waits
+// for a busy node until the hold's Deadline at most (never less than a
+// short bound); a node that is down or
 // not answering does not hold it up once a quorum confirmed. It returns nil when a
 // quorum confirmed (and nil again on a second call), an error wrapping the
 // per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
@@ -264,8 +312,9 @@ func (h *Hold) Release(ctx context.Context) error {
 		h.mu.Unlock()
 		return err
 	case stateReleasing:
+		done := h.doneLocked()
 		h.mu.Unlock()
-		<-h.done
+		<-done
 		return h.Release(ctx)
 	}
 	h.state = stateReleasing
@@ -273,7 +322,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	h.c.rn.remove(h)
 	h.waitRound(idle)
-	err := h.c.release(ctx, h.spec.Protocol, h.Deadline())
+	err := h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, ErrReleased)
 	return err
 }
@@ -328,7 +377,7 @@ func (h *Hold) closeRelease() {
 	idle := h.idle
 	h.mu.Unlock()
 	h.waitRound(idle)
-	_ = h.c.release(context.Background(), h.spec.Protocol, h.Deadline())
+	_ = h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
 }
 
@@ -336,8 +385,11 @@ func (h *Hold) closeRelease() {
 // deadline (at least releaseTimeout): a release queued behind a burst on a
 // busy node is waited for while it still matters (after the deadline the
 // keys expire anyway), and the caller's cancellation must not cut it short.
-func (c *Engine) release(ctx context.Context, p Protocol, deadline time.Time) error {
-	rctx := context.WithoutCancel(ctx)
+func (c *Engine) release(p Protocol, deadline time.Time) error {
+	// No caller's ctx: nothing cancels a release, and the nodes read only
+	// an urgent request's deadline (context.WithoutCancel(ctx) would cost
+	// an allocation for values nobody reads).
+	rctx := context.Background()
 	bound := max(time.Until(deadline), c.releaseTimeout())
 	// Done once a quorum confirmed. The other nodes' requests stay queued
 	// and are still sent (urgent requests outlive their ctx), after

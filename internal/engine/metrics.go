@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -96,23 +97,39 @@ func (ins *Instruments) RecordAcquire(primitive string, start time.Time, err err
 	default:
 		outcome = "error"
 	}
-	ins.AcquireLatency.Record(context.Background(), time.Since(start).Seconds(), acquireAttrs(primitive, outcome))
+	ins.AcquireLatency.Record(context.Background(), time.Since(start).Seconds(), acquireAttrs(primitive, outcome)...)
 }
 
-// acquireAttrs returns the attribute option for a (primitive, outcome)
-// pair, built once: building attribute sets on every Acquire costs
-// allocations on the hottest path.
-func acquireAttrs(primitive, outcome string) metric.MeasurementOption {
+// acquireAttrs returns the record options (the attribute set) for a
+// (primitive, outcome) pair, built once — attribute sets, and even the
+// variadic slice of one option, cost allocations on the hottest path. The
+// slice is shared: never append to it.
+func acquireAttrs(primitive, outcome string) []metric.RecordOption {
 	k := [2]string{primitive, outcome}
-	if o, ok := attrCache.Load(k); ok {
-		return o.(metric.MeasurementOption)
+	if m := attrCache.Load(); m != nil {
+		if o, ok := (*m)[k]; ok {
+			return o
+		}
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("primitive", primitive), attribute.String("outcome", outcome)))
-	attrCache.Store(k, o)
+	o := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("primitive", primitive), attribute.String("outcome", outcome)))}
+	attrMu.Lock()
+	defer attrMu.Unlock()
+	next := map[[2]string][]metric.RecordOption{k: o}
+	if m := attrCache.Load(); m != nil {
+		for k2, o2 := range *m {
+			next[k2] = o2
+		}
+	}
+	attrCache.Store(&next)
 	return o
 }
 
-var attrCache sync.Map // [2]string -> metric.MeasurementOption
+// attrCache is an immutable map, replaced whole (under attrMu) when a pair
+// is added: a lookup takes no lock and, unlike a sync.Map, boxes no key.
+var (
+	attrCache atomic.Pointer[map[[2]string][]metric.RecordOption]
+	attrMu    sync.Mutex
+)
 
 func isNotAcquired(err error) bool { return errors.Is(err, ErrNotAcquired) }
 func isCtx(err error) bool {

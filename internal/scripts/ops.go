@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,8 +29,30 @@ const (
 )
 
 // Ms formats d as whole milliseconds, at least 1 (a TTL of 0 would mean
-// "no expiry" or an error to Redis).
-func Ms(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+// "no expiry" or an error to Redis). The durations an op sends are few and
+// fixed (TTLs, windows, keeps), so their strings are remembered: a hit
+// costs no allocation.
+func Ms(d time.Duration) string {
+	ms := max(d.Milliseconds(), 1)
+	slot := &msCache[uint64(ms)*0x9E3779B97F4A7C15>>(64-msCacheBits)]
+	if e := slot.Load(); e != nil && e.ms == ms {
+		return e.s
+	}
+	s := strconv.FormatInt(ms, 10)
+	slot.Store(&msEntry{ms: ms, s: s})
+	return s
+}
+
+// msCache maps a millisecond count to its string, one entry per slot (a
+// collision replaces it). Entries are immutable.
+var msCache [1 << msCacheBits]atomic.Pointer[msEntry]
+
+const msCacheBits = 6
+
+type msEntry struct {
+	ms int64
+	s  string
+}
 
 // Flag is a boolean argument: "1" or "0".
 func Flag(b bool) string {

@@ -5,7 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
@@ -139,5 +141,36 @@ func TestScriptsNameKeysAndArgumentsAtTheTop(t *testing.T) {
 			}
 			cont = code != "" && (strings.HasSuffix(code, "=") || strings.HasSuffix(code, ","))
 		}
+	}
+}
+
+// Ms remembers the strings it formats, one per slot: values that share a
+// slot, formatted in turn and from several goroutines, must each still get
+// their own digits.
+func TestMsIsRightAcrossItsCache(t *testing.T) {
+	vals := []int64{1, 100, 1000, 30000, 30001, 60000, 99999, 1 << 40}
+	for i := range int64(4 * len(msCache)) { // more values than slots: collisions
+		vals = append(vals, 100+i*37)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 50 {
+				for i := range vals {
+					v := vals[(i+g*7+round)%len(vals)]
+					if got, want := Ms(time.Duration(v)*time.Millisecond), strconv.FormatInt(v, 10); got != want {
+						t.Errorf("Ms(%dms) = %q, want %q", v, got, want)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := Ms(0); got != "1" {
+		t.Errorf("Ms(0) = %q, want at least 1 ms", got)
+	}
+	if got := Ms(1500 * time.Microsecond); got != "1" {
+		t.Errorf("Ms(1.5ms) = %q, want whole milliseconds", got)
 	}
 }

@@ -1,0 +1,18 @@
+//go:build unix
+
+package primitives_test
+
+import (
+	"syscall"
+	"time"
+)
+
+// processCPU is the CPU time (user + system, all threads) this process has
+// used: the client's, not the redis-servers' (other processes).
+func processCPU() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
