@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/internal/engine"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/notify"
 )
@@ -44,10 +43,7 @@ func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 		clear(w.got)
 		w.stale = false
 	}
-	l := w.l
-	return l.call(scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
-		EntryTTL: l.o.ttl + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: w.score,
-		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew, Seq: seq, Proc: l.c.Proc()})
+	return w.l.acquireCallSeq(token, wid, enqueue, w.score, seq)
 }
 
 // offer records the grants received and, once a quorum of nodes granted

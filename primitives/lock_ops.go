@@ -25,9 +25,19 @@ func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 }
 
 func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call {
-	return l.call(scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
+	return l.acquireCallSeq(token, wid, enqueue, score, 0)
+}
+
+// acquireCallSeq is an attempt numbered seq of a waiter that takes direct
+// grants (direct.go; 0: one that does not).
+func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64) nodeactor.Call {
+	a := scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
 		EntryTTL: l.o.ttl + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: score,
-		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew})
+		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew}
+	if seq > 0 {
+		a.Seq, a.Proc = seq, l.c.Proc()
+	}
+	return l.call(a)
 }
 
 func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
