@@ -97,9 +97,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	}
 	// Grants that arrive after the attempt stopped waiting for them are kept
 	// while it is undecided, then rolled back unless the attempt produced a
-	// hold that is still valid (its Release covers every node, and a late
-	// grant under a live hold is simply ours). A rollback is per token and
-	// safe to repeat.
+	// hold that is still valid or being released (its Release covers every
+	// node, after the grant; a late grant under a live hold is simply ours).
+	// A rollback is per token and safe to repeat.
 	lg := NewPending(func(node int) { e.SendLate(node, s.Rollback(node)) })
 	// A late grant under a live hold whose node answered another fence gets
 	// the hold's fence written back: its counter is raised if lower, and an
@@ -223,7 +223,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		res.Err = err
 		return res
 	}
-	lg.Settle(func() bool { return !h.Valid() })
+	lg.Settle(h.lateGrantNeedsRollback)
 	lf.decide(int64(fence))
 	fw.Settle(h.Valid)
 	res.Hold = h

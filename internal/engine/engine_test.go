@@ -997,3 +997,55 @@ func TestHoldChannelsAskedForAfterTheEnd(t *testing.T) {
 		}
 	})
 }
+
+// A grant that arrives after its hold's Release started is not rolled
+// back: the release was queued behind the acquire on that node (the node
+// actor keeps each resource's order) and deletes it — a rollback would
+// only cost the node one more script. A grant that arrives after the hold
+// was lost is rolled back (no release will come).
+func TestLateGrantBehindARelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 20 * time.Millisecond })
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil || res.Hold == nil {
+			t.Fatalf("attempt: %v", res.Err)
+		}
+		if err := res.Hold.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(60 * time.Millisecond)
+		synctest.Wait()
+		_, _, ops := w.nodes[2].state()
+		if count(ops, "rollback A") != 0 || count(ops, "release A") != 1 {
+			t.Fatalf("node 2 ops %v: want the release only", ops)
+		}
+		for i, o := range w.owners() {
+			if o != "" {
+				t.Fatalf("node %d still held by %q after Release", i, o)
+			}
+		}
+	})
+
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 1500 * time.Millisecond })
+		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+		if res.Err != nil || res.Hold == nil {
+			t.Fatalf("attempt: %v", res.Err)
+		}
+		w.nodes[0].pause()
+		w.nodes[1].pause()
+		<-res.Hold.Lost()
+		time.Sleep(4 * time.Second) // node 2's grant, then its rollback
+		synctest.Wait()
+		if _, _, ops := w.nodes[2].state(); count(ops, "rollback A") != 1 {
+			t.Fatalf("node 2 ops %v: a late grant of a lost hold was not rolled back", ops)
+		}
+		if o := w.owners(); o[2] != "" {
+			t.Fatalf("owners %v after the rollback", o)
+		}
+		w.nodes[0].resume()
+		w.nodes[1].resume()
+	})
+}

@@ -172,6 +172,25 @@ func (h *Hold) Valid() bool {
 	return h.state == stateHeld && time.Now().Before(h.deadline)
 }
 
+// lateGrantNeedsRollback reports whether a grant of the hold's own attempt
+// that arrives now, after the attempt decided, must be rolled back: not
+// while the hold is valid (the grant is simply ours), nor once Release
+// started — its release to that node was queued behind the acquire (the
+// node actor keeps each resource's order, across lanes) and deletes the
+// grant, so a rollback would only cost the node one more script — but when
+// the hold ended otherwise (lost, or past its Deadline: no release comes).
+func (h *Hold) lateGrantNeedsRollback() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state {
+	case stateReleasing, stateReleased:
+		return false
+	case stateHeld:
+		return !time.Now().Before(h.deadline)
+	}
+	return true
+}
+
 // Lost returns a channel closed when the hold is lost: its Deadline passed
 // without a confirmed renewal, or a quorum reported another owner. It is
 // closed by the Deadline while the process runs, and never by Release.
