@@ -9,16 +9,24 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
--- use: now grant_codes wrong head
+-- use: grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
+-- a plain renewal (no owner) reads and writes only the lock key, as the
+-- native SET … IFEQ renewal does (docs/lock.md)
+local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
 
--- Type checks before any write. The two string keys are read with pcall (a
--- GET of another type is an error, not a raise); the six others usually do
--- not exist (no waiter, no owner mode), so one EXISTS spares their TYPEs.
+-- Type checks before any write. One MGET reads the two string keys (nil
+-- for a missing key and for a key of another type) and one EXISTS counts
+-- all eight: when it counts only the values MGET found, every other key is
+-- missing (no waiter, no owner mode, nothing of another type) and that is
+-- all. Otherwise a string key MGET found nil is read again with pcall (a
+-- GET of another type is an error, not a raise) and the six others, if one
+-- exists, get a TYPE each. A refused MGET (an ACL) falls back to those
+-- reads, which give the refusal as it is.
 local function checked(k)
   -- another type is a WRONGTYPE error (ours, with the key); any other
   -- error (an ACL refusal) is returned as it is
@@ -29,19 +37,37 @@ local function checked(k)
   end
   return r
 end
-local v, verr = checked(LOCK)
+local got, extra = {}, nil
+if not lock_only then got = redis.pcall('MGET', LOCK, FENCE) end
+if got.err then
+  got = {}
+elseif not lock_only then
+  extra = redis.call('EXISTS', LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
+  if got[1] then extra = extra - 1 end
+  if got[2] then extra = extra - 1 end
+end
+-- sure: MGET's nil is a missing key
+local sure = extra == 0
+local v, verr = got[1], nil
+if not v and not sure then v, verr = checked(LOCK) end
 if verr then return verr end
 if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(LOCK, 'lock key') end
-local fv, ferr = checked(FENCE)
-if ferr then return ferr end
-if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
-local extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
-if extra > 0 then
-  -- use: check_types
-  local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
-    {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
-  if terr then return terr end
+local fv, ferr = got[2], nil
+if not lock_only then
+  if not fv and not sure then fv, ferr = checked(FENCE) end
+  if ferr then return ferr end
+  if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
+  -- extra: how many of the six others exist
+  if not extra then extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE) end
+  if extra > 0 then
+    -- use: check_types
+    local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
+      {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
+    if terr then return terr end
+  end
 end
+-- TIME (now) where an op reads it: a plain release or renewal does not
+if op ~= 'release' and op ~= 'rollback' and op ~= 'renew' then clock() end
 
 local function dequeue(id)
   if redis.call('ZREM', QUEUE, id) == 1 then redis.call('HDEL', QEXP, id) end
@@ -109,7 +135,7 @@ if op == 'acquire' then
   end
   local function fence_next()
     -- use: fence_step
-    if fv then return fence_step(FENCE, keep) end
+    if fv then return fence_step(FENCE, fv, keep) end
     -- use: fence_floor
     local init, s = tonumber(fence_init or '0') or 0, fence_init
     local floor = fence_floor(skew)
@@ -178,11 +204,11 @@ elseif op == 'release' or op == 'rollback' then
   -- lease: it drops the holder's entry (kept while it held) and frees a
   -- reservation a late release made for it. Answers 1 released, 0 not ours.
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
-  -- use: drop_hold
+  if owner ~= '' or extra > 0 then clock() end
   local self = ''
   if op == 'rollback' then self = wid end
   if op == 'release' and wid ~= '' then
-    dequeue(wid)
+    if extra > 0 then dequeue(wid) end
     if v == RESERVED .. wid then free(window, ch, ''); return 0 end
   end
   if owner == '' then
@@ -191,6 +217,7 @@ elseif op == 'release' or op == 'rollback' then
       return 1
     end
   elseif v == OWNED .. owner then
+    -- use: drop_hold
     local last = drop_hold(LOCK, HOLDS, EPOCH, tok)
     if last then free(window, ch, self) end
     if last ~= nil then return 1 end
@@ -214,6 +241,7 @@ elseif op == 'renew' then
   -- after the lease's release must never bring the key back.
   -- use: renew_hold
   local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
+  if owner ~= '' then clock() end
   return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
 
 elseif op == 'fence' then

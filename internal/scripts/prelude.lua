@@ -6,13 +6,18 @@
 -- an op's branch costs only that op (each function is one closure per call).
 -- A part may use only parts above it. No comment after code in a part: its
 -- lines are joined.
--- part: now
--- now: this node's TIME in ms.
+-- part: clock
+-- now: this node's TIME in ms, read by clock(). The parts below read now:
+-- a script that pulls them in without part now calls clock() on each path
+-- that runs them before they run (a plain release or renewal needs no TIME).
 local now
-do
+local function clock()
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- part: now
+-- now, read at once for every op.
+clock()
 -- part: renew_codes
 -- Renewal answers (Go: scripts.RenewNotOurs ...): another holder (or the
 -- key is of another lease), renewed, a missing key re-created (retake),
@@ -61,9 +66,16 @@ local function fence_ttl(c, keep)
   return math.max(keep, math.floor(c / 1024) + keep - now)
 end
 -- part: fence_step
--- fence_step steps the counter FENCE (it exists) and keeps it as above.
-local function fence_step(FENCE, keep)
-  local c = redis.call('INCR', FENCE)
+-- fence_step steps the counter FENCE (it exists; fv, its value, was read in
+-- this call) and keeps it as above: one SET of fv + 1 with its TTL, exact
+-- while the value is below 2^53 (a double), else INCR and PEXPIRE.
+local function fence_step(FENCE, fv, keep)
+  local c = tonumber(fv) + 1
+  if c < 9007199254740992 then
+    redis.call('SET', FENCE, string.format('%.0f', c), 'PX', fence_ttl(c, keep))
+    return c
+  end
+  c = redis.call('INCR', FENCE)
   redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
   return c
 end
