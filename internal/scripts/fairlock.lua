@@ -92,7 +92,7 @@ if op == 'acquire' then
   local h, hexp = fair_head()
   local function fence_next()
     -- use: fence_step
-    if fv then return fence_step(FENCE, fv, keep) end
+    if fv then return fence_step(FENCE, keep) end
     return 0 -- unknown: the coordinator decides
   end
   -- a granted waiter keeps its entry (at the head) for at most one TTL, so

@@ -19,14 +19,11 @@ local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
 
--- Type checks before any write. One MGET reads the two string keys (nil
--- for a missing key and for a key of another type) and one EXISTS counts
--- all eight: when it counts only the values MGET found, every other key is
--- missing (no waiter, no owner mode, nothing of another type) and that is
--- all. Otherwise a string key MGET found nil is read again with pcall (a
--- GET of another type is an error, not a raise) and the six others, if one
--- exists, get a TYPE each. A refused MGET (an ACL) falls back to those
--- reads, which give the refusal as it is.
+-- Type checks before any write. The two string keys are read with pcall (a
+-- GET of another type is an error, not a raise); the six others usually do
+-- not exist (no waiter, no owner mode), so one EXISTS spares their TYPEs.
+-- (One MGET instead of the two GETs was measured dearer: its reply is a
+-- table, and a nil in it does not tell a missing key from another type.)
 local function checked(k)
   -- another type is a WRONGTYPE error (ours, with the key); any other
   -- error (an ACL refusal) is returned as it is
@@ -37,28 +34,16 @@ local function checked(k)
   end
   return r
 end
-local got, extra = {}, nil
-if not lock_only then got = redis.pcall('MGET', LOCK, FENCE) end
-if got.err then
-  got = {}
-elseif not lock_only then
-  extra = redis.call('EXISTS', LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
-  if got[1] then extra = extra - 1 end
-  if got[2] then extra = extra - 1 end
-end
--- sure: MGET's nil is a missing key
-local sure = extra == 0
-local v, verr = got[1], nil
-if not v and not sure then v, verr = checked(LOCK) end
+local v, verr = checked(LOCK)
 if verr then return verr end
 if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(LOCK, 'lock key') end
-local fv, ferr = got[2], nil
+local fv, extra
 if not lock_only then
-  if not fv and not sure then fv, ferr = checked(FENCE) end
+  local ferr
+  fv, ferr = checked(FENCE)
   if ferr then return ferr end
   if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
-  -- extra: how many of the six others exist
-  if not extra then extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE) end
+  extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
   if extra > 0 then
     -- use: check_types
     local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
@@ -125,9 +110,12 @@ if op == 'acquire' then
   -- every node); fence_init: the fence for a missing counter (the caller's
   -- hybrid clock, the same on every node; 0 = unknown); skew: a missing
   -- counter starts at least at (TIME - skew) << 10
+  -- (px: the ttl as sent, for SET … PX: a number argument to redis.call
+  -- costs a conversion)
   local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
     tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11]
+  local px = ARGV[3]
   local rsv = RESERVED .. wid
   local function buried(id)
     local s = redis.call('ZSCORE', GONE, id)
@@ -135,7 +123,7 @@ if op == 'acquire' then
   end
   local function fence_next()
     -- use: fence_step
-    if fv then return fence_step(FENCE, fv, keep) end
+    if fv then return fence_step(FENCE, keep) end
     -- use: fence_floor
     local init, s = tonumber(fence_init or '0') or 0, fence_init
     local floor = fence_floor(skew)
@@ -172,7 +160,7 @@ if op == 'acquire' then
       return {GRANTED, fence_next(), now, 0}
     end
     if v == false or v == rsv then
-      redis.call('SET', LOCK, mine, 'PX', ttl)
+      redis.call('SET', LOCK, mine, 'PX', px)
       queue_up()
       return {GRANTED, fence_next(), now, 0}
     end
@@ -240,8 +228,10 @@ elseif op == 'renew' then
   -- re-creates a missing key (RETAKEN): a plain renewal that reaches a node
   -- after the lease's release must never bring the key back.
   -- use: renew_hold
-  local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
-  if owner ~= '' then clock() end
+  -- (a plain renewal passes ttl on as sent: a number argument to
+  -- redis.call costs a conversion)
+  local tok, ttl, owner, fence, retake = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
+  if owner ~= '' then clock(); ttl = tonumber(ttl) end
   return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
 
 elseif op == 'fence' then

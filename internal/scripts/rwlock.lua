@@ -131,7 +131,7 @@ elseif op == 'wacquire' then
     redis.call('SET', WRITER, HELD .. tok, 'PX', ttl)
     marker(math.max(ttl, redis.call('PTTL', MARK)))
     local f = 0
-    if fv then f = fence_step(FENCE, fv, keep) end
+    if fv then f = fence_step(FENCE, keep) end
     return {GRANTED, f, now, 0}
   end
   if enqueue then
