@@ -382,3 +382,37 @@ func TestLockScriptKeyRefusalIsReturned(t *testing.T) {
 		t.Errorf("a refused op wrote %s keys", got)
 	}
 }
+
+// A plain renewal may be sent with the lock key alone (package primitives
+// does: every key passed costs the server about what a GET does): it
+// answers as with all eight, and still refuses a foreign lock key.
+func TestLockScriptPlainRenewWithTheLockKeyOnly(t *testing.T) {
+	n := newLockNode(t)
+	all := n.keys
+	n.keys = all[:1]
+	renew := func(tok string, ttl time.Duration, retake bool) string {
+		return n.mustRun(LockRenew{Token: tok, TTL: ttl, Retake: retake})
+	}
+	if got := renew("tok", time.Minute, false); got != strconv.Itoa(RenewMissing) {
+		t.Errorf("missing: %s", got)
+	}
+	if got := renew("tok", time.Minute, true); got != strconv.Itoa(RenewRetaken) {
+		t.Errorf("retake: %s", got)
+	}
+	if got := renew("tok", 2*time.Minute, false); got != strconv.Itoa(RenewRenewed) {
+		t.Errorf("renew: %s", got)
+	}
+	if p, _ := strconv.Atoi(n.do("PTTL", all[0])); p <= 115_000 {
+		t.Errorf("renewed PTTL %d", p)
+	}
+	if got := renew("other", time.Minute, true); got != strconv.Itoa(RenewNotOurs) {
+		t.Errorf("another's: %s", got)
+	}
+	if got := n.do("DBSIZE"); got != "1" {
+		t.Errorf("%s keys, want the lock key only", got)
+	}
+	n.do("SET", all[0], "hello")
+	if _, err := n.run(LockRenew{Token: "tok", TTL: time.Minute, Retake: true}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE redlock: ") {
+		t.Errorf("foreign lock key: %v, want WRONGTYPE", err)
+	}
+}
