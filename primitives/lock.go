@@ -208,6 +208,11 @@ type lockProto struct {
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
 	script := l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
+	if l.o.owner == "" {
+		// a plain renewal reads and writes only the lock key (lock.lua):
+		// each key passed costs the server as much as a GET of one
+		script.Keys = l.keys[:1]
+	}
 	return p.high.renewCall(l.c, i, l.o.owner == "" && !retake, l.keys[0], "rl1:L:"+p.token, ttl, script)
 }
 

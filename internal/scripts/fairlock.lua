@@ -16,18 +16,43 @@ local LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE =
 local op = ARGV[1]
 local HELD, OWNED = 'rl1:F:', 'rl1:FO:'
 
-local terr = check_types({LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE},
-  {'string', 'string', 'zset', 'hash', 'string', 'zset', 'string', 'zset'}, 'fair lock key')
-if terr then return terr end
-local v = redis.call('GET', LOCK)
+-- Type checks before any write. One MGET reads the four string keys (nil
+-- for a missing key and for one of another type) and one EXISTS counts all
+-- eight: when it counts only the values MGET found, the other keys are
+-- missing and no TYPE is needed. Otherwise every key but a string MGET
+-- found gets a TYPE, in the layout's order (the first wrong key is named).
+-- A refused MGET (an ACL) falls back to a TYPE of each key and the GETs,
+-- which give the refusal as they always did.
+local v, fv, tv, ev
+local got = redis.pcall('MGET', LOCK, FENCE, TICKET, EPOCH)
+if got.err then
+  local terr = check_types({LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE},
+    {'string', 'string', 'zset', 'hash', 'string', 'zset', 'string', 'zset'}, 'fair lock key')
+  if terr then return terr end
+  v, fv, tv, ev = redis.call('GET', LOCK), redis.call('GET', FENCE), redis.call('GET', TICKET), redis.call('GET', EPOCH)
+else
+  v, fv, tv, ev = got[1], got[2], got[3], got[4]
+  local n = redis.call('EXISTS', LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE)
+  for i = 1, 4 do
+    if got[i] then n = n - 1 end
+  end
+  if n > 0 then
+    local keys = {LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE}
+    local want = {'string', 'string', 'zset', 'hash', 'string', 'zset', 'string', 'zset'}
+    local found = {got[1], got[2], false, false, got[3], false, got[4], false}
+    local ks, ts = {}, {}
+    for i, k in ipairs(keys) do
+      if not found[i] then ks[#ks + 1], ts[#ts + 1] = k, want[i] end
+    end
+    local terr = check_types(ks, ts, 'fair lock key')
+    if terr then return terr end
+  end
+end
 if v and string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 7) ~= OWNED then
   return wrong(LOCK, 'fair lock key')
 end
-local fv = redis.call('GET', FENCE)
 if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'fence counter') end
-local tv = redis.call('GET', TICKET)
 if tv and not tonumber(tv) then return wrong(TICKET, 'ticket counter') end
-local ev = redis.call('GET', EPOCH)
 if ev and not tonumber(ev) then return wrong(EPOCH, 'epoch fence') end
 
 local function dequeue(wid)

@@ -10,16 +10,21 @@
 --         cannot enqueue them again
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
 -- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
--- use: now grant_codes wrong head
+-- use: grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
+-- a plain renewal (no owner) reads and writes only the lock key, as the
+-- native SET … IFEQ renewal does (docs/lock.md)
+local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
 
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do
 -- not exist (no waiter, no owner mode), so one EXISTS spares their TYPEs.
+-- (One MGET instead of the two GETs was measured dearer: its reply is a
+-- table, and a nil in it does not tell a missing key from another type.)
 local function checked(k)
   -- another type is a WRONGTYPE error (ours, with the key); any other
   -- error (an ACL refusal) is returned as it is
@@ -33,16 +38,22 @@ end
 local v, verr = checked(LOCK)
 if verr then return verr end
 if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(LOCK, 'lock key') end
-local fv, ferr = checked(FENCE)
-if ferr then return ferr end
-if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
-local extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
-if extra > 0 then
-  -- use: check_types
-  local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
-    {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
-  if terr then return terr end
+local fv, extra
+if not lock_only then
+  local ferr
+  fv, ferr = checked(FENCE)
+  if ferr then return ferr end
+  if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'lock key') end
+  extra = redis.call('EXISTS', QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE)
+  if extra > 0 then
+    -- use: check_types
+    local terr = check_types({QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE},
+      {'zset', 'hash', 'zset', 'string', 'string', 'zset'}, 'lock key')
+    if terr then return terr end
+  end
 end
+-- TIME (now) where an op reads it: a plain release or renewal does not
+if op ~= 'release' and op ~= 'rollback' and op ~= 'renew' then clock() end
 
 local function dequeue(id)
   if redis.call('ZREM', QUEUE, id) == 1 then
@@ -150,10 +161,13 @@ if op == 'acquire' then
   -- hybrid clock, the same on every node; 0 = unknown); skew: a missing
   -- counter starts at least at (TIME - skew) << 10; seq: the attempt's
   -- number within its Acquire (1, 2, ...) if the waiter takes direct grants
-  -- (plain mode only), else 0
+  -- (plain mode only), else 0; proc: its process id (direct grants)
+  -- (px: the ttl as sent, for SET … PX: a number argument to redis.call
+  -- costs a conversion)
   local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew, seq, proc =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
     tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11], tonumber(ARGV[12] or '0') or 0, ARGV[13] or ''
+  local px = ARGV[3]
   local rsv = RESERVED .. wid
   local direct = enqueue and seq > 0 and owner == '' and string.match(proc, '^%x+$') ~= nil
   local dstate, dseq, dtok = nil, 0, nil
@@ -218,7 +232,7 @@ if op == 'acquire' then
       return {GRANTED, fence_next(), now, 0}
     end
     if v == false or v == rsv then
-      redis.call('SET', LOCK, mine, 'PX', ttl)
+      redis.call('SET', LOCK, mine, 'PX', px)
       queue_up(true)
       return {GRANTED, fence_next(), now, 0}
     end
@@ -250,7 +264,7 @@ elseif op == 'release' or op == 'rollback' then
   -- lease: it drops the holder's entry (kept while it held) and frees a
   -- reservation a late release made for it. Answers 1 released, 0 not ours.
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
-  -- use: drop_hold
+  if owner ~= '' or extra > 0 then clock() end
   local self = ''
   if op == 'rollback' then self = wid end
   if op == 'release' and wid ~= '' and extra > 0 then
@@ -269,6 +283,7 @@ elseif op == 'release' or op == 'rollback' then
       return 1
     end
   elseif v == OWNED .. owner then
+    -- use: drop_hold
     local last = drop_hold(LOCK, HOLDS, EPOCH, tok)
     if last then free(window, ch, self) end
     if last ~= nil then return 1 end
@@ -291,7 +306,10 @@ elseif op == 'renew' then
   -- re-creates a missing key (RETAKEN): a plain renewal that reaches a node
   -- after the lease's release must never bring the key back.
   -- use: renew_hold
-  local tok, ttl, owner, fence, retake = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6] == '1'
+  -- (a plain renewal passes ttl on as sent: a number argument to
+  -- redis.call costs a conversion)
+  local tok, ttl, owner, fence, retake = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
+  if owner ~= '' then clock(); ttl = tonumber(ttl) end
   return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
 
 elseif op == 'fence' then

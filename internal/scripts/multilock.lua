@@ -19,15 +19,44 @@ local RESERVED = 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, 0} or {REFUSED, pttl, now, 0}
 local want = {'string', 'string', 'zset', 'hash', 'string', 'zset'}
 
+-- Type checks before any write. One MGET reads every string key (lock,
+-- fence, watch flag of each name: nil for a missing key and for one of
+-- another type) and one EXISTS counts all keys: when it counts only the
+-- values MGET found, the other keys are missing and no TYPE is needed.
+-- Otherwise each key but a string MGET found gets a TYPE, name by name in
+-- the layout's order (the first wrong key is named). A refused MGET (an
+-- ACL) falls back to a TYPE and GET of each key, as always.
 local vals, fences = {}, {}
+local sk = {}
 for i = 1, n do
-  for j = 1, 6 do
-    local kt = redis.call('TYPE', K(i, j))['ok']
-    if kt ~= 'none' and kt ~= want[j] then return wrong(K(i, j), 'lock key') end
+  local b = 3 * (i - 1)
+  sk[b + 1], sk[b + 2], sk[b + 3] = K(i, LOCK), K(i, FENCE), K(i, WATCH)
+end
+local got = redis.pcall('MGET', unpack(sk))
+local sure = false
+if not got.err then
+  local c = redis.call('EXISTS', unpack(KEYS))
+  for i = 1, #sk do
+    if got[i] then c = c - 1 end
   end
-  local v = redis.call('GET', K(i, LOCK))
+  sure = c == 0
+else
+  got = {}
+end
+local at = {[LOCK] = 1, [FENCE] = 2, [WATCH] = 3}
+for i = 1, n do
+  if not sure then
+    for j = 1, 6 do
+      if not (at[j] and got[3 * (i - 1) + at[j]]) then
+        local kt = redis.call('TYPE', K(i, j))['ok']
+        if kt ~= 'none' and kt ~= want[j] then return wrong(K(i, j), 'lock key') end
+      end
+    end
+  end
+  local v, f = got[3 * i - 2], got[3 * i - 1]
+  if v == nil then v = redis.call('GET', K(i, LOCK)) end
   if v and string.sub(v, 1, 4) ~= 'rl1:' then return wrong(K(i, LOCK), 'lock key') end
-  local f = redis.call('GET', K(i, FENCE))
+  if f == nil then f = redis.call('GET', K(i, FENCE)) end
   if f and not string.match(f, '^%d+$') then return wrong(K(i, FENCE), 'fence counter') end
   vals[i], fences[i] = v, f
 end

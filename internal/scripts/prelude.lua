@@ -6,13 +6,18 @@
 -- an op's branch costs only that op (each function is one closure per call).
 -- A part may use only parts above it. No comment after code in a part: its
 -- lines are joined.
--- part: now
--- now: this node's TIME in ms.
+-- part: clock
+-- now: this node's TIME in ms, read by clock(). The parts below read now:
+-- a script that pulls them in without part now calls clock() on each path
+-- that runs them before they run (a plain release or renewal needs no TIME).
 local now
-do
+local function clock()
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- part: now
+-- now, read at once for every op.
+clock()
 -- part: renew_codes
 -- Renewal answers (Go: scripts.RenewNotOurs ...): another holder (or the
 -- key is of another lease), renewed, a missing key re-created (retake),
@@ -56,12 +61,18 @@ end
 -- above any counter that expired on this node (as long as its clock does
 -- not step back by keep - skew), so a counter the hybrid clock has passed
 -- can go.
+-- When keep wins it is returned as given (an ARGV string is passed on to
+-- PEXPIRE as is: a number argument costs a conversion in redis.call).
 local function fence_ttl(c, keep)
-  keep = tonumber(keep)
-  return math.max(keep, math.floor(c / 1024) + keep - now)
+  local k = tonumber(keep)
+  local t = math.floor(c / 1024) + k - now
+  if t <= k then return keep end
+  return t
 end
 -- part: fence_step
 -- fence_step steps the counter FENCE (it exists) and keeps it as above.
+-- (INCR and PEXPIRE: measured cheaper than one SET of the value + 1, whose
+-- string.format and number argument cost more than the second command.)
 local function fence_step(FENCE, keep)
   local c = redis.call('INCR', FENCE)
   redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
