@@ -36,6 +36,20 @@ func (c *counters) get(name string) int64 {
 	return sumCounter(rm, name)
 }
 
+// acquireAsync runs l.Acquire in a goroutine: its lease (nil on error,
+// reported) comes on the channel.
+func acquireAsync(ctx context.Context, t *testing.T, l *primitives.Lock) <-chan *primitives.Lease {
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	return got
+}
+
 // A release hands the lock to the queued waiter directly: the waiter holds
 // on the nodes' grant messages without an acquire round of its own, with a
 // higher fence, a lease that renews and releases like any other, and
@@ -56,14 +70,7 @@ func TestLockHandoffIsADirectGrant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *primitives.Lease, 1)
-		go func() {
-			hb, err := lb.Acquire(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- hb
-		}()
+		got := acquireAsync(ctx, t, lb)
 		queuedOnEveryNode(t, func() []primitives.NodeState { return la.Status(ctx) }, "b")
 		before, directBefore := cnt.get(coordinator.MetricAttempts), cnt.get(coordinator.MetricDirectGrants)
 		if err := ha.Release(ctx); err != nil {
@@ -154,14 +161,7 @@ func TestLockWaiterKilledIsNotGranted(t *testing.T) {
 	defer cmd.Process.Kill()
 	status := func() []primitives.NodeState { return la.Status(ctx) }
 	queuedOnEveryNode(t, status, "doomed")
-	got := make(chan *primitives.Lease, 1)
-	go func() {
-		hb, err := lb.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- hb
-	}()
+	got := acquireAsync(ctx, t, lb)
 	queuedOnEveryNode(t, status, "doomed,next")
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -248,23 +248,12 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 	la, _ := primitives.NewLock(ca, "q")
 	lb, _ := primitives.NewLock(cb, "q")
 	ld, _ := primitives.NewLock(cd, "q")
-	acquireAsync := func(l *primitives.Lock) chan *primitives.Lease {
-		ch := make(chan *primitives.Lease, 1)
-		go func() {
-			lease, err := l.Acquire(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			ch <- lease
-		}()
-		return ch
-	}
 	// B waits once: it is now a contended client
 	ha, err := la.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := acquireAsync(lb)
+	bc := acquireAsync(ctx, t, lb)
 	time.Sleep(200 * time.Millisecond)
 	ha.Release(ctx)
 	hb := <-bc
@@ -278,9 +267,9 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := attempts()
-	bc = acquireAsync(lb)
+	bc = acquireAsync(ctx, t, lb)
 	time.Sleep(200 * time.Millisecond)
-	dc := acquireAsync(ld)
+	dc := acquireAsync(ctx, t, ld)
 	time.Sleep(200 * time.Millisecond)
 	ha.Release(ctx)
 	hb = <-bc

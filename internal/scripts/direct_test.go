@@ -1,4 +1,4 @@
-package scripts_test
+package scripts
 
 import (
 	"bufio"
@@ -10,38 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/testutil"
 )
 
-// lockOn runs lock.lua's op on one server for the name "d".
-type lockOn struct {
-	t    *testing.T
-	srv  *testutil.Server
-	keys []string
-}
-
-func (l lockOn) run(op scripts.Op) string {
-	l.t.Helper()
-	args := append([]string{"EVAL", scripts.Lock, strconv.Itoa(len(l.keys))}, l.keys...)
-	out, err := l.srv.Do(append(args, op.Args()...)...)
-	if err != nil {
-		l.t.Fatalf("%T: %v", op, err)
-	}
-	return out
-}
-
-func (l lockOn) get(args ...string) string {
-	l.t.Helper()
-	out, err := l.srv.Do(args...)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	return out
-}
-
-func (l lockOn) attempt(tok string, seq int64) string {
-	return l.run(scripts.LockAcquire{Token: tok, TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
+// attempt is waiter W's numbered attempt tok (seq) on n, queued, from process ab12.
+func attempt(n *lockNode, tok string, seq int64) string {
+	return n.mustRun(LockAcquire{Token: tok, TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
 		FenceKeep: time.Minute, Waiter: "W", Score: 1, FenceSkew: 10 * time.Second, Seq: seq, Proc: "ab12"})
 }
 
@@ -79,92 +53,91 @@ func subscribe(t *testing.T, srv *testutil.Server, channel string) func() {
 // leaves a tombstone that keeps a late attempt from queueing it again; a
 // waiter that leaves frees a grant made for it.
 func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
-	testutil.RequireRedis(t)
-	srv := testutil.StartServer(t, testutil.ServerOptions{})
-	l := lockOn{t, srv, scripts.Keys("redlock:{d}", scripts.LockKeys)}
+	l := newLockNode(t)
+	srv := l.srv
 	lock, fence, qx, gone := l.keys[0], l.keys[1], l.keys[3], l.keys[7]
 	granted := func(reply string) bool { return strings.HasPrefix(reply, "[1 ") }
-	unsubscribe := subscribe(t, srv, "redlock:{d}:ch:ab12")
+	unsubscribe := subscribe(t, srv, "redlock:{t}:ch:ab12")
 
-	if r := l.run(scripts.LockAcquire{Token: "X", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second}); !granted(r) {
+	if r := l.mustRun(LockAcquire{Token: "X", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second}); !granted(r) {
 		t.Fatalf("X: %s", r)
 	}
-	f0, _ := strconv.ParseInt(l.get("GET", fence), 10, 64)
-	if r := l.attempt("T2", 2); granted(r) {
+	f0, _ := strconv.ParseInt(l.do("GET", fence), 10, 64)
+	if r := attempt(l, "T2", 2); granted(r) {
 		t.Fatalf("W's attempt 2 granted under X: %s", r)
 	}
-	if r := l.attempt("T1", 1); granted(r) {
+	if r := attempt(l, "T1", 1); granted(r) {
 		t.Fatalf("W's attempt 1 granted under X: %s", r)
 	}
-	if rec := l.get("HGET", qx, "=W"); !strings.HasPrefix(rec, "W 2 ") || !strings.HasSuffix(rec, " T2") {
+	if rec := l.do("HGET", qx, "=W"); !strings.HasPrefix(rec, "W 2 ") || !strings.HasSuffix(rec, " T2") {
 		t.Fatalf("record after a late attempt 1: %q, want attempt 2's", rec)
 	}
 	// X's release grants the lock to attempt 2, with a stepped fence.
-	l.run(scripts.LockRelease{Token: "X", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
-	if v := l.get("GET", lock); v != "rl1:L:T2" {
+	l.mustRun(LockRelease{Token: "X", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
+	if v := l.do("GET", lock); v != "rl1:L:T2" {
 		t.Fatalf("after X's release the lock is %q, want a direct grant to T2", v)
 	}
-	if pttl, _ := strconv.Atoi(l.get("PTTL", lock)); pttl <= 9000 || pttl > 10000 {
+	if pttl, _ := strconv.Atoi(l.do("PTTL", lock)); pttl <= 9000 || pttl > 10000 {
 		t.Fatalf("direct grant PTTL %d, want the attempt's TTL", pttl)
 	}
-	if f, _ := strconv.ParseInt(l.get("GET", fence), 10, 64); f != f0+1 {
+	if f, _ := strconv.ParseInt(l.do("GET", fence), 10, 64); f != f0+1 {
 		t.Fatalf("fence %d after the direct grant, want %d", f, f0+1)
 	}
-	if rec := l.get("HGET", qx, "=W"); !strings.HasPrefix(rec, "G 2 ") {
+	if rec := l.do("HGET", qx, "=W"); !strings.HasPrefix(rec, "G 2 ") {
 		t.Fatalf("record after the grant: %q", rec)
 	}
 	// A late copy of attempt 1 does not take it.
-	if r := l.attempt("T1", 1); granted(r) || l.get("GET", lock) != "rl1:L:T2" {
-		t.Fatalf("a late earlier attempt took the direct grant: %s, lock %s", r, l.get("GET", lock))
+	if r := attempt(l, "T1", 1); granted(r) || l.do("GET", lock) != "rl1:L:T2" {
+		t.Fatalf("a late earlier attempt took the direct grant: %s, lock %s", r, l.do("GET", lock))
 	}
 	// Attempt 3 takes it over.
-	if r := l.attempt("T3", 3); !granted(r) || l.get("GET", lock) != "rl1:L:T3" {
-		t.Fatalf("attempt 3 did not take the grant over: %s, lock %s", r, l.get("GET", lock))
+	if r := attempt(l, "T3", 3); !granted(r) || l.do("GET", lock) != "rl1:L:T3" {
+		t.Fatalf("attempt 3 did not take the grant over: %s, lock %s", r, l.do("GET", lock))
 	}
 	if rec, err := srv.Do("HGET", qx, "=W"); err != nil || rec != testutil.NilReply {
 		t.Fatalf("record after a grant by reply: %q %v", rec, err)
 	}
 	// W's release: the lock and its entry go, a tombstone stays.
-	l.run(scripts.LockRelease{Token: "T3", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch", Waiter: "W"})
+	l.mustRun(LockRelease{Token: "T3", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch", Waiter: "W"})
 	if v, _ := srv.Do("GET", lock); v != testutil.NilReply {
 		t.Fatalf("lock after W's release: %q", v)
 	}
-	if s := l.get("ZSCORE", gone, "W"); s == testutil.NilReply {
+	if s := l.do("ZSCORE", gone, "W"); s == testutil.NilReply {
 		t.Fatal("no tombstone after W's release")
 	}
-	l.attempt("T1", 1) // a late attempt: granted (the lock is free) but not queued
-	if n := l.get("ZCARD", l.keys[2]); n != "0" {
+	attempt(l, "T1", 1) // a late attempt: granted (the lock is free) but not queued
+	if n := l.do("ZCARD", l.keys[2]); n != "0" {
 		t.Fatalf("a late attempt queued the released waiter again: ZCARD %s", n)
 	}
 	if rec, _ := srv.Do("HGET", qx, "=W"); rec != testutil.NilReply {
 		t.Fatalf("a late attempt recorded the released waiter: %q", rec)
 	}
-	l.run(scripts.LockRelease{Token: "T1", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
+	l.mustRun(LockRelease{Token: "T1", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
 
 	// A waiter that leaves frees a direct grant made for it.
-	l.run(scripts.LockAcquire{Token: "Y", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second})
-	l.run(scripts.LockAcquire{Token: "V1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
+	l.mustRun(LockAcquire{Token: "Y", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second})
+	l.mustRun(LockAcquire{Token: "V1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
 		FenceKeep: time.Minute, Waiter: "V", Score: 1, FenceSkew: 10 * time.Second, Seq: 1, Proc: "ab12"})
-	l.run(scripts.LockRelease{Token: "Y", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
-	if v := l.get("GET", lock); v != "rl1:L:V1" {
+	l.mustRun(LockRelease{Token: "Y", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
+	if v := l.do("GET", lock); v != "rl1:L:V1" {
 		t.Fatalf("after Y's release the lock is %q, want a direct grant to V1", v)
 	}
-	l.run(scripts.LockLeave{Waiter: "V", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
+	l.mustRun(LockLeave{Waiter: "V", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
 	if v, _ := srv.Do("GET", lock); v != testutil.NilReply {
 		t.Fatalf("lock after V left: %q, want free", v)
 	}
 
 	// A waiter whose process no longer listens (it died: its connections
 	// closed) is not granted the lock: it is reserved for one window.
-	l.run(scripts.LockAcquire{Token: "Z", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second})
-	l.run(scripts.LockAcquire{Token: "U1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
+	l.mustRun(LockAcquire{Token: "Z", TTL: 10 * time.Second, FenceKeep: time.Minute, FenceSkew: 10 * time.Second})
+	l.mustRun(LockAcquire{Token: "U1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
 		FenceKeep: time.Minute, Waiter: "U", Score: 1, FenceSkew: 10 * time.Second, Seq: 1, Proc: "ab12"})
 	unsubscribe()
-	l.run(scripts.LockRelease{Token: "Z", Window: 100 * time.Millisecond, Channel: "redlock:{d}:ch"})
-	if v := l.get("GET", lock); v != "rl1:R:U" {
+	l.mustRun(LockRelease{Token: "Z", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
+	if v := l.do("GET", lock); v != "rl1:R:U" {
 		t.Fatalf("after Z's release with U's process gone the lock is %q, want U's reservation", v)
 	}
-	if pttl, _ := strconv.Atoi(l.get("PTTL", lock)); pttl <= 0 || pttl > 100 {
+	if pttl, _ := strconv.Atoi(l.do("PTTL", lock)); pttl <= 0 || pttl > 100 {
 		t.Fatalf("reservation PTTL %d, want the 100 ms window", pttl)
 	}
 }

@@ -2,7 +2,6 @@ package scripts
 
 import (
 	"maps"
-	"strings"
 	"testing"
 	"time"
 )
@@ -47,11 +46,6 @@ func TestFairLockScriptWrongTypeChangesNothing(t *testing.T) {
 		"renew":    FairRenew{Token: "tok", TTL: time.Minute, Retake: true},
 		"status":   FairStatus{MaxWaiters: 3},
 	}
-	type bad struct {
-		name  string
-		setup [][]string
-		named int
-	}
 	var cases []bad
 	for i, k := range n.keys {
 		cases = append(cases, bad{"list at " + FairLockKeys[i], [][]string{{"RPUSH", k, "x"}}, i})
@@ -67,22 +61,7 @@ func TestFairLockScriptWrongTypeChangesNothing(t *testing.T) {
 		bad{"held, fence, ticket, string at holds", [][]string{held, {"SET", n.keys[1], "3"}, {"SET", n.keys[4], "3"}, {"SET", n.keys[5], "x"}}, 5},
 		bad{"queued, list at epoch", [][]string{{"ZADD", n.keys[2], "1", "w"}, {"HSET", n.keys[3], "w", "99999999999999"}, {"RPUSH", n.keys[6], "x"}}, 6},
 	)
-	for _, c := range cases {
-		n.do("FLUSHALL")
-		for _, cmd := range c.setup {
-			n.do(cmd...)
-		}
-		before := n.snapshot()
-		for name, op := range ops {
-			_, err := n.run(op)
-			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE redlock: ") || !strings.Contains(err.Error(), n.keys[c.named]) {
-				t.Errorf("%s, %s: %v, want WRONGTYPE naming %s", c.name, name, err, n.keys[c.named])
-			}
-			if after := n.snapshot(); !maps.Equal(after, before) {
-				t.Errorf("%s, %s: changed the keys\n%v\n->\n%v", c.name, name, before, after)
-			}
-		}
-	}
+	n.wrongType(t, cases, ops)
 }
 
 // multiNode is multilock.lua on two names, a and b.
@@ -131,11 +110,6 @@ func TestMultiLockScriptWrongTypeChangesNothing(t *testing.T) {
 		"renew":         ch(MultiRenew{Token: "tok", TTL: time.Minute, Retake: true}),
 		"fence":         ch(MultiFence{Fence: 9, Keep: time.Minute}),
 	}
-	type bad struct {
-		name  string
-		setup [][]string
-		named int
-	}
 	var cases []bad
 	for i, k := range n.keys {
 		cases = append(cases, bad{"list at " + k, [][]string{{"RPUSH", k, "x"}}, i})
@@ -147,20 +121,5 @@ func TestMultiLockScriptWrongTypeChangesNothing(t *testing.T) {
 		bad{"lists at b's lock and a's gone", [][]string{{"RPUSH", n.keys[6], "x"}, {"RPUSH", n.keys[5], "x"}}, 5},
 		bad{"watch flag, list at b's fence", [][]string{{"SET", n.keys[4], "1"}, {"RPUSH", n.keys[7], "x"}}, 7},
 	)
-	for _, c := range cases {
-		n.do("FLUSHALL")
-		for _, cmd := range c.setup {
-			n.do(cmd...)
-		}
-		before := n.snapshot()
-		for name, op := range ops {
-			_, err := n.run(op)
-			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE redlock: ") || !strings.Contains(err.Error(), n.keys[c.named]) {
-				t.Errorf("%s, %s: %v, want WRONGTYPE naming %s", c.name, name, err, n.keys[c.named])
-			}
-			if after := n.snapshot(); !maps.Equal(after, before) {
-				t.Errorf("%s, %s: changed the keys\n%v\n->\n%v", c.name, name, before, after)
-			}
-		}
-	}
+	n.wrongType(t, cases, ops)
 }

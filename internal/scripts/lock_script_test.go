@@ -100,6 +100,36 @@ func (n *lockNode) snapshot() map[string]string {
 	return out
 }
 
+// bad is a wrong-type case: a setup of foreign keys and the key the
+// WRONGTYPE error must name (its index in the layout).
+type bad struct {
+	name  string
+	setup [][]string
+	named int
+}
+
+// wrongType runs each case's setup on a flushed node and then every op of
+// ops: each must answer WRONGTYPE naming the case's key and change nothing.
+func (n *lockNode) wrongType(t *testing.T, cases []bad, ops map[string]Op) {
+	t.Helper()
+	for _, c := range cases {
+		n.do("FLUSHALL")
+		for _, cmd := range c.setup {
+			n.do(cmd...)
+		}
+		before := n.snapshot()
+		for name, op := range ops {
+			_, err := n.run(op)
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE redlock: ") || !strings.Contains(err.Error(), n.keys[c.named]) {
+				t.Errorf("%s, %s: %v, want WRONGTYPE naming %s", c.name, name, err, n.keys[c.named])
+			}
+			if after := n.snapshot(); !maps.Equal(after, before) {
+				t.Errorf("%s, %s: changed the keys\n%v\n->\n%v", c.name, name, before, after)
+			}
+		}
+	}
+}
+
 func plainAcquire(tok, wid string) LockAcquire {
 	return LockAcquire{Token: tok, TTL: time.Minute, EntryTTL: time.Minute + 3*time.Second, FenceKeep: time.Minute,
 		Waiter: wid, FenceSkew: 10 * time.Second}
@@ -219,11 +249,6 @@ func TestLockScriptWrongTypeChangesNothing(t *testing.T) {
 		"status":          LockStatus{MaxWaiters: 4},
 	}
 	plainRenew := LockRenew{Token: "tok", TTL: time.Minute, Retake: true}
-	type bad struct {
-		name  string
-		setup [][]string
-		named int // the key the error names
-	}
 	var cases []bad
 	for i, k := range n.keys {
 		cases = append(cases, bad{"list at " + LockKeys[i], [][]string{{"RPUSH", k, "x"}}, i})
@@ -237,20 +262,11 @@ func TestLockScriptWrongTypeChangesNothing(t *testing.T) {
 		bad{"held, list at fence", [][]string{{"SET", n.keys[0], "rl1:L:tok", "PX", "60000"}, {"RPUSH", n.keys[1], "x"}}, 1},
 		bad{"held, string at queue", [][]string{{"SET", n.keys[0], "rl1:L:tok", "PX", "60000"}, {"SET", n.keys[1], "3"}, {"SET", n.keys[2], "x"}}, 2},
 	)
+	n.wrongType(t, cases, ops)
 	for _, c := range cases {
 		n.do("FLUSHALL")
 		for _, cmd := range c.setup {
 			n.do(cmd...)
-		}
-		before := n.snapshot()
-		for name, op := range ops {
-			_, err := n.run(op)
-			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE redlock: ") || !strings.Contains(err.Error(), n.keys[c.named]) {
-				t.Errorf("%s, %s: %v, want WRONGTYPE naming %s", c.name, name, err, n.keys[c.named])
-			}
-			if after := n.snapshot(); !maps.Equal(after, before) {
-				t.Errorf("%s, %s: changed the keys\n%v\n->\n%v", c.name, name, before, after)
-			}
 		}
 		out, err := n.run(plainRenew)
 		switch {
