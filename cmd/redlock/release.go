@@ -29,15 +29,9 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 	reason := fs.String("reason", "", "why (kept in the audit line), at most 256 bytes")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
-	var name string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	name, err := parseNamed(fs, args)
+	if err != nil {
 		return err
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
 	}
 	switch {
 	case name == "":

@@ -26,16 +26,9 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	kind := fs.String("kind", "lock", "primitive of that name: lock (also MultiLock names), fairlock, rwlock, semaphore or latch")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
-	// Accept the key before or after the flags.
-	var key string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		key, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	key, err := parseNamed(fs, args)
+	if err != nil {
 		return err
-	}
-	if key == "" && fs.NArg() > 0 {
-		key = fs.Arg(0)
 	}
 	if key == "" {
 		return &codeError{code: 2, err: errors.New("no key given (redlock status KEY)")}
@@ -282,4 +275,20 @@ func onHost(h primitives.HolderInfo) string {
 		s += fmt.Sprintf(" pid %d", h.PID)
 	}
 	return s
+}
+
+// parseNamed parses fs from args with the one positional argument (a
+// resource name) before or after the flags; "" if none was given.
+func parseNamed(fs *flag.FlagSet, args []string) (string, error) {
+	var name string
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+	}
+	return name, nil
 }
