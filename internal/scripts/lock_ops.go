@@ -29,8 +29,14 @@ type LockAcquire struct {
 }
 
 func (a LockAcquire) Args() []string {
-	return []string{"acquire", a.Token, Ms(a.TTL), a.Owner, Flag(a.Enqueue), Ms(a.EntryTTL), Ms(a.FenceKeep),
-		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew), itoa(a.Seq), a.Proc}
+	args := []string{"acquire", a.Token, Ms(a.TTL), a.Owner, Flag(a.Enqueue), Ms(a.EntryTTL), Ms(a.FenceKeep),
+		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew), "", ""}
+	if a.Seq == 0 {
+		// no direct grant: every argument costs the server a conversion
+		return args[:11]
+	}
+	args[11], args[12] = itoa(a.Seq), a.Proc
+	return args
 }
 
 // LockRelease ends a lease (1 released, 0 not ours); with Rollback it
