@@ -12,6 +12,12 @@
 //	a          wake every waiter (a latch opened, readers admitted)
 //	ks:<event> a keyspace del/expired event on the topic's main key: wake the first waiter
 //
+// and, on one process's own channel of a topic ("<topic>:ch:<proc>",
+// delivered with Router.DeliverFrom and the node it came from):
+//
+//	g:<seq>:<fence>:<now>:<token>  a direct grant to the waiter holding that
+//	                               token: it reaches Waiter.Grants and wakes the waiter
+//
 // A waiter reached by an unnamed wake-up (n:, ks:, a reconnect) that cannot
 // progress calls Waiter.Pass: the router hands the wake-up on to the next
 // waiter of the topic, once per message, so that one that can is reached.
