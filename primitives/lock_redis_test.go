@@ -258,6 +258,20 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 	ha.Release(ctx)
 	hb := <-bc
 	hb.Release(ctx)
+	// The release returns at a quorum; its copy on the third node deletes
+	// the key there a moment later, and that `del` keyspace event would wake
+	// B's next waiter (one more attempt). Let it land first.
+	if !testutil.Eventually(5*time.Second, func() bool {
+		for _, st := range la.Status(ctx) {
+			if st.Err != nil || st.State != "free" {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("B's release did not reach every node")
+	}
+	time.Sleep(100 * time.Millisecond) // the push messages of those deletes
 
 	// B again, behind A: it queues at once (1 attempt: the queued one,
 	// refused; the release grants it the lock directly), and D, queued after
