@@ -324,6 +324,16 @@ func (w *world) specHB(token string, ttl, heartbeat time.Duration) AttemptSpec {
 	}
 }
 
+// mustHold makes one attempt for token and returns its hold.
+func (w *world) mustHold(t *testing.T, token string, ttl time.Duration) *Hold {
+	t.Helper()
+	res := w.e.Attempt(t.Context(), w.spec(token, ttl))
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return res.Hold
+}
+
 func (w *world) owners() []string {
 	out := make([]string, len(w.nodes))
 	for i, f := range w.nodes {
@@ -563,11 +573,7 @@ func TestFenceIsWrittenBackWhenFewerThanAQuorumHoldTheMax(t *testing.T) {
 func TestLostClosesByTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
-		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		h := res.Hold
+		h := w.mustHold(t, "A", time.Second)
 		time.Sleep(200 * time.Millisecond)
 		for _, f := range w.nodes {
 			f.pause()
@@ -759,11 +765,7 @@ func TestLateHeartbeatResumesRenewal(t *testing.T) {
 func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
-		res := w.e.Attempt(t.Context(), w.spec("A", 3*time.Second))
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		h := res.Hold
+		h := w.mustHold(t, "A", 3*time.Second)
 		synctest.Wait() // the third node's grant, still in flight at the decision, has run
 		// Two of three nodes lose the key (restarted empty, or a forced
 		// release): nobody can confirm this hold again and others may
@@ -777,17 +779,14 @@ func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
 			t.Fatalf("lost %s after the keys went, %s before its Deadline: it waited for the Deadline", d, left)
 		}
 		// One node missing is a restarted node: it is re-taken, not lost.
-		res = w.e.Attempt(t.Context(), w.spec("B", 3*time.Second))
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
+		hb := w.mustHold(t, "B", 3*time.Second)
 		synctest.Wait()
 		w.nodes[2].set(func(f *fakeNode) { f.owner = "" })
 		time.Sleep(5 * time.Second)
-		if !res.Hold.Valid() {
-			t.Fatalf("one missing node cost the hold: %v", res.Hold.Err())
+		if !hb.Valid() {
+			t.Fatalf("one missing node cost the hold: %v", hb.Err())
 		}
-		res.Hold.Release(context.Background())
+		hb.Release(context.Background())
 	})
 }
 
@@ -950,11 +949,7 @@ func TestLateRepliesReachOnlyTheirOwnRound(t *testing.T) {
 func TestHoldChannelsAskedForAfterTheEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
-		res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		h := res.Hold
+		h := w.mustHold(t, "A", time.Second)
 		if err := h.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -974,11 +969,7 @@ func TestHoldChannelsAskedForAfterTheEnd(t *testing.T) {
 
 		// Lost first, the rest asked for only after it closed: they must
 		// already be done (the order observers rely on).
-		res = w.e.Attempt(t.Context(), w.spec("B", time.Second))
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		h = res.Hold
+		h = w.mustHold(t, "B", time.Second)
 		lost := h.Lost()
 		for _, f := range w.nodes {
 			f.pause()
