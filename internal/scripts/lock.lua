@@ -76,13 +76,14 @@ end
 -- <skew> <proc> <token>" while it waits (free may grant the lock to that
 -- token; proc names its process's channel), "G ..." once free granted it
 -- (its later attempt takes the grant over, see acquire). direct_state
--- parses it: state, seq, ttl, keep, skew, proc, token.
+-- parses it: state, seq, ttl, keep, skew, proc, token, and the record as
+-- read.
 local function direct_state(id)
   local d = redis.call('HGET', QEXP, '=' .. id)
   if not d then return nil end
   local st, seq, ttl, keep, skew, proc, tok = string.match(d, '^(%a) (%d+) (%d+) (%d+) (%d+) (%x+) (.*)$')
   if not st then return nil end
-  return st, tonumber(seq), tonumber(ttl), keep, skew, proc, tok
+  return st, tonumber(seq), tonumber(ttl), keep, skew, proc, tok, d
 end
 
 -- free ends a hold: it reserves the lock for the longest live waiter and
@@ -113,7 +114,7 @@ local function free(window, ch, self)
       -- (seq), without a round of its own. Only if its process listens
       -- here (a process that died has no subscription left): else the
       -- lock is reserved for it as for any waiter.
-      local st, seq, gttl, keep, skew, proc, gtok = direct_state(id)
+      local st, seq, gttl, keep, skew, proc, gtok, rec = direct_state(id)
       if st == 'W' then
         -- use: fence_step fence_floor
         local f
@@ -127,7 +128,7 @@ local function free(window, ch, self)
         local msg = 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id
         if redis.call('PUBLISH', ch .. ':' .. proc, msg) > 0 then
           redis.call('SET', LOCK, HELD .. gtok, 'PX', math.min(gttl, exp - now))
-          redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(redis.call('HGET', QEXP, '=' .. id), 2))
+          redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(rec, 2))
           return
         end
       end
