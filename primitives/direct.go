@@ -32,8 +32,9 @@ func newLockWaiter(l *Lock, wid string) *lockWaiter {
 	return &lockWaiter{waiter: waiter{queued: l, wid: wid}, l: l}
 }
 
-// direct takes part only in plain mode: an owner's holds share one key.
-func (w *lockWaiter) takesGrants() bool { return w.l.o.owner == "" }
+// direct takes part only in plain mode (an owner's holds share one key)
+// and without a min-hold (a direct grant records none).
+func (w *lockWaiter) takesGrants() bool { return w.l.o.owner == "" && w.l.o.minHold == 0 }
 
 func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	var seq int64

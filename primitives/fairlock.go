@@ -166,6 +166,7 @@ func parseFairStatus(arr []rueidis.RedisMessage, st *NodeState) {
 	ids, _ := arr[3].ToArray()
 	st.Waiters = int64(len(ids))
 	st.describe("rl1:F:", "rl1:FO:", "")
+	st.tail(fairTail)
 	st.holderInfo(arr, 5)
 	if len(arr) > 6 {
 		st.Queue = parseQueue(arr[6], false)
@@ -188,7 +189,7 @@ func (w *fairWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 		ticket = w.ticket
 	}
 	return f.call(scripts.FairAcquire{Token: token, TTL: f.o.keyTTL(f.o.ttl), Owner: f.o.owner, Waiter: wid, Ticket: ticket,
-		WaiterTimeout: f.wt, TicketTTL: f.ticketTTL(), FenceKeep: fenceKeep, Channel: f.channel})
+		WaiterTimeout: f.wt, TicketTTL: f.ticketTTL(), FenceKeep: fenceKeep, Channel: f.channel, MinHold: f.o.minHold})
 }
 
 func (w *fairWaiter) rollbackCall(token, _ string) nodeactor.Call {

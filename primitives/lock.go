@@ -265,7 +265,7 @@ func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 type NodeState struct {
 	Node    string
 	Err     error         // the node did not answer, or answered an error
-	State   string        // "free", "held", "owner" (reentrant), "reserved" (handoff)
+	State   string        // "free", "held", "owner" (reentrant), "reserved" (handoff), "min-hold" (a released tail)
 	Holder  string        // first 8 hex digits of the holder's token, or the owner id
 	TTL     time.Duration // remaining key TTL
 	Fence   string        // counter value, "" if missing

@@ -36,7 +36,7 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 	keyTTL := l.o.keyTTL(l.o.ttl)
 	a := scripts.LockAcquire{Token: token, TTL: keyTTL, Owner: l.o.owner, Enqueue: enqueue,
 		EntryTTL: keyTTL + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: score,
-		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew}
+		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew, MinHold: l.o.minHold}
 	if seq > 0 {
 		a.Seq, a.Proc = seq, l.c.Proc()
 	}
@@ -143,8 +143,27 @@ func holderOf(v string) string {
 		return prefix8(strings.TrimPrefix(v, "rl1:L:"))
 	case strings.HasPrefix(v, "rl1:O:"):
 		return "owner " + strings.TrimPrefix(v, "rl1:O:")
+	case strings.HasPrefix(v, lockTail):
+		return "min-hold tail of " + holderOf("rl1:"+strings.TrimPrefix(v, lockTail))
 	}
 	return ""
+}
+
+// The prefixes of a min-hold tail (WithMinHold): a lease released within
+// its min-hold leaves the key as the tail, followed by the rest of its
+// value ("L:<token>", "O:<owner>"; FairLock: "F:…", "FO:…").
+const (
+	lockTail = "rl1:T:"
+	fairTail = "rl1:FT:"
+)
+
+// tail marks a min-hold tail that describe left "unknown".
+func (st *NodeState) tail(prefix string) {
+	if st.State == "unknown" && strings.HasPrefix(st.value, prefix) {
+		rest := strings.TrimPrefix(st.value, prefix)
+		_, tok, _ := strings.Cut(rest, ":")
+		st.State, st.Holder = "min-hold", prefix8(tok)
+	}
 }
 
 // parseLockStatus fills st from a status reply ({value, pttl, fence,
@@ -153,6 +172,7 @@ func holderOf(v string) string {
 func parseLockStatus(arr []rueidis.RedisMessage, st *NodeState) {
 	st.Waiters, _ = arr[3].AsInt64()
 	st.describe("rl1:L:", "rl1:O:", "rl1:R:")
+	st.tail(lockTail)
 	st.holderInfo(arr, 5)
 	if len(arr) > 4 {
 		st.Queue = parseQueue(arr[4], true)

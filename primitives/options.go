@@ -20,6 +20,7 @@ type options struct {
 	ownerSet  bool
 	label     string        // the holder's label (WithLabel; not CountDownLatch)
 	lockDelay time.Duration // Lock, FairLock: a lost lease's keys outlive its TTL by this much
+	minHold   time.Duration // Lock, FairLock: the name stays held this long from a grant
 
 	waiterTimeout time.Duration // FairLock only
 	resize        bool          // Semaphore only
@@ -80,6 +81,19 @@ func WithHeartbeat(d time.Duration) Option {
 // reject it with ErrInvalidArgument.
 func WithLockDelay(d time.Duration) Option {
 	return durationOption("lock delay", d, func(o *options) { o.lockDelay = d })
+}
+
+// WithMinHold keeps a Lock's or FairLock's name held at least d from each
+// grant, measured by each node's clock, even when the lease is released
+// earlier: "at most once per period" for a job that several schedulers
+// fire. A Release within d leaves the keys as a tail that expires d after
+// the grant; nobody is granted or handed the lock before then, and the
+// next holder's fence is higher as always. A lease lost within d also
+// keeps the name until then. ForceRelease ends a tail at once. The
+// lease's validity and renewals are unchanged (d may exceed the TTL). d
+// lies in (0, 24h]; other primitives reject it with ErrInvalidArgument.
+func WithMinHold(d time.Duration) Option {
+	return durationOption("min hold", d, func(o *options) { o.minHold = d })
 }
 
 // keyTTL is the TTL a lease's keys are set with: its TTL plus the lock
@@ -160,6 +174,8 @@ func kindOptions(c *engine.Engine, opts []Option, k kind) (options, error) {
 		return o, fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
 	case o.lockDelay != 0 && k != kindLock && k != kindFairLock:
 		return o, fmt.Errorf("%w: WithLockDelay is only supported by Lock and FairLock", ErrInvalidArgument)
+	case o.minHold != 0 && k != kindLock && k != kindFairLock:
+		return o, fmt.Errorf("%w: WithMinHold is only supported by Lock and FairLock", ErrInvalidArgument)
 	case o.resize && k != kindSemaphore:
 		return o, fmt.Errorf("%w: WithResize is only supported by Semaphore", ErrInvalidArgument)
 	}

@@ -2,7 +2,7 @@
 // a lock, and demonstrates the library on embedded nodes.
 //
 //	redlock demo [--workers 5] [--duration 5s] [--nodes host:port,...]
-//	redlock run --key K [--ttl 30s] [--wait 1m] -- cmd args...
+//	redlock run --key K [--ttl 30s] [--wait 1m] [--min-hold 0] -- cmd args...
 //	redlock status K [--json]
 //
 // Nodes come from --nodes or REDLOCK_NODES; demo uses three embedded

@@ -81,6 +81,7 @@ func TestCLIBadUsage(t *testing.T) {
 		{"run without nodes", []string{"run", "--key", "k", "--", "true"}, 2},
 		{"run bad flag", []string{"run", "--bogus"}, 2},
 		{"run negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
+		{"run negative min-hold", []string{"run", "--key", "k", "--min-hold", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
 		{"status without key", []string{"status", "--nodes", "127.0.0.1:1"}, 2},
 		{"status without nodes", []string{"status", "k"}, 2},
 		{"demo bad workers", []string{"demo", "--workers", "0"}, 1},
@@ -154,6 +155,23 @@ func TestCLIRun(t *testing.T) {
 					t.Fatalf("interleaved runs:\n%s", data)
 				}
 			}
+		}
+	})
+
+	t.Run("min-hold runs a job at most once per period", func(t *testing.T) {
+		start := time.Now()
+		code, _, stderr := cli(t, []string{nodes}, "run", "--key", "cron", "--wait", "0", "--min-hold", "1500ms", "--", "true")
+		if code != 0 {
+			t.Fatalf("first run: exit %d (stderr %q)", code, stderr)
+		}
+		// the command ended at once; the name stays held until 1.5 s after the grant
+		code, _, _ = cli(t, []string{nodes}, "run", "--key", "cron", "--wait", "0", "--", "true")
+		if code != ExitNotAcquired && time.Since(start) < 1500*time.Millisecond {
+			t.Fatalf("a second run within the min-hold: exit %d, want %d", code, ExitNotAcquired)
+		}
+		code, _, stderr = cli(t, []string{nodes}, "run", "--key", "cron", "--wait", "10s", "--", "true")
+		if code != 0 || time.Since(start) < 1500*time.Millisecond {
+			t.Fatalf("the run after the min-hold: exit %d after %s (stderr %q)", code, time.Since(start), stderr)
 		}
 	})
 

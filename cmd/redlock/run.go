@@ -28,7 +28,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
+		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--min-hold 0] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
 			"Exit codes: the command's own, or %d not acquired within --wait, %d lease lost (command terminated), %d error.\n\n", ExitNotAcquired, ExitLeaseLost, ExitError)
 		fs.PrintDefaults()
 	}
@@ -36,6 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	ttl := fs.Duration("ttl", 30*time.Second, "lease TTL; the lease is renewed while the command runs")
 	wait := fs.Duration("wait", time.Minute, "how long to wait for the lock; 0 fails at once if it is held")
 	grace := fs.Duration("grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
+	minHold := fs.Duration("min-hold", 0, "keep the lock held at least this long from the grant, also when the command "+
+		"ends sooner: a job that several schedulers start runs at most once per period (0: release at once)")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
 	if err := fs.Parse(args); err != nil {
@@ -49,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		return 0, &codeError{code: 2, err: errors.New("no command given (put it after --)")}
 	case *wait < 0:
 		return 0, &codeError{code: 2, err: errors.New("--wait must not be negative")}
+	case *minHold < 0:
+		return 0, &codeError{code: 2, err: errors.New("--min-hold must not be negative")}
 	}
 	nodes := nodesFrom(*nodesFlag)
 	if len(nodes) == 0 {
@@ -63,7 +67,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		return 0, err
 	}
 	defer c.Close()
-	l, err := primitives.NewLock(c, *key, primitives.WithTTL(*ttl))
+	opts := []primitives.Option{primitives.WithTTL(*ttl)}
+	if *minHold > 0 {
+		opts = append(opts, primitives.WithMinHold(*minHold))
+	}
+	l, err := primitives.NewLock(c, *key, opts...)
 	if err != nil {
 		return 0, err
 	}

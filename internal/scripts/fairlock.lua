@@ -8,13 +8,16 @@
 --       GONE departed waiters (zset waiter id -> server ms until which its
 --         stale attempts are refused)
 -- Values of LOCK: "rl1:F:<token>" (held), "rl1:FO:<owner>" (held by a
--- reentrant owner). Tokens and waiter ids carry the holder's metadata
+-- reentrant owner), "rl1:FT:F:<token>" / "rl1:FT:FO:<owner>" (released
+-- within its min-hold: held by nobody until it expires; QEXP field '^' is
+-- the grant's min-hold record, see the prelude's min_hold). Tokens and waiter ids carry the holder's metadata
 -- (primitives/meta.go): they are compared whole, never parsed.
 -- use: now grant_codes wrong check_types pexpire_max
 local LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
 local HELD, OWNED = 'rl1:F:', 'rl1:FO:'
+local TAIL = 'rl1:FT:'
 
 -- Type checks before any write. One MGET reads the four string keys (nil
 -- for a missing key and for one of another type) and one EXISTS counts all
@@ -48,7 +51,7 @@ else
     if terr then return terr end
   end
 end
-if v and string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 7) ~= OWNED then
+if v and string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 7) ~= OWNED and string.sub(v, 1, 7) ~= TAIL then
   return wrong(LOCK, 'fair lock key')
 end
 if fv and not string.match(fv, '^%d+$') then return wrong(FENCE, 'fence counter') end
@@ -94,9 +97,11 @@ if op == 'acquire' then
   -- token: new for every attempt; wid: the waiter id (stable across one
   -- Acquire); ticket: its quorum ticket (0: try only, leave no entry);
   -- wt: the waiter timeout (its entry's TTL); ticket_ttl: the ticket
-  -- counter's; keep: the fence keep
+  -- counter's; keep: the fence keep; mh: the min-hold in ms (0: none)
   local tok, ttl, owner, wid, ticket_s, wt, ticket_ttl, keep, ch =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+  local mh = tonumber(ARGV[11] or '0') or 0
+  -- use: min_hold
   local ticket = tonumber(ticket_s)
   if ticket > 0 then
     -- an attempt still in flight when its waiter left (it can reach the node
@@ -139,6 +144,7 @@ if op == 'acquire' then
     end
     if v == false and first then
       redis.call('SET', LOCK, mine, 'PX', ttl)
+      if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
       keep_entry()
       return {GRANTED, fence_next(), now, 0}
     end
@@ -162,6 +168,7 @@ if op == 'acquire' then
       -- use: take_owned
       local f = fence_next()
       take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
+      if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
       keep_entry()
       return {GRANTED, f, now, 0}
     end
@@ -188,14 +195,26 @@ elseif op == 'release' or op == 'rollback' then
   -- waiter entry. Answers 1 released, 0 not ours.
   local tok, owner, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
   local ours, freed = 0, false
+  -- a release within the grant's min-hold leaves the key as a tail (no
+  -- wake); a rollback frees as ever
+  local function free(val)
+    if op == 'release' then
+      -- use: min_hold
+      if min_hold_tail(LOCK, QEXP, val, TAIL .. string.sub(val, 5)) then return false end
+    end
+    redis.call('DEL', LOCK)
+    return true
+  end
   if owner == '' then
     if v == HELD .. tok then
-      redis.call('DEL', LOCK)
-      ours, freed = 1, true
+      ours, freed = 1, free(v)
     end
   elseif v == OWNED .. owner then
     local last = drop_hold(LOCK, HOLDS, EPOCH, tok)
-    if last then redis.call('DEL', LOCK) end
+    if last then last = free(v) end
+    -- the holds left never end the min-hold early
+    local mr = last == false and string.match(redis.call('HGET', QEXP, '^') or '', '^(%d+) ' .. OWNED)
+    if mr and tonumber(mr) > now then pexpire_max(LOCK, tonumber(mr) - now) end
     if last ~= nil then ours, freed = 1, last end
   end
   if op == 'release' then dequeue(wid) end

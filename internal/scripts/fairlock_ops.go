@@ -18,11 +18,16 @@ type FairAcquire struct {
 	TicketTTL     time.Duration // how long the ticket counter outlives its last use
 	FenceKeep     time.Duration
 	Channel       string
+	MinHold       time.Duration // as LockAcquire's; 0: none
 }
 
 func (a FairAcquire) Args() []string {
-	return []string{"acquire", a.Token, Ms(a.TTL), a.Owner, a.Waiter, itoa(a.Ticket),
+	args := []string{"acquire", a.Token, Ms(a.TTL), a.Owner, a.Waiter, itoa(a.Ticket),
 		Ms(a.WaiterTimeout), Ms(a.TicketTTL), Ms(a.FenceKeep), a.Channel}
+	if a.MinHold > 0 {
+		args = append(args, Ms(a.MinHold))
+	}
+	return args
 }
 
 // FairRelease ends a lease and dequeues its waiter (answers 1 released, 0

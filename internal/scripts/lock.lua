@@ -8,8 +8,11 @@
 --         attempt still in flight when they left (the node actor keeps several
 --         batches in flight, so requests of one client can run out of order)
 --         cannot enqueue them again
+--       (KEYS[4] field '^': the min-hold record of the grant, see min_hold)
 -- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
--- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff).
+-- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff),
+-- "rl1:T:L:<token>" / "rl1:T:O:<owner>" (released within its min-hold: held
+-- by nobody until it expires).
 -- use: grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -18,6 +21,7 @@ local op = ARGV[1]
 -- native SET … IFEQ renewal does (docs/lock.md)
 local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
+local TAIL = 'rl1:T:'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
 
 -- Type checks before any write. The two string keys are read with pcall (a
@@ -164,11 +168,14 @@ if op == 'acquire' then
   -- number within its Acquire (1, 2, ...) if the waiter takes direct grants
   -- (plain mode only), else 0; proc: its process id (direct grants)
   -- (px: the ttl as sent, for SET … PX: a number argument to redis.call
-  -- costs a conversion)
+  -- costs a conversion); min_hold: ms the name stays held from a grant
+  -- (0: none; such a waiter takes no direct grants)
   local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew, seq, proc =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
     tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11], tonumber(ARGV[12] or '0') or 0, ARGV[13] or ''
   local px = ARGV[3]
+  local mh = tonumber(ARGV[14] or '0') or 0
+  -- use: min_hold
   local rsv = RESERVED .. wid
   local direct = enqueue and seq > 0 and owner == '' and string.match(proc, '^%x+$') ~= nil
   local dstate, dseq, dtok = nil, 0, nil
@@ -234,6 +241,7 @@ if op == 'acquire' then
     end
     if v == false or v == rsv then
       redis.call('SET', LOCK, mine, 'PX', px)
+      if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
       queue_up(true)
       return {GRANTED, fence_next(), now, 0}
     end
@@ -252,6 +260,7 @@ if op == 'acquire' then
       -- use: take_owned
       local f = fence_next()
       take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
+      if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
       return {GRANTED, f, now, 0}
     end
   end
@@ -268,6 +277,15 @@ elseif op == 'release' or op == 'rollback' then
   if owner ~= '' or extra > 0 then clock() end
   local self = ''
   if op == 'rollback' then self = wid end
+  -- a release within the grant's min-hold leaves the key as a tail (no
+  -- handoff); a rollback frees as ever
+  local function freed(val)
+    if op == 'release' and extra > 0 then
+      -- use: min_hold
+      if min_hold_tail(LOCK, QEXP, val, TAIL .. string.sub(val, 5)) then return end
+    end
+    free(window, ch, self)
+  end
   if op == 'release' and wid ~= '' and extra > 0 then
     -- a lease of a waiter: its queue entry goes, buried so that an attempt
     -- of it still in flight cannot queue it again (a dead waiter would be
@@ -280,13 +298,21 @@ elseif op == 'release' or op == 'rollback' then
   end
   if owner == '' then
     if v == HELD .. tok then
-      free(window, ch, self)
+      freed(v)
       return 1
     end
   elseif v == OWNED .. owner then
     -- use: drop_hold
     local last = drop_hold(LOCK, HOLDS, EPOCH, tok)
-    if last then free(window, ch, self) end
+    if last then freed(v) end
+    -- the holds left never end the min-hold early
+    if last == false and extra > 0 then
+      local mr = string.match(redis.call('HGET', QEXP, '^') or '', '^(%d+) ' .. OWNED)
+      if mr and tonumber(mr) > now then
+        -- use: pexpire_max
+        pexpire_max(LOCK, tonumber(mr) - now)
+      end
+    end
     if last ~= nil then return 1 end
   end
   return 0
@@ -329,9 +355,10 @@ elseif op == 'force' then
   -- Reply: {1 deleted / 0 nothing held, the holder's value, fence counter}.
   -- use: fence_ttl fence_floor
   local window, ch, keep, skew = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-  if not v or (string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 6) ~= OWNED) then
+  if not v or (string.sub(v, 1, 6) ~= HELD and string.sub(v, 1, 6) ~= OWNED and string.sub(v, 1, 6) ~= TAIL) then
     return {0, v or '', tonumber(fv or '0')}
   end
+  if extra > 0 then redis.call('HDEL', QEXP, '^') end -- it overrides a min-hold
   local f
   if fv then
     f = redis.call('INCR', FENCE)

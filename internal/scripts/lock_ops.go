@@ -26,16 +26,25 @@ type LockAcquire struct {
 	// the resource's channel + ":" + Proc, and made only if that process
 	// listens there.
 	Proc string
+	// MinHold keeps the name held at least this long from a grant (server
+	// time), also after a release; 0: none. A waiter with a min-hold takes
+	// no direct grants (Seq 0).
+	MinHold time.Duration
 }
 
 func (a LockAcquire) Args() []string {
 	args := []string{"acquire", a.Token, Ms(a.TTL), a.Owner, Flag(a.Enqueue), Ms(a.EntryTTL), Ms(a.FenceKeep),
 		a.Waiter, itoa(a.Score), itoa(a.FenceInit), Ms(a.FenceSkew), "", ""}
-	if a.Seq == 0 {
+	if a.Seq > 0 {
+		args[11], args[12] = itoa(a.Seq), a.Proc
+	}
+	switch {
+	case a.MinHold > 0:
+		return append(args, Ms(a.MinHold))
+	case a.Seq == 0:
 		// no direct grant: every argument costs the server a conversion
 		return args[:11]
 	}
-	args[11], args[12] = itoa(a.Seq), a.Proc
 	return args
 }
 

@@ -53,6 +53,28 @@ local function zadd_max(k, s, m)
   local cur = redis.call('ZSCORE', k, m)
   if not cur or tonumber(cur) < s then redis.call('ZADD', k, s, m) end
 end
+-- part: min_hold
+-- Min-hold ("at most once per period": lock.lua, fairlock.lua). A grant
+-- with min-hold m ms records "<until> <value>" in hash QX, field '^'
+-- (until = now + m, value = the lock key's value as granted), and the key
+-- lives at least m. min_hold_tail is the release of value: before until,
+-- it turns the key into tail, which expires at until (nobody is granted or
+-- handed the lock before then), and answers true; else false.
+local function min_hold_grant(LOCK, QX, val, m)
+  redis.call('HSET', QX, '^', string.format('%.0f', now + m) .. ' ' .. val)
+  pexpire_max(QX, m)
+  pexpire_max(LOCK, m)
+end
+local function min_hold_tail(LOCK, QX, val, tail)
+  local r = redis.call('HGET', QX, '^')
+  local u, rv = string.match(r or '', '^(%d+) (.*)$')
+  if rv ~= val then return false end
+  redis.call('HDEL', QX, '^')
+  u = tonumber(u) - now
+  if u <= 0 then return false end
+  redis.call('SET', LOCK, tail, 'PX', u)
+  return true
+end
 -- part: fence_ttl
 -- Fence counters (docs/lock.md, "Fencing (S2)"): a counter c is kept
 -- `keep` ms after its last write and never expires before this node's clock
