@@ -27,6 +27,10 @@
 // [Lease.Fence] strictly increases from one holder of the resource to the
 // next: pass it to the storage the primitive protects, so that a holder
 // that was paused past its deadline cannot overwrite a newer holder's work.
+// Package fencesql does that check in a SQL database. Where the storage
+// cannot check fences, [WithLockDelay] keeps a lost lease's name blocked
+// a while longer. [WithMinHold] keeps a name held for a period from each
+// grant: a job that several schedulers fire runs at most once per period.
 // Release ends the lease on every node; it is safe to call after ctx ended
 // and more than once.
 //
@@ -41,5 +45,5 @@
 //
 // The design and the exact guarantees of each primitive are in the
 // repository's docs/ (lock.md, fairlock.md, multilock.md, rwlock.md,
-// semaphore.md, latch.md).
+// semaphore.md, latch.md, fencing.md).
 package primitives
