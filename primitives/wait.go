@@ -63,6 +63,13 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
+	// Close wakes the waiter (ctx then ends with cause ErrClosed) and waits
+	// for it to leave the queues.
+	ctx, stop, err := c.Bind(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	cfg := c.Settings()
 	push := !cfg.Polling
 	recheckMax := w.recheckMax
@@ -103,6 +110,9 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	for {
 		if err := ctx.Err(); err != nil {
 			leave()
+			if cause := context.Cause(ctx); errors.Is(cause, coordinator.ErrClosed) {
+				err = cause
+			}
 			return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, err)
 		}
 		if w.direct != nil {
@@ -128,6 +138,9 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 			return res.lease, nil
 		}
 		if !retryable(res.err) {
+			if ctx.Err() != nil {
+				continue // ended by ctx or Close: the check above says which
+			}
 			leave()
 			return nil, res.err
 		}
