@@ -115,7 +115,9 @@ func (l *Lease) Release(ctx context.Context) error { return l.h.Release(ctx) }
 
 // Locker is implemented by *Lock, *FairLock, *MultiLock and *Semaphore.
 type Locker interface {
-	// Acquire blocks until held; on ctx done it returns an error that Is ctx.Err().
+	// Acquire blocks until held; on ctx done it returns an error that Is
+	// ctx.Err(), and also ErrNotAcquired (a *NotAcquiredError) when the
+	// name was held at the last attempt.
 	Acquire(ctx context.Context) (*Lease, error)
 	// TryAcquire makes one attempt.
 	TryAcquire(ctx context.Context) (*Lease, error)
