@@ -19,7 +19,7 @@
 // that Is [ErrNotAcquired] while another holder has it. An Acquire that
 // ctx ended while another holder had it returns an error that Is both
 // ctx.Err() and [ErrNotAcquired]. [Do] wraps Acquire, a function and
-// Release.
+// Release; [TryDo] wraps TryAcquire, a function and Release.
 //
 // Every acquired primitive is a [*Lease]. A lease renews itself in the
 // background (see [WithAutoRenew], [WithHeartbeat], [WithMaxHold]) until it
