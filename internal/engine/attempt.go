@@ -68,8 +68,10 @@ type Result struct {
 }
 
 // Attempt makes one quorum attempt: it fans the acquire out, decides as soon
-// as a quorum granted or can no longer grant, checks validity, decides the
-// fence (S2), and creates the hold. A failed attempt rolls back by the one
+// as its Tally's verdict is known, checks validity, decides the fence (S2),
+// and creates the hold. A refused round is a *NotAcquiredError with the
+// holder's TTL; ErrQuorumUnavailable means fewer than a quorum answered and
+// their refusals did not veto it. A failed attempt rolls back by the one
 // rule of rollbackAttempt, and grants that arrive after the decision are
 // rolled back unless the attempt produced a hold that is still valid.
 func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
@@ -128,15 +130,13 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
-		g := 0
+		t := Tally{N: n, Q: q}
 		for i := range r.Replies {
 			if r.Answered[i] {
-				if v, err := vote(r, i); err == nil && v.Granted {
-					g++
-				}
+				t.addVote(vote(r, i))
 			}
 		}
-		return g >= q || r.NAnswered-g > n-q
+		return t.Verdict() != Undecided
 	}, late)
 	e.ins.Attempts.Add(ctx, 1)
 	var (
@@ -183,7 +183,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if fails.wrong != nil {
 		return fail(fails.fatal(n, q))
 	}
-	if granted < q {
+	// Every node not counted did not answer in time (or at all).
+	t := Tally{N: n, Q: q, Yes: granted, No: refused, Other: n - granted - refused}
+	if !t.Won() {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
@@ -193,8 +195,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		if err := fails.fatal(n, q); err != nil {
 			return fail(err)
 		}
-		if refused > 0 && granted+refused >= q {
-			// A split vote is one no contender can win without the others
+		if t.Verdict() == Refused {
+			// Refusals veto it, or a quorum answered without granting. A
+			// split vote is one no contender can win without the others
 			// backing off; a quorum that refused is a holder: sleep on it.
 			res.Split = granted > 0 && refused < q
 			return fail(&NotAcquiredError{TTL: res.Hint})
@@ -403,13 +406,13 @@ func (e *Engine) decideFence(ctx context.Context, write func(f int64) func(int) 
 // Gather is the quorum round of every primitive that reads or writes
 // without taking a hold (FairLock tickets, latch rounds, fence write-backs,
 // RWLock downgrades): it sends call(i) to every node on lane and returns
-// once a quorum answered replies that accept takes (accept returns nil), or
-// a quorum can no longer do so. Then it returns the round (read the replies
-// where Answered and accept is nil) and nil; or an error: a WRONGTYPE or an
-// ACL refusal from any node (retrying cannot help); the answer of the nodes
-// that rejected with an error wrapping ErrInvalidArgument, when too many
-// did for a quorum to agree; ctx's error; or ErrQuorumUnavailable wrapping
-// the per-node errors.
+// once its Tally's verdict is known. A reply that accept takes (accept
+// returns nil) is a yes, a rejection wrapping ErrInvalidArgument a no.
+// Then it returns the round (read the replies where Answered and accept is
+// nil) and nil; or an error: a WRONGTYPE or an ACL refusal from any node
+// (retrying cannot help); the rejection, when more than N−Q nodes rejected
+// (no quorum can agree); ctx's error; or ErrQuorumUnavailable wrapping the
+// per-node errors.
 func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error) (*Round, error) {
 	if err := ctx.Err(); err != nil {
@@ -428,13 +431,20 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return verdicts[i]
 	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
-		ok := 0
+		t := Tally{N: n, Q: q}
 		for i := range r.Replies {
-			if r.Answered[i] && verdict(r, i) == nil {
-				ok++
+			if r.Answered[i] {
+				switch err := verdict(r, i); {
+				case err == nil:
+					t.Yes++
+				case errors.Is(err, ErrInvalidArgument):
+					t.No++
+				default:
+					t.Other++
+				}
 			}
 		}
-		return ok >= q || r.NAnswered-ok > n-q
+		return t.Verdict() != Undecided
 	}, nil)
 	ok, invalid := 0, 0
 	var (
@@ -459,13 +469,14 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 	if fails.wrong != nil {
 		return r, fails.fatal(n, q)
 	}
-	if ok >= q {
+	t := Tally{N: n, Q: q, Yes: ok, No: invalid, Other: n - ok - invalid}
+	if t.Won() {
 		return r, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
-	if invalid > n-q {
+	if t.Vetoed() {
 		return r, inv
 	}
 	if err := fails.fatal(n, q); err != nil {
