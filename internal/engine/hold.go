@@ -181,20 +181,16 @@ func (h *Hold) Valid() bool {
 // node actor keeps each resource's order, across lanes) and deletes the
 // grant, so a rollback would only cost the node one more script — but when
 // the hold ended otherwise (lost, or past its Deadline: no release comes).
-func (h *Hold) lateGrantNeedsRollback() bool { return !h.KeepsLateGrant() }
-
-// KeepsLateGrant reports whether a grant under the hold's token that
-// arrives now is simply the hold's own (see lateGrantNeedsRollback).
-func (h *Hold) KeepsLateGrant() bool {
+func (h *Hold) lateGrantNeedsRollback() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch h.state {
 	case stateReleasing, stateReleased:
-		return true
+		return false
 	case stateHeld:
-		return time.Now().Before(h.deadline)
+		return !time.Now().Before(h.deadline)
 	}
-	return false
+	return true
 }
 
 // Lost returns a channel closed when the hold is lost: its Deadline passed
