@@ -104,10 +104,12 @@ func (l *Lock) Name() string { return l.name }
 // more than N−Q nodes refused, or a quorum answered and some refused.
 // It returns ErrQuorumUnavailable when fewer than a quorum of nodes
 // answered within NodeTimeout, and ErrWrongType when a key at our name
-// belongs to something else.
+// belongs to something else. A split vote (contenders each won some nodes,
+// nobody a quorum) is retried a few times within about NodeTimeout, after
+// short random delays; a refusal by a holder returns at once.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
-	r := l.attempt(ctx, newToken(), false)
+	r := tryExclusive(ctx, l.c, l, newToken())
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
 	return r.lease, r.err
 }
@@ -156,12 +158,13 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 
 // attemptResult is one attempt's outcome.
 type attemptResult struct {
-	lease *Lease
-	hint  time.Duration // holder's remaining TTL, when refused
-	split bool          // some nodes granted, and fewer than a quorum refused
-	held  bool          // some node refused: held or reserved (a message will come)
-	now   int64         // latest server TIME (ms) among refusals, 0 if none
-	err   error
+	lease     *Lease
+	hint      time.Duration // holder's remaining TTL, when refused
+	split     bool          // some nodes granted, and fewer than a quorum refused
+	contended bool          // refused by a split vote (see tryExclusive)
+	held      bool          // some node refused: held or reserved (a message will come)
+	now       int64         // latest server TIME (ms) among refusals, 0 if none
+	err       error
 }
 
 func ms(d time.Duration) string { return scripts.Ms(d) }

@@ -99,3 +99,47 @@ func TestGatherIsVetoedOnAnEvenNodeCount(t *testing.T) {
 		}
 	})
 }
+
+// A refused round is contended (a split vote, worth a retry) only when it
+// saw two parties or more and none of them can hold a quorum: a holder on
+// exactly a quorum beside a free node is a holder.
+func TestContendedOnlyWithoutOneHolderOnAQuorum(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		owners    []string
+		contended bool
+	}{
+		{"one holder on a quorum, one node free", []string{"X", "X", ""}, false},
+		{"three contenders, one node each", []string{"X", "Y", ""}, true},
+		{"held everywhere", []string{"X", "X", "X"}, false},
+		{"a holder on a quorum and a loser", []string{"X", "Y", "Y"}, false},
+		{"4 nodes, a holder on 3", []string{"X", "X", "X", ""}, false},
+		{"4 nodes, 2 + 1 + 1", []string{"X", "Y", "", ""}, true},
+		{"4 nodes, 2 + 2", []string{"X", "X", "", ""}, true},
+		{"5 nodes, 2 + 2 + 1", []string{"Y", "Y", "Z", "", ""}, true},
+		{"5 nodes, a holder on 3", []string{"X", "X", "X", "", ""}, false},
+		{"refusals that name nobody", []string{"anon1", "anon2", ""}, false}, // may be one holder
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t, len(tc.owners))
+				for i, o := range tc.owners {
+					w.nodes[i].set(func(f *fakeNode) {
+						f.owner = o
+						if o != "" {
+							f.delay = time.Millisecond // the grants come first
+						}
+					})
+				}
+				res := w.e.Attempt(t.Context(), w.spec("A", time.Second))
+				if !errors.Is(res.Err, ErrNotAcquired) {
+					t.Fatalf("attempt: %v, want ErrNotAcquired", res.Err)
+				}
+				if res.Contended != tc.contended {
+					t.Fatalf("contended %v, want %v", res.Contended, tc.contended)
+				}
+			})
+		})
+	}
+}

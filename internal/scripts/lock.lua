@@ -18,7 +18,7 @@ local op = ARGV[1]
 -- native SET … IFEQ renewal does (docs/lock.md)
 local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
--- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
+-- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, holder}
 
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do
@@ -256,7 +256,10 @@ if op == 'acquire' then
     end
   end
   queue_up(false)
-  return {REFUSED, redis.call('PTTL', LOCK), now, 0}
+  -- holder tags the value refused for: the first 8 hex digits of its token
+  -- or waiter id as a number (0 if not hex). One tag on a quorum is one
+  -- holder; different tags are a split vote, which TryAcquire retries.
+  return {REFUSED, redis.call('PTTL', LOCK), now, tonumber(string.sub(v, 7, 14), 16) or 0}
 
 elseif op == 'release' or op == 'rollback' then
   -- A rollback undoes one attempt's grant (its token is never reused) and

@@ -5,7 +5,8 @@ import "time"
 // The ops of lock.lua (KEYS: LockKeys).
 
 // LockAcquire takes the lock for one attempt ({Granted, fence, now,
-// reentrant} or {Refused, pttl, now, 0}).
+// reentrant} or {Refused, pttl, now, holder}). holder tags the value it
+// refused for: its token's first 8 hex digits as a number (0: not hex).
 type LockAcquire struct {
 	Token     string        // new for every attempt
 	TTL       time.Duration // the lease's TTL

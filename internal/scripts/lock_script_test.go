@@ -432,3 +432,22 @@ func TestLockScriptPlainRenewWithTheLockKeyOnly(t *testing.T) {
 		t.Errorf("foreign lock key: %v, want WRONGTYPE", err)
 	}
 }
+
+// A refusal tags the value it refused for: the first 8 hex digits of the
+// holder's token (or of a reserved waiter's id) as a number, 0 when they
+// are not hex (an owner id). TryAcquire tells a holder from a split by it.
+func TestLockRefusalTagsTheHolder(t *testing.T) {
+	n := newLockNode(t)
+	tag := func(reply string) string {
+		f := strings.Fields(strings.Trim(reply, "[]"))
+		return f[len(f)-1]
+	}
+	n.mustRun(plainAcquire("89abcdef0123~label", ""))
+	if got := tag(n.mustRun(plainAcquire("other", ""))); got != "2309737967" { // 0x89abcdef
+		t.Fatalf("refusal tag %s, want the holder's 0x89abcdef", got)
+	}
+	n.do("SET", n.keys[0], "rl1:O:worker-1")
+	if got := tag(n.mustRun(plainAcquire("other", ""))); got != "0" {
+		t.Fatalf("refusal tag %s for an owner, want 0", got)
+	}
+}
