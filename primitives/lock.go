@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -420,12 +421,17 @@ func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	return p
 }
 
-// ForcedRelease reports what Lock.ForceRelease did.
+// ForcedRelease reports what Lock.ForceRelease did, counted over every
+// node that answered within NodeTimeout.
 type ForcedRelease struct {
 	Held   bool   // a hold was deleted on a quorum of nodes
 	Holder string // the forced holder: its token's first 8 hex digits, or "owner <id>"; "" if none
-	Fence  uint64 // the fence counter after the step: every later holder's fence is above it
-	Nodes  int    // nodes where a hold was deleted
+	// Fence is below every later holder's fence. It is the Q-th smallest
+	// fence counter after the step (a node that did not answer counts 0),
+	// so every quorum has a node whose counter is at least Fence. When
+	// every node answered it is also at least the forced holder's fence.
+	Fence uint64
+	Nodes int // nodes where a hold was deleted
 }
 
 // MaxReasonLen bounds the reason given to ForceRelease.
@@ -443,19 +449,23 @@ const MaxReasonLen = 256
 // latest by its Deadline). Until then it may still believe it holds the
 // lock: that is what the fence step is for — a store that checks fences
 // rejects its late writes, because every later holder's fence is higher.
-// It succeeds once a quorum of nodes ran it; reason may be empty (at most
-// MaxReasonLen bytes).
+// It waits for every node's answer (at most NodeTimeout) and succeeds once
+// a quorum of nodes ran it; reason may be empty (at most MaxReasonLen
+// bytes).
 func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
 	call := l.call(scripts.LockForce{Window: l.c.Settings().HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
-	r, err := l.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
+	// Every answer counts (not only a quorum's): a holder on exactly a
+	// quorum is held, and the fence must be read from every node.
+	r, err := l.c.GatherAll(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
 		func(rep nodeactor.Reply) error { _, err := parseForce(rep); return err })
 	if err != nil {
 		return ForcedRelease{}, fmt.Errorf("redlock: force release of %q: %w", l.name, err)
 	}
 	var out ForcedRelease
+	counters := make([]int64, len(r.Replies)) // after the step; 0: unknown
 	for i, rep := range r.Replies {
 		f, err := parseForce(rep)
 		if !r.Answered[i] || err != nil {
@@ -467,10 +477,12 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 				out.Holder = holderOf(f.value)
 			}
 		}
-		if f.fence > 0 {
-			out.Fence = max(out.Fence, uint64(f.fence))
-		}
+		counters[i] = max(f.fence, 0)
 	}
+	// A later holder's quorum holds a counter of at least the Q-th
+	// smallest, and its grant there steps past it.
+	slices.Sort(counters)
+	out.Fence = uint64(counters[l.c.Quorum()-1])
 	out.Held = out.Nodes >= l.c.Quorum()
 	host, _ := os.Hostname()
 	l.c.Settings().Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,

@@ -442,6 +442,19 @@ func (e *Engine) decideFence(ctx context.Context, write func(f int64) func(int) 
 // per-node errors.
 func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error) (*Round, error) {
+	return e.gather(ctx, lane, call, accept, false)
+}
+
+// GatherAll is Gather that waits for every node's answer (each bounded by
+// NodeTimeout), not only for the verdict: for a round that reports what
+// each node did (a forced release). Its errors are Gather's.
+func (e *Engine) GatherAll(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error) (*Round, error) {
+	return e.gather(ctx, lane, call, accept, true)
+}
+
+func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error, all bool) (*Round, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -458,6 +471,9 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return verdicts[i]
 	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
+		if all {
+			return false // until every node answered, or NodeTimeout
+		}
 		t := Tally{N: n, Q: q}
 		for i := range r.Replies {
 			if r.Answered[i] {

@@ -143,3 +143,31 @@ func TestContendedOnlyWithoutOneHolderOnAQuorum(t *testing.T) {
 		})
 	}
 }
+
+// GatherAll waits for every node within NodeTimeout (a forced release
+// reports what each did); Gather returns at its verdict.
+func TestGatherAllWaitsForEveryNode(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		w.nodes[2].set(func(f *fakeNode) { f.delay = 20 * time.Millisecond })
+		call := func(int) nodeactor.Call { return nodeactor.Call{Args: []string{"echo", "x"}} }
+		ok := func(rep nodeactor.Reply) error { return rep.Err }
+		r, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
+		if err != nil || r.Answered[2] {
+			t.Fatalf("Gather: err %v, slow node answered %v: it waited past the quorum", err, r.Answered[2])
+		}
+		synctest.Wait()
+		r, err = w.e.GatherAll(t.Context(), nodeactor.Urgent, call, ok)
+		if err != nil || !r.Answered[2] {
+			t.Fatalf("GatherAll: err %v, slow node answered %v", err, r.Answered[2])
+		}
+		w.nodes[2].pause() // silent: GatherAll ends at NodeTimeout with a quorum
+		start := time.Now()
+		r, err = w.e.GatherAll(t.Context(), nodeactor.Urgent, call, ok)
+		if err != nil || r.Answered[2] || time.Since(start) != nodeTimeout {
+			t.Fatalf("GatherAll with a silent node: err %v, after %v", err, time.Since(start))
+		}
+		w.nodes[2].resume()
+	})
+}
