@@ -3,6 +3,7 @@ package primitives
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -263,6 +264,29 @@ func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
 
 func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 	return classifyRenew(rep)
+}
+
+// ReleaseOutcome reads a release reply (lock.lua): released, nothing of
+// ours (missing), or another holder's key (not the owner).
+func (p *lockProto) ReleaseOutcome(rep nodeactor.Reply) engine.Outcome {
+	if rep.Err != nil {
+		return engine.OutcomeError
+	}
+	switch v, err := rep.Msg.AsInt64(); {
+	case err != nil:
+		return engine.OutcomeError
+	case v == scripts.ReleaseReleased:
+		return engine.OutcomeOK
+	case v == scripts.ReleaseTaken:
+		return engine.OutcomeNotOwner
+	}
+	return engine.OutcomeMissing
+}
+
+// LogValue names the lease in a log line: the lock and the fence, never
+// the token.
+func (p *lockProto) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", p.l.name), slog.Uint64("fence", p.fence))
 }
 
 // NodeState is one node's view of a lock, for operators (`redlock status`).

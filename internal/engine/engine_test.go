@@ -214,8 +214,11 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 		}
 	case "rollback", "release":
 		v := int64(0)
-		if f.owner == arg {
+		switch {
+		case f.owner == arg:
 			f.owner, v = "", 1
+		case op == "release" && f.owner != "":
+			v = 2 // another holder's key (lock.lua's ReleaseTaken)
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "renew":

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -170,4 +171,72 @@ func TestGatherAllWaitsForEveryNode(t *testing.T) {
 		}
 		w.nodes[2].resume()
 	})
+}
+
+// readerProto is fakeProto that reads release replies (a ReleaseReader).
+type readerProto struct{ fakeProto }
+
+func (p readerProto) ReleaseOutcome(rep nodeactor.Reply) Outcome {
+	if rep.Err != nil {
+		return OutcomeError
+	}
+	switch v, _ := rep.Msg.AsInt64(); v {
+	case 1:
+		return OutcomeOK
+	case 2:
+		return OutcomeNotOwner
+	}
+	return OutcomeMissing
+}
+
+func (p readerProto) LogValue() slog.Value { return slog.StringValue("fake lease") }
+
+// A release that finds another holder's key on more than N−Q nodes (on an
+// even N, fewer than Q) reports the lease overtaken: ErrLeaseLost. On N−Q
+// nodes it is confirmed by the others; a missing key confirms.
+func TestReleaseOfAnOvertakenHoldOnEveryNodeCount(t *testing.T) {
+	t.Parallel()
+	for n := 1; n <= 5; n++ {
+		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t, n)
+				q := n/2 + 1
+				release := func(others, missing int) error {
+					for i, f := range w.nodes {
+						f.set(func(f *fakeNode) {
+							switch {
+							case i < others:
+								f.owner = "B"
+							case i < others+missing:
+								f.owner = ""
+							default:
+								f.owner = "A"
+							}
+						})
+					}
+					return w.e.release(readerProto{fakeProto{"A"}}, time.Now().Add(time.Second))
+				}
+				if err := release(n-q+1, 0); !errors.Is(err, ErrLeaseLost) {
+					t.Fatalf("another holder on %d of %d nodes: %v, want ErrLeaseLost", n-q+1, n, err)
+				}
+				if err := release(n-q, 0); err != nil {
+					t.Fatalf("another holder on %d of %d nodes: %v, want nil (a quorum confirmed)", n-q, n, err)
+				}
+				if err := release(0, n); err != nil {
+					t.Fatalf("the key missing everywhere: %v, want nil", err)
+				}
+				if err := release(n-q, n-q+1); err != nil && errors.Is(err, ErrLeaseLost) {
+					t.Fatalf("another holder on %d nodes, missing on the rest: %v, not overtaken", n-q, err)
+				}
+				// A protocol that does not read its release replies confirms
+				// on any reply, as before.
+				for _, f := range w.nodes {
+					f.set(func(f *fakeNode) { f.owner = "B" })
+				}
+				if err := w.e.release(fakeProto{"A"}, time.Now().Add(time.Second)); err != nil {
+					t.Fatalf("a plain protocol: %v", err)
+				}
+			})
+		})
+	}
 }

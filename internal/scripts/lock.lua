@@ -266,7 +266,9 @@ elseif op == 'release' or op == 'rollback' then
   -- keeps the waiter's queue entry, so a split attempt keeps its place
   -- (wid names the waiter, which free must not wake); a release ends a
   -- lease: it drops the holder's entry (kept while it held) and frees a
-  -- reservation a late release made for it. Answers 1 released, 0 not ours.
+  -- reservation a late release made for it. Answers 1 released, 0 not ours
+  -- (the key missing, or nothing of ours left), and a release 2 where
+  -- another holder's key is (an overtaken lease).
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
   if owner ~= '' or extra > 0 then clock() end
   local self = ''
@@ -292,6 +294,7 @@ elseif op == 'release' or op == 'rollback' then
     if last then free(window, ch, self) end
     if last ~= nil then return 1 end
   end
+  if op == 'release' and v and v ~= OWNED .. owner then return 2 end
   return 0
 
 elseif op == 'leave' then

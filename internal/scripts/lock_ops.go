@@ -40,8 +40,9 @@ func (a LockAcquire) Args() []string {
 	return args
 }
 
-// LockRelease ends a lease (1 released, 0 not ours); with Rollback it
-// undoes one attempt's grant and keeps Waiter's place in the queue.
+// LockRelease ends a lease (ReleaseReleased, ReleaseNotOurs, or
+// ReleaseTaken where another holder's key is); with Rollback it undoes one
+// attempt's grant (1, or 0 not ours) and keeps Waiter's place in the queue.
 type LockRelease struct {
 	Rollback bool
 	Token    string
