@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -118,7 +117,9 @@ func (l *Lease) Release(ctx context.Context) error { return l.h.Release(ctx) }
 
 // Locker is implemented by *Lock, *FairLock, *MultiLock and *Semaphore.
 type Locker interface {
-	// Acquire blocks until held; on ctx done it returns an error that Is ctx.Err().
+	// Acquire blocks until held; on ctx done it returns an error that Is
+	// ctx.Err(), and also ErrNotAcquired (a *NotAcquiredError) when the
+	// name was held at the last attempt.
 	Acquire(ctx context.Context) (*Lease, error)
 	// TryAcquire makes one attempt.
 	TryAcquire(ctx context.Context) (*Lease, error)
@@ -130,13 +131,47 @@ type Locker interface {
 // returned as an error (with the panic's value and stack) after the lease
 // was released: a crashing job does not keep its lock until the TTL.
 func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err error) {
-	if l == nil || fn == nil {
-		return errors.Join(ErrInvalidArgument, errors.New("redlock: Do needs a Locker and a func"))
+	if err := checkDo("Do", ctx, l, fn); err != nil {
+		return err
 	}
 	lease, err := l.Acquire(ctx)
 	if err != nil {
 		return err
 	}
+	return runHeld(ctx, "Do", lease, fn)
+}
+
+// TryDo is Do with one attempt: it calls TryAcquire, and if that wins runs
+// fn under the lease's Context and always releases. While another holder
+// has l it returns an error that Is ErrNotAcquired and fn does not run. It
+// returns fn's error, or the acquire error, or the release error when fn
+// succeeded; a panic in fn is recovered as in Do.
+func TryDo(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
+	if err := checkDo("TryDo", ctx, l, fn); err != nil {
+		return err
+	}
+	lease, err := l.TryAcquire(ctx)
+	if err != nil {
+		return err
+	}
+	return runHeld(ctx, "TryDo", lease, fn)
+}
+
+// checkDo validates Do's and TryDo's arguments.
+func checkDo(name string, ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
+	switch {
+	case ctx == nil:
+		return engine.Invalid("%s: nil ctx (use context.Background())", name)
+	case l == nil:
+		return engine.Invalid("%s: nil Locker (pass a *Lock, *FairLock, *MultiLock, *Semaphore or an RWLock side)", name)
+	case fn == nil:
+		return engine.Invalid("%s: nil func", name)
+	}
+	return nil
+}
+
+// runHeld runs fn under lease (see Do) and always releases it.
+func runHeld(ctx context.Context, name string, lease *Lease, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		if rerr := lease.Release(ctx); err == nil && rerr != nil {
 			err = rerr
@@ -149,7 +184,7 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err 
 	var pc panics.Catcher
 	pc.Try(func() { err = fn(wctx) })
 	if r := pc.Recovered(); r != nil {
-		return fmt.Errorf("redlock: Do: the function panicked: %w", r.AsError())
+		return fmt.Errorf("redlock: %s: the function panicked: %w", name, r.AsError())
 	}
 	return err
 }

@@ -117,7 +117,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 }
 
 // Acquire blocks until the lock is held or ctx ends; then it returns an
-// error that Is ctx.Err() and holds nothing (a waiter's queue entry is removed).
+// error that Is ctx.Err() and holds nothing (a waiter's queue entry is
+// removed). If another owner held the lock at the last attempt, the error
+// also Is ErrNotAcquired: a *NotAcquiredError with the holder's TTL.
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()

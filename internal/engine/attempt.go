@@ -46,6 +46,10 @@ type AttemptSpec struct {
 	// Late, if set, also sees every reply that arrives after the attempt
 	// stopped waiting for it (on an actor goroutine: it must not block).
 	Late func(nodeactor.Reply)
+	// Kept, if set, reports whether a grant of this failed attempt that
+	// arrives late is now part of a hold (a waiter that holds by the same
+	// token through direct grants): such a grant is kept, not rolled back.
+	Kept func() bool
 	// Queue marks a waiter's attempt that takes its place in the nodes'
 	// queues: when it fails, its requests still queued unsent are sent
 	// anyway (their replies handled as late ones), so that the waiter is
@@ -171,7 +175,11 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	fail := func(err error) Result {
-		lg.Settle(Always)
+		if s.Kept != nil {
+			lg.Settle(func() bool { return !s.Kept() })
+		} else {
+			lg.Settle(Always)
+		}
 		fw.Settle(never)
 		e.rollbackAttempt(ctx, r, s.Rollback, mayHold, s.Queue)
 		res.Err = err

@@ -93,10 +93,10 @@ func (ins *Instruments) RecordAcquire(primitive string, start time.Time, err err
 	outcome := "acquired"
 	switch {
 	case err == nil:
+	case isCtx(err): // before not_acquired: a wait ended by its ctx is both
+		outcome = "cancelled"
 	case isNotAcquired(err):
 		outcome = "not_acquired"
-	case isCtx(err):
-		outcome = "cancelled"
 	default:
 		outcome = "error"
 	}
