@@ -151,15 +151,14 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 const splitRetries = 3
 
 // tryExclusive is the TryAcquire of x: one attempt, and up to splitRetries
-// more after a split vote. A split is a refused round in which some node
-// granted and no one holder refused on a quorum (engine.Result.Contended):
-// contenders each won some nodes and nobody a quorum, so without a retry
-// nobody holds a free lock. Each retry is a fresh attempt (a new
+// more after a split vote (engine.Result.Contended). In a split, two
+// parties or more took nodes and none can hold a quorum, so without a
+// retry nobody holds a free lock. Each retry is a fresh attempt (a new
 // token) after a random delay, so that the contenders fall out of step
-// (Redlock's remedy); the failed attempt's rollback was queued first, and
+// (Redlock's remedy). The failed attempt's rollback was queued first, and
 // each node runs it before the retry. The delays grow from RetryDelay, and
 // no retry starts later than NodeTimeout after the first attempt. A
-// refusal without a grant (a holder) returns at once.
+// refusal by one holder returns at once; Coordinator.Close ends a pause.
 func tryExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string) attemptResult {
 	start := time.Now()
 	set := c.Settings()
@@ -169,16 +168,30 @@ func tryExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string
 		if time.Since(start)+d > set.NodeTimeout {
 			break
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return r
+		if !pause(ctx, c, d) {
+			return r // ctx ended, or Coordinator.Close
 		}
 		r = attemptExclusive(ctx, c, x, wid, false)
 	}
 	return r
+}
+
+// pause sleeps d; it reports false if ctx ended first or the coordinator
+// closed (Close wakes it at once).
+func pause(ctx context.Context, c *engine.Engine, d time.Duration) bool {
+	bctx, stop, err := c.Bind(ctx)
+	if err != nil {
+		return false
+	}
+	defer stop()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-bctx.Done():
+		return false
+	}
 }
 
 // result turns the engine's attempt result into the primitives' one.
