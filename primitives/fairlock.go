@@ -83,7 +83,7 @@ func (f *FairLock) WaiterTimeout() time.Duration { return f.wt }
 func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
-	r := attemptExclusive(ctx, f.c, w, w.wid, false)
+	r := tryExclusive(ctx, f.c, w, w.wid)
 	f.c.Instruments().RecordAcquire("fairlock", start, r.err)
 	return r.lease, r.err
 }

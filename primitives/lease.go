@@ -109,7 +109,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error { return l.
 // after the request's ctx ended still deletes the keys. It returns nil when
 // a quorum confirmed (and nil again on a second call), an error wrapping the
 // per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
-// lease had been lost, and ErrClosed if Coordinator.Close released it.
+// lease had been lost, and ErrClosed if Coordinator.Close released it. A
+// node where the key is missing confirms. A Lock lease whose nodes hold
+// another holder's key on more than N−Q nodes was overtaken: Release
+// returns an error that Is ErrLeaseLost (logged and counted once).
 func (l *Lease) Release(ctx context.Context) error { return l.h.Release(ctx) }
 
 // Locker is implemented by *Lock, *FairLock, *MultiLock and *Semaphore.

@@ -93,7 +93,7 @@ func (m *MultiLock) Names() []string { return slices.Clone(m.names) }
 // TryAcquire makes one attempt; see Lock.TryAcquire for the errors.
 func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
-	r := attemptExclusive(ctx, m.c, m, newToken(), false)
+	r := tryExclusive(ctx, m.c, m, newToken())
 	m.c.Instruments().RecordAcquire("multilock", start, r.err)
 	return r.lease, r.err
 }

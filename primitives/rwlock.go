@@ -127,7 +127,7 @@ func (s *rwSide) kind() string {
 
 func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
 	start := time.Now()
-	r := attemptExclusive(ctx, s.rw.c, s, waiterID(s.rw.meta), false)
+	r := tryExclusive(ctx, s.rw.c, s, waiterID(s.rw.meta))
 	s.rw.c.Instruments().RecordAcquire(s.kind(), start, r.err)
 	return r.lease, r.err
 }

@@ -67,11 +67,12 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		return err
 	}
+	// rep counts every node that answered within NodeTimeout.
 	if !rep.Held && rep.Nodes == 0 {
-		fmt.Fprintf(out, "%s was not held (fence counter %d)\n", name, rep.Fence)
+		fmt.Fprintf(out, "%s was not held (fence %d)\n", name, rep.Fence)
 		return nil
 	}
-	fmt.Fprintf(out, "force-released %s: held by %s on %d of %d nodes; fence counter now %d (the next holder's fence is above it)\n",
+	fmt.Fprintf(out, "force-released %s: held by %s on %d of %d nodes; fence %d (every later holder's fence is above it)\n",
 		name, rep.Holder, rep.Nodes, c.N(), rep.Fence)
 	return nil
 }

@@ -28,6 +28,7 @@ type Vote struct {
 	Reentrant bool          // granted to a token that already held it
 	Now       int64         // the node's TIME in ms (0: unknown)
 	Hint      time.Duration // refused: the holder's remaining TTL
+	Holder    int64         // refused: a tag of the holder (0: unknown)
 	Abstain   error         // abstained: why
 }
 
@@ -58,9 +59,13 @@ type Result struct {
 	Round *Round        // the acquire round (replies, for primitives that learn from refusals)
 	Hint  time.Duration // the holder's remaining TTL, when refused
 	Split bool          // some nodes granted, and fewer than a quorum refused
-	Held  bool          // some node refused: held or reserved (a message will come)
-	Now   int64         // latest server TIME (ms) among refusals, 0 if none
-	Err   error
+	// Contended: refused by a split vote. Two parties or more (this
+	// attempt's grants, the holders that refusals name) took nodes, and
+	// none of them can hold a quorum: a retry after a random delay may win.
+	Contended bool
+	Held      bool  // some node refused: held or reserved (a message will come)
+	Now       int64 // latest server TIME (ms) among refusals, 0 if none
+	Err       error
 }
 
 // Attempt makes one quorum attempt: it fans the acquire out, decides as soon
@@ -192,6 +197,7 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			// split vote is one no contender can win without the others
 			// backing off; a quorum that refused is a holder: sleep on it.
 			res.Split = granted > 0 && refused < q
+			res.Contended = contended(r, votes, verrs, q, granted)
 			return fail(&NotAcquiredError{TTL: res.Hint})
 		}
 		// Too few answers to decide; a refusal among them still means the
@@ -231,6 +237,35 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	fw.Settle(h.Valid)
 	res.Hold = h
 	return res
+}
+
+// contended reports whether a refused round r was a split vote: it saw two
+// parties or more (our grants, the holders that refusals name by
+// Vote.Holder), and none of them can hold a quorum, even with every node
+// that did not answer. Refusals naming no holder (0) count as one unknown
+// party. votes and verrs are r's classified replies.
+func contended(r *Round, votes []Vote, verrs []error, q, granted int) bool {
+	unanswered := len(votes) - r.NAnswered
+	parties := min(granted, 1)
+	for i, v := range votes {
+		if !r.Answered[i] || verrs[i] != nil || v.Granted || v.Abstain != nil {
+			continue
+		}
+		same, first := 0, true
+		for j, w := range votes {
+			if r.Answered[j] && verrs[j] == nil && !w.Granted && w.Abstain == nil && w.Holder == v.Holder {
+				same++
+				first = first && j >= i
+			}
+		}
+		if same+unanswered >= q {
+			return false // it may hold a quorum
+		}
+		if first {
+			parties++
+		}
+	}
+	return parties >= 2
 }
 
 // rollbackAttempt is the one rollback rule of a failed quorum attempt
@@ -407,6 +442,19 @@ func (e *Engine) decideFence(ctx context.Context, write func(f int64) func(int) 
 // per-node errors.
 func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error) (*Round, error) {
+	return e.gather(ctx, lane, call, accept, false)
+}
+
+// GatherAll is Gather that waits for every node's answer (each bounded by
+// NodeTimeout), not only for the verdict: for a round that reports what
+// each node did (a forced release). Its errors are Gather's.
+func (e *Engine) GatherAll(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error) (*Round, error) {
+	return e.gather(ctx, lane, call, accept, true)
+}
+
+func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error, all bool) (*Round, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -423,6 +471,9 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return verdicts[i]
 	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
+		if all {
+			return false // until every node answered, or NodeTimeout
+		}
 		t := Tally{N: n, Q: q}
 		for i := range r.Replies {
 			if r.Answered[i] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"slices"
@@ -209,12 +210,15 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			f.owner = arg
 			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
 		} else {
-			rep.Msg = mock.RedisArray(mock.RedisInt64(0), mock.RedisInt64(1000), mock.RedisInt64(now), mock.RedisInt64(0))
+			rep.Msg = mock.RedisArray(mock.RedisInt64(0), mock.RedisInt64(1000), mock.RedisInt64(now), mock.RedisInt64(holderTag(f.owner)))
 		}
 	case "rollback", "release":
 		v := int64(0)
-		if f.owner == arg {
+		switch {
+		case f.owner == arg:
 			f.owner, v = "", 1
+		case op == "release" && f.owner != "":
+			v = 2 // another holder's key (lock.lua's ReleaseTaken)
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "renew":
@@ -302,7 +306,18 @@ func vote(rep nodeactor.Reply) (Vote, error) {
 	if v[0] == 1 {
 		return Vote{Granted: true, Fence: v[1], Now: v[2]}, nil
 	}
-	return Vote{Now: v[2], Hint: time.Duration(v[1]) * time.Millisecond}, nil
+	return Vote{Now: v[2], Hint: time.Duration(v[1]) * time.Millisecond, Holder: v[3]}, nil
+}
+
+// holderTag is the fake nodes' tag of a holder in a refusal, as lock.lua's
+// (0, naming nobody, for an owner "anon...").
+func holderTag(owner string) int64 {
+	if strings.HasPrefix(owner, "anon") {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(owner))
+	return int64(h.Sum32())
 }
 
 func (w *world) spec(token string, ttl time.Duration) AttemptSpec { return w.specHB(token, ttl, 0) }

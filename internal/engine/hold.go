@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,15 @@ const (
 	OutcomeRetaken                 // the key had vanished (a restarted node) and was re-taken: not a confirmation
 	OutcomeMissing                 // the key is missing on the node (restarted empty): not a confirmation
 )
+
+// ReleaseReader is a Protocol whose release replies tell another holder's
+// key (OutcomeNotOwner) from a missing one (OutcomeMissing), so that a
+// release can report an overtaken lease. LogValue names the lease in that
+// report's log line (never its whole token).
+type ReleaseReader interface {
+	ReleaseOutcome(rep nodeactor.Reply) Outcome
+	slog.LogValuer
+}
 
 // Protocol is what a held primitive gives the coordinator so that the one
 // renewal scheduler can renew it and the lease can release it.
@@ -430,43 +440,78 @@ func (h *Hold) closeRelease() {
 // deadline (at least releaseTimeout): a release queued behind a burst on a
 // busy node is waited for while it still matters (after the deadline the
 // keys expire anyway), and the caller's cancellation must not cut it short.
+//
+// Its answers are counted by the one Tally. A node where our key was
+// deleted, or is missing (expired, restarted empty), says yes: the key is
+// gone there, as a release wants. With a ReleaseReader, a node that holds
+// another holder's key says no: more than N−Q of them veto the release (no
+// quorum can confirm it), and the lease was overtaken. That is an error
+// that Is ErrLeaseLost, logged and counted once here.
 func (c *Engine) release(p Protocol, deadline time.Time) error {
 	// No caller's ctx: nothing cancels a release, and the nodes read only
 	// an urgent request's deadline (context.WithoutCancel(ctx) would cost
 	// an allocation for values nobody reads).
 	rctx := context.Background()
 	bound := max(time.Until(deadline), c.releaseTimeout())
-	// Done once a quorum confirmed. The other nodes' requests stay queued
-	// and are still sent (urgent requests outlive their ctx), after
-	// everything this client sent before for the resource (the node actor
-	// keeps each resource's order), so they delete there too — at once on a
-	// node that is up, when it comes back otherwise (or the key expires by
-	// its TTL). Waiting for them would cost a sequential client the third
-	// node's round trip on every release (W3: 94 % of the floor instead of
-	// 109 %); another client that tries meanwhile is at worst refused by that
-	// one node.
-	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
-		ok := 0
+	rr, _ := p.(ReleaseReader)
+	n := len(c.nodes)
+	count := func(r *Round) Tally {
+		t := Tally{N: n, Q: c.quorum}
 		for i, rep := range r.Replies {
-			if r.Answered[i] && rep.Err == nil {
-				ok++
+			if !r.Answered[i] {
+				continue
+			}
+			switch releaseOutcome(rr, rep) {
+			case OutcomeOK, OutcomeMissing:
+				t.Yes++
+			case OutcomeNotOwner:
+				t.No++
+			default:
+				t.Other++
 			}
 		}
-		return ok >= c.quorum
+		return t
+	}
+	// Done once the verdict is known: usually a quorum confirmed. The other
+	// nodes' requests stay queued and are still sent (urgent requests
+	// outlive their ctx), after everything this client sent before for the
+	// resource (the node actor keeps each resource's order), so they delete
+	// there too — at once on a node that is up, when it comes back
+	// otherwise (or the key expires by its TTL). Waiting for them would
+	// cost a sequential client the third node's round trip on every release
+	// (W3: 94 % of the floor instead of 109 %); another client that tries
+	// meanwhile is at worst refused by that one node.
+	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
+		return count(r).Verdict() != Undecided
 	}, nil)
-	ok := 0
+	t := count(r)
+	if t.Won() {
+		return nil
+	}
+	if t.Vetoed() {
+		c.ins.LeasesOvertaken.Add(rctx, 1)
+		c.set.Logger.Warn("redlock: release found the lease overtaken", "lease", rr, "taken_on", t.No, "nodes", n)
+		return fmt.Errorf("%w: overtaken: another holder's key on %d of %d nodes", ErrLeaseLost, t.No, n)
+	}
 	var errs []error
 	for _, rep := range r.Replies {
-		if rep.Err == nil {
-			ok++
-		} else {
+		if rep.Err != nil {
 			errs = append(errs, rep.Err)
 		}
 	}
-	if ok >= c.quorum {
-		return nil
+	return fmt.Errorf("%w: release confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, t.Yes, n, errors.Join(errs...))
+}
+
+// releaseOutcome classifies a release reply: by rr where the protocol
+// reads them, else any reply that is not an error confirms.
+func releaseOutcome(rr ReleaseReader, rep nodeactor.Reply) Outcome {
+	if rr != nil {
+		return rr.ReleaseOutcome(rep)
 	}
-	return fmt.Errorf("%w: release confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, len(c.nodes), errors.Join(errs...))
+	if rep.Err != nil {
+		return OutcomeError
+	}
+	return OutcomeOK
 }
 
 // Extend asks every node to keep the hold for ttl from now. It succeeds iff

@@ -22,7 +22,7 @@ local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 -- appended: a token no attempt sends, so no rollback of that attempt,
 -- however late, can match it (docs/lock.md, "Why it is safe").
 local DIRECT = '~d'
--- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
+-- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, holder}
 
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do
@@ -260,14 +260,19 @@ if op == 'acquire' then
     end
   end
   queue_up(false)
-  return {REFUSED, redis.call('PTTL', LOCK), now, 0}
+  -- holder tags the value refused for: the first 8 hex digits of its token
+  -- or waiter id as a number (0 if not hex). One tag on a quorum is one
+  -- holder; different tags are a split vote, which TryAcquire retries.
+  return {REFUSED, redis.call('PTTL', LOCK), now, tonumber(string.sub(v, 7, 14), 16) or 0}
 
 elseif op == 'release' or op == 'rollback' then
   -- A rollback undoes one attempt's grant (its token is never reused) and
   -- keeps the waiter's queue entry, so a split attempt keeps its place
   -- (wid names the waiter, which free must not wake); a release ends a
   -- lease: it drops the holder's entry (kept while it held) and frees a
-  -- reservation a late release made for it. Answers 1 released, 0 not ours.
+  -- reservation a late release made for it. Answers 1 released, 0 not ours
+  -- (the key missing, or nothing of ours left), and a release 2 where
+  -- another holder's key is (an overtaken lease).
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
   if owner ~= '' or extra > 0 then clock() end
   local self = ''
@@ -293,6 +298,7 @@ elseif op == 'release' or op == 'rollback' then
     if last then free(window, ch, self) end
     if last ~= nil then return 1 end
   end
+  if op == 'release' and v and v ~= OWNED .. owner then return 2 end
   return 0
 
 elseif op == 'leave' then
