@@ -184,7 +184,7 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
 		Keys: l.names, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
-		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
+		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat, KeepOnLoss: l.o.lockDelay > 0,
 		Protocol: newLockProto(l, token, wid, fence),
 	})
 }
@@ -216,6 +216,7 @@ type lockProto struct {
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
+	ttl = l.o.keyTTL(ttl) // the keys outlive the validity by the lock delay
 	script := l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
 	if l.o.owner == "" {
 		// a plain renewal reads and writes only the lock key (lock.lua):
@@ -443,7 +444,7 @@ func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
 	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
 		Channel: l.channel, Waiter: wid})
-	p.high.note(l.o.ttl)
+	p.high.note(l.o.keyTTL(l.o.ttl))
 	return p
 }
 

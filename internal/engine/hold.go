@@ -72,7 +72,10 @@ type HoldSpec struct {
 	// last Heartbeat; otherwise the hold runs out at its Deadline and is
 	// lost with ErrNoHeartbeat.
 	Heartbeat time.Duration
-	Protocol  Protocol
+	// KeepOnLoss leaves a lost hold's keys to expire by their TTL instead
+	// of deleting them (a lock delay: the name stays blocked after a loss).
+	KeepOnLoss bool
+	Protocol   Protocol
 }
 
 // Hold is a held primitive: the lease behind every primitive. It renews
@@ -314,6 +317,9 @@ func (h *Hold) lose(cause error) {
 	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
 		h.c.set.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
 		h.c.rn.remove(h)
+		if h.spec.KeepOnLoss {
+			return
+		}
 		h.c.rnGo(func() {
 			h.waitRound(idle)
 			h.c.Broadcast(context.Background(), h.spec.Protocol.ReleaseCall)
