@@ -104,6 +104,9 @@ func (l *Lock) Name() string { return l.name }
 // when fewer than a quorum of nodes answered within NodeTimeout, and
 // ErrWrongType when a key at our name belongs to something else.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "Lock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	r := l.attempt(ctx, newToken(), false)
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
@@ -115,6 +118,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // removed). If another owner held the lock at the last attempt, the error
 // also Is ErrNotAcquired: a *NotAcquiredError with the holder's TTL.
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "Lock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
 	// The waiter id carries the holder metadata (meta.go) for a status.
@@ -365,6 +371,9 @@ func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n in
 // node's state from an array reply of at least n elements.
 func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	if ctx == nil {
+		return nilCtxStates(c, "Status")
+	}
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := c.Nodes()
 	out := make([]NodeState, len(r.Replies))
@@ -443,6 +452,9 @@ const MaxReasonLen = 256
 // It succeeds once a quorum of nodes ran it; reason may be empty (at most
 // MaxReasonLen bytes).
 func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
+	if err := checkCtx(ctx, "Lock.ForceRelease"); err != nil {
+		return ForcedRelease{}, err
+	}
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}

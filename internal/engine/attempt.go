@@ -114,9 +114,13 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	late := func(rep nodeactor.Reply) {
 		if mayHold(rep) {
 			lg.Add(rep.Node)
-			if v, err := s.Classify(rep); err == nil && v.Granted {
+			v, err := s.Classify(rep)
+			if err == nil && v.Granted {
 				lf.add(rep.Node, v.Fence)
 				fw.Add(rep.Node)
+			}
+			if IsWrongType(err) {
+				e.warnWrongType(err)
 			}
 		}
 		if s.Late != nil {
@@ -124,15 +128,20 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
-		g := 0
+		g, wrong := 0, false
 		for i := range r.Replies {
 			if r.Answered[i] {
-				if v, err := vote(r, i); err == nil && v.Granted {
+				v, err := vote(r, i)
+				if err == nil && v.Granted {
 					g++
 				}
+				wrong = wrong || IsWrongType(err)
 			}
 		}
-		return g >= q || r.NAnswered-g > n-q
+		// A failing round that saw a WRONGTYPE hears every node out: the
+		// answer (ErrWrongType, or that node left out) must not depend on
+		// which replies came first.
+		return g >= q || (r.NAnswered-g > n-q && !wrong)
 	}, late)
 	e.ins.Attempts.Add(ctx, 1)
 	var (
@@ -172,8 +181,11 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		res.Err = err
 		return res
 	}
-	if fails.wrong != nil {
+	if fails.wrongs > n-q {
 		return fail(fails.fatal(n, q))
+	}
+	if fails.wrong != nil {
+		e.warnWrongType(fails.wrong)
 	}
 	if granted < q {
 		if err := ctx.Err(); err != nil {
@@ -420,13 +432,17 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return verdicts[i]
 	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
-		ok := 0
+		ok, wrong := 0, false
 		for i := range r.Replies {
-			if r.Answered[i] && verdict(r, i) == nil {
-				ok++
+			if r.Answered[i] {
+				err := verdict(r, i)
+				if err == nil {
+					ok++
+				}
+				wrong = wrong || IsWrongType(err)
 			}
 		}
-		return ok >= q || r.NAnswered-ok > n-q
+		return ok >= q || (r.NAnswered-ok > n-q && !wrong) // as in Attempt
 	}, nil)
 	ok, invalid := 0, 0
 	var (
@@ -448,8 +464,11 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 			fails.add(err)
 		}
 	}
-	if fails.wrong != nil {
+	if fails.wrongs > n-q {
 		return r, fails.fatal(n, q)
+	}
+	if fails.wrong != nil {
+		e.warnWrongType(fails.wrong)
 	}
 	if ok >= q {
 		return r, nil
@@ -471,9 +490,11 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 
 // failures sorts the failed replies of one round by what is known to be
 // transient (nodeactor.Transient: connection errors, timeouts, LOADING,
-// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): a wrong type at
-// our keys and an ACL refusal end the round for good (retrying cannot help,
-// and both are the same on every node we were configured for); any other
+// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): an ACL refusal
+// ends the round for good (retrying cannot help, and it is the same on
+// every node we were configured for); a wrong type at our keys ends it
+// when more than N−Q nodes answered one (a user's key on a minority of the
+// nodes leaves that node out, with a warning: warnWrongType); any other
 // error that is not transient (OOM, MISCONF, a script error) ends it when it
 // came from more than N−Q nodes — a minority of such nodes is treated as
 // down, so one node out of memory does not take the lock away from a
@@ -481,6 +502,7 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 type failures struct {
 	errs   []error // every failure, for the error message
 	wrong  error   // a WRONGTYPE reply
+	wrongs int     // nodes that answered one
 	perm   error   // an ACL refusal
 	other  error   // another error that is not transient
 	others int     // nodes that answered such an error
@@ -490,7 +512,7 @@ func (f *failures) add(err error) {
 	switch {
 	case IsWrongType(err):
 		f.wrong = err
-		return
+		f.wrongs++
 	case nodeactor.IsNoPerm(err):
 		f.perm = err
 	case !nodeactor.Transient(err):
@@ -504,7 +526,7 @@ func (f *failures) add(err error) {
 // are the node count and the quorum.
 func (f *failures) fatal(n, q int) error {
 	switch {
-	case f.wrong != nil:
+	case f.wrongs > n-q:
 		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
 	case f.perm != nil:
 		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
@@ -512,6 +534,31 @@ func (f *failures) fatal(n, q int) error {
 		return fmt.Errorf("redlock: %d of %d nodes failed with an error that retrying cannot fix: %w", f.others, n, f.other)
 	}
 	return nil
+}
+
+// wrongTypeEvery is how often one node's WRONGTYPE at one key is logged.
+const wrongTypeEvery = time.Minute
+
+// warnWrongType logs that a node answered WRONGTYPE (err names the node and
+// the key) while the round went on without it: a key of another type at
+// one of our names on a minority of the nodes. Each (node, key) is logged
+// at most once per wrongTypeEvery.
+func (e *Engine) warnWrongType(err error) {
+	msg := err.Error()
+	now := time.Now()
+	e.wrongMu.Lock()
+	last, seen := e.wrongSeen[msg]
+	if !seen || now.Sub(last) >= wrongTypeEvery {
+		if e.wrongSeen == nil || len(e.wrongSeen) > 1000 {
+			e.wrongSeen = map[string]time.Time{}
+		}
+		e.wrongSeen[msg] = now
+	}
+	e.wrongMu.Unlock()
+	if !seen || now.Sub(last) >= wrongTypeEvery {
+		e.set.Logger.Warn("redlock: a key at one of our names on a minority of the nodes is of another type; "+
+			"it was left untouched, and that node does not count for this name until it is removed", "err", err)
+	}
 }
 
 // IsWrongType reports whether err is a WRONGTYPE reply from a node.
