@@ -2,8 +2,9 @@ package redlock_test
 
 // The Go snippets of README.md and docs/guide.md are quoted from the
 // runnable examples (example_test.go and *_example_test.go of each public
-// package), so they compile and run: these tests fail when a snippet no
-// longer appears in an example file.
+// package, and of fencesql's database tests in fencesql/internal/sqltest),
+// so they compile and run: these tests fail when a snippet no longer
+// appears in an example file.
 
 import (
 	"os"
@@ -72,6 +73,12 @@ func exampleFiles(t *testing.T) []string {
 		}
 		files = append(files, m...)
 	}
+	// and the examples of fencesql's database tests (a module of their own)
+	more, err := filepath.Glob("*/internal/*/example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, more...)
 	var examples []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)

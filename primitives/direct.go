@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/engine"
@@ -22,6 +23,8 @@ type lockWaiter struct {
 	seq   int64     // the latest enqueuing attempt's number (0: none yet)
 	token string    // its token
 	start time.Time // when it was built (before it was sent)
+
+	taken atomic.Pointer[engine.Hold] // the hold its direct grants made (read by late replies)
 
 	got   map[int]notify.Grant // this attempt's grants, by node
 	stale bool                 // a grant for an earlier attempt arrived
@@ -44,6 +47,15 @@ func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 		w.stale = false
 	}
 	return w.l.acquireCallSeq(token, wid, enqueue, w.score, seq)
+}
+
+// kept reports, for the attempt with token, whether a late grant of it is
+// part of the hold the waiter's direct grants made under the same token.
+func (w *lockWaiter) kept(token string) func() bool {
+	return func() bool {
+		h := w.taken.Load()
+		return h != nil && h.Token() == bareToken(token) && h.KeepsLateGrant()
+	}
 }
 
 // offer records the grants received and, once a quorum of nodes granted
@@ -80,6 +92,7 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 				return w.l.newHoldWid(token, w.wid, fence, start)
 			}})
 		if err == nil {
+			w.taken.Store(h)
 			c.Instruments().DirectGrants.Add(ctx, 1)
 			return newLease(h), 0
 		}

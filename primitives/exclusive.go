@@ -118,6 +118,10 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 	} else {
 		token = newToken()
 	}
+	var kept func() bool
+	if k, ok := x.(interface{ kept(string) func() bool }); ok {
+		kept = k.kept(token) // a Lock waiter's late grants under its direct hold
+	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
 		Acquire:  perNode(base, x.acquireCall(token, wid, enqueue)),
 		Rollback: perNode(base, x.rollbackCall(token, wid)),
@@ -128,6 +132,7 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 			return x.newHold(token, fence, start)
 		},
 		Queue: enqueue, // a waiter's place on every node, also a slow one
+		Kept:  kept,
 	})
 	if res.Hold != nil {
 		if cl, ok := base.(claimer); ok && enqueue {

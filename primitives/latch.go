@@ -170,6 +170,17 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		return nil
 	}
 	cfg := l.c.Settings()
+	ctx, stop, err := l.c.Bind(ctx) // Close wakes it
+	if err != nil {
+		return err
+	}
+	defer stop()
+	closedErr := func(err error) error {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+			return cause
+		}
+		return err
+	}
 	var wake <-chan struct{}
 	if !cfg.Polling {
 		w := l.c.Router().Register(l.topic, "")
@@ -186,14 +197,14 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	backoff := cfg.RetryDelay
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("redlock: latch %q wait: %w", l.name, err)
+			return fmt.Errorf("redlock: latch %q wait: %w", l.name, closedErr(err))
 		}
 		n, err := l.Count(ctx)
 		switch {
 		case err == nil && n == 0:
 			return nil
 		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("redlock: latch %q wait: %w", l.name, ctx.Err())
+			return fmt.Errorf("redlock: latch %q wait: %w", l.name, closedErr(ctx.Err()))
 		case err != nil && !retryable(err):
 			return err
 		}

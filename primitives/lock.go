@@ -100,9 +100,11 @@ func lockKeys(c *engine.Engine, name string) []string {
 func (l *Lock) Name() string { return l.name }
 
 // TryAcquire makes one attempt. It returns a *NotAcquiredError (Is
-// ErrNotAcquired) when another owner holds the lock, ErrQuorumUnavailable
-// when fewer than a quorum of nodes answered within NodeTimeout, and
-// ErrWrongType when a key at our name belongs to something else.
+// ErrNotAcquired, with the holder's TTL) when another owner holds the lock:
+// more than N−Q nodes refused, or a quorum answered and some refused.
+// It returns ErrQuorumUnavailable when fewer than a quorum of nodes
+// answered within NodeTimeout, and ErrWrongType when a key at our name
+// belongs to something else.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 	if err := checkCtx(ctx, "Lock.TryAcquire"); err != nil {
 		return nil, err

@@ -65,6 +65,13 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
+	// Close wakes the waiter (ctx then ends with cause ErrClosed) and waits
+	// for it to leave the queues.
+	ctx, stop, err := c.Bind(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	cfg := c.Settings()
 	push := !cfg.Polling
 	recheckMax := w.recheckMax
@@ -105,6 +112,9 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	for {
 		if err := ctx.Err(); err != nil {
 			leave()
+			if cause := context.Cause(ctx); errors.Is(cause, coordinator.ErrClosed) {
+				return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, cause)
+			}
 			return nil, ctxExit(w.topics, err, last, lastAt)
 		}
 		if w.direct != nil {
@@ -130,10 +140,10 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 			return res.lease, nil
 		}
 		if !retryable(res.err) {
-			leave()
-			if err := ctx.Err(); err != nil && errors.Is(res.err, err) {
-				return nil, ctxExit(w.topics, err, last, lastAt)
+			if ctx.Err() != nil {
+				continue // ended by ctx or Close: the check above says which
 			}
+			leave()
 			return nil, res.err
 		}
 		last, lastAt = res, time.Now()

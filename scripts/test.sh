@@ -4,7 +4,9 @@
 # then runs every package's tests with the
 # race detector. Integration tests start their own redis-server processes on
 # free loopback ports; REDLOCK_REQUIRE_REDIS=1 makes them fail, not skip, if
-# redis-server cannot be found.
+# redis-server cannot be found. PostgreSQL and MariaDB (installed the same
+# way) serve the database tests of package fencesql, a module of its own
+# (fencesql/internal/sqltest), run after the main suite.
 #
 # Then the server matrix: scripts/servers.sh fetches Redis 8.0 and Valkey 9
 # from Debian unstable and Redis 8.4+ from experimental into .cache/servers
@@ -53,8 +55,42 @@ fi
 redis-server --version
 redis-cli --version
 
+# PostgreSQL and MariaDB for package fencesql's tests (the module
+# fencesql/internal/sqltest, which starts its own servers in temporary
+# directories on free loopback ports, as an unprivileged user).
+# REDLOCK_REQUIRE_PG=1 / REDLOCK_REQUIRE_MYSQL=1 make them fail, not skip,
+# when a server cannot be found.
+db_pkgs=()
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null 2>&1 || db_pkgs+=(postgresql)
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || db_pkgs+=(mariadb-server)
+if [ ${#db_pkgs[@]} -gt 0 ]; then
+  echo "test.sh: ${db_pkgs[*]} missing; installing" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: cannot install ${db_pkgs[*]} here (no apt-get); install them and re-run" >&2
+    exit 1
+  fi
+  # The packages would start system instances; none is needed: a
+  # policy-rc.d that refuses (only while installing, if there is none).
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod +x "$policy"
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${db_pkgs[@]}" >/dev/null
+  if [ -n "$policy" ]; then $SUDO rm -f "$policy"; fi
+fi
+export REDLOCK_REQUIRE_PG=1 REDLOCK_REQUIRE_MYSQL=1
+sqltest=fencesql/internal/sqltest
+
 export REDLOCK_REQUIRE_REDIS=1
 go vet ./...
+# fencesql's database tests: a module of their own (SQL drivers stay out of
+# the library's go.mod)
+(cd "$sqltest" && go vet ./...)
 if [ -d bench ] && [ -f bench/go.mod ]; then
   # the peer benchmark module (its own go.mod): it has no tests, build and vet it
   (cd bench && go build ./... && go vet ./...)
@@ -62,6 +98,9 @@ fi
 start=$SECONDS
 go test -race -count=1 -timeout 20m ./... "$@"
 echo "test.sh: full suite on $(redis-server --version | cut -d' ' -f1-3): $((SECONDS - start)) s"
+start=$SECONDS
+(cd "$sqltest" && go test -race -count=1 -timeout 10m ./... "$@")
+echo "test.sh: $sqltest (PostgreSQL, MariaDB, SQLite): $((SECONDS - start)) s"
 
 if [ "${REDLOCK_MATRIX:-1}" = 0 ]; then
   echo "test.sh: REDLOCK_MATRIX=0: server matrix skipped"

@@ -45,6 +45,10 @@ type AttemptSpec struct {
 	// Late, if set, also sees every reply that arrives after the attempt
 	// stopped waiting for it (on an actor goroutine: it must not block).
 	Late func(nodeactor.Reply)
+	// Kept, if set, reports whether a grant of this failed attempt that
+	// arrives late is now part of a hold (a waiter that holds by the same
+	// token through direct grants): such a grant is kept, not rolled back.
+	Kept func() bool
 	// Queue marks a waiter's attempt that takes its place in the nodes'
 	// queues: when it fails, its requests still queued unsent are sent
 	// anyway (their replies handled as late ones), so that the waiter is
@@ -64,8 +68,10 @@ type Result struct {
 }
 
 // Attempt makes one quorum attempt: it fans the acquire out, decides as soon
-// as a quorum granted or can no longer grant, checks validity, decides the
-// fence (S2), and creates the hold. A failed attempt rolls back by the one
+// as its Tally's verdict is known, checks validity, decides the fence (S2),
+// and creates the hold. A refused round is a *NotAcquiredError with the
+// holder's TTL; ErrQuorumUnavailable means fewer than a quorum answered and
+// their refusals did not veto it. A failed attempt rolls back by the one
 // rule of rollbackAttempt, and grants that arrive after the decision are
 // rolled back unless the attempt produced a hold that is still valid.
 func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
@@ -128,20 +134,18 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
-		g, wrong := 0, false
+		t, wrong := Tally{N: n, Q: q}, false
 		for i := range r.Replies {
 			if r.Answered[i] {
 				v, err := vote(r, i)
-				if err == nil && v.Granted {
-					g++
-				}
+				t.addVote(v, err)
 				wrong = wrong || IsWrongType(err)
 			}
 		}
-		// A failing round that saw a WRONGTYPE hears every node out: the
-		// answer (ErrWrongType, or that node left out) must not depend on
-		// which replies came first.
-		return g >= q || (r.NAnswered-g > n-q && !wrong)
+		// A round that saw a WRONGTYPE and is not won hears every node
+		// out: the answer (ErrWrongType, or that node left out) must not
+		// depend on which replies came first.
+		return t.Won() || (t.Verdict() != Undecided && !wrong)
 	}, late)
 	e.ins.Attempts.Add(ctx, 1)
 	var (
@@ -175,7 +179,11 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	fail := func(err error) Result {
-		lg.Settle(Always)
+		if s.Kept != nil {
+			lg.Settle(func() bool { return !s.Kept() })
+		} else {
+			lg.Settle(Always)
+		}
 		fw.Settle(never)
 		e.rollbackAttempt(ctx, r, s.Rollback, mayHold, s.Queue)
 		res.Err = err
@@ -187,7 +195,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if fails.wrong != nil {
 		e.warnWrongType(fails.wrong)
 	}
-	if granted < q {
+	// Every node not counted did not answer in time (or at all).
+	t := Tally{N: n, Q: q, Yes: granted, No: refused, Other: n - granted - refused}
+	if !t.Won() {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
@@ -197,8 +207,9 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		if err := fails.fatal(n, q); err != nil {
 			return fail(err)
 		}
-		if refused > 0 && granted+refused >= q {
-			// A split vote is one no contender can win without the others
+		if t.Verdict() == Refused {
+			// Refusals veto it, or a quorum answered without granting. A
+			// split vote is one no contender can win without the others
 			// backing off; a quorum that refused is a holder: sleep on it.
 			res.Split = granted > 0 && refused < q
 			return fail(&NotAcquiredError{TTL: res.Hint})
@@ -407,13 +418,13 @@ func (e *Engine) decideFence(ctx context.Context, write func(f int64) func(int) 
 // Gather is the quorum round of every primitive that reads or writes
 // without taking a hold (FairLock tickets, latch rounds, fence write-backs,
 // RWLock downgrades): it sends call(i) to every node on lane and returns
-// once a quorum answered replies that accept takes (accept returns nil), or
-// a quorum can no longer do so. Then it returns the round (read the replies
-// where Answered and accept is nil) and nil; or an error: a WRONGTYPE or an
-// ACL refusal from any node (retrying cannot help); the answer of the nodes
-// that rejected with an error wrapping ErrInvalidArgument, when too many
-// did for a quorum to agree; ctx's error; or ErrQuorumUnavailable wrapping
-// the per-node errors.
+// once its Tally's verdict is known. A reply that accept takes (accept
+// returns nil) is a yes, a rejection wrapping ErrInvalidArgument a no.
+// Then it returns the round (read the replies where Answered and accept is
+// nil) and nil; or an error: a WRONGTYPE or an ACL refusal from any node
+// (retrying cannot help); the rejection, when more than N−Q nodes rejected
+// (no quorum can agree); ctx's error; or ErrQuorumUnavailable wrapping the
+// per-node errors.
 func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error) (*Round, error) {
 	if err := ctx.Err(); err != nil {
@@ -432,17 +443,21 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return verdicts[i]
 	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
-		ok, wrong := 0, false
+		t, wrong := Tally{N: n, Q: q}, false
 		for i := range r.Replies {
 			if r.Answered[i] {
-				err := verdict(r, i)
-				if err == nil {
-					ok++
+				switch err := verdict(r, i); {
+				case err == nil:
+					t.Yes++
+				case errors.Is(err, ErrInvalidArgument):
+					t.No++
+				default:
+					t.Other++
+					wrong = wrong || IsWrongType(err)
 				}
-				wrong = wrong || IsWrongType(err)
 			}
 		}
-		return ok >= q || (r.NAnswered-ok > n-q && !wrong) // as in Attempt
+		return t.Won() || (t.Verdict() != Undecided && !wrong) // as in Attempt
 	}, nil)
 	ok, invalid := 0, 0
 	var (
@@ -470,13 +485,14 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 	if fails.wrong != nil {
 		e.warnWrongType(fails.wrong)
 	}
-	if ok >= q {
+	t := Tally{N: n, Q: q, Yes: ok, No: invalid, Other: n - ok - invalid}
+	if t.Won() {
 		return r, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
-	if invalid > n-q {
+	if t.Vetoed() {
 		return r, inv
 	}
 	if err := fails.fatal(n, q); err != nil {

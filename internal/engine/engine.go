@@ -52,7 +52,13 @@ type Engine struct {
 	timers sync.Pool // *time.Timer, stopped
 
 	done      chan struct{}
+	closing   context.Context // cancelled (cause ErrClosed) when Close starts
+	stopAll   context.CancelCauseFunc
+	calls     counter // blocked calls bound to closing (Bind)
+	flight    counter // urgent requests sent and not answered yet
 	closeOnce sync.Once
+
+	flightDone func(nodeactor.Reply) // flight.done as a Late handler
 }
 
 // NodeSpec is one independent master, as parsed from the configuration.
@@ -186,6 +192,8 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		done:   make(chan struct{}),
 		proc:   newProcID(),
 	}
+	c.closing, c.stopAll = context.WithCancelCause(context.Background())
+	c.flightDone = func(nodeactor.Reply) { c.flight.done() }
 	c.router = notify.New(notify.Options{
 		Subscribe:   c.subscribe,
 		Unsubscribe: c.unsubscribe,
@@ -249,9 +257,11 @@ func (c *Engine) Router() *notify.Router { return c.router }
 // are released); it is never closed otherwise.
 func (c *Engine) Done() <-chan struct{} { return c.done }
 
-// Close releases every held lease (each within a bounded time), then stops
-// the renewal scheduler, the router and the node actors. Every goroutine has
-// returned when it does. It is idempotent.
+// Close wakes every blocked call (each returns an error that Is
+// ErrClosed), releases every held lease, and waits for the releases,
+// rollbacks and leaves already issued, each within a bounded time. Then it
+// stops the renewal scheduler, the router and the node actors. Every
+// goroutine has returned when it does. It is idempotent.
 func (c *Engine) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -262,11 +272,17 @@ func (c *Engine) Close() error {
 		}
 		c.mu.Unlock()
 		close(c.done)
+		// Wake every blocked call; each leaves the queues and rolls back
+		// what it holds of an attempt before it returns.
+		c.stopAll(ErrClosed)
+		c.calls.wait(c.releaseTimeout() + c.set.NodeTimeout)
 		var wg sync.WaitGroup
 		for _, h := range holds {
 			wg.Go(func() { h.closeRelease() })
 		}
 		wg.Wait()
+		// Releases, rollbacks and leaves already issued reach their nodes.
+		c.flight.wait(c.releaseTimeout())
 		if c.rn != nil {
 			c.rn.close()
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -772,31 +773,45 @@ func TestLateHeartbeatResumesRenewal(t *testing.T) {
 }
 
 func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t, 3)
-		h := w.mustHold(t, "A", 3*time.Second)
-		synctest.Wait() // the third node's grant, still in flight at the decision, has run
-		// Two of three nodes lose the key (restarted empty, or a forced
-		// release): nobody can confirm this hold again and others may
-		// acquire, so the next renewal (at TTL/3) loses it, long before
-		// its Deadline.
-		w.nodes[0].set(func(f *fakeNode) { f.owner = "" })
-		w.nodes[1].set(func(f *fakeNode) { f.owner = "" })
-		start := time.Now()
-		<-h.Lost()
-		if d, left := time.Since(start), h.Deadline().Sub(time.Now()); d > 1100*time.Millisecond || left < time.Second {
-			t.Fatalf("lost %s after the keys went, %s before its Deadline: it waited for the Deadline", d, left)
-		}
-		// One node missing is a restarted node: it is re-taken, not lost.
-		hb := w.mustHold(t, "B", 3*time.Second)
-		synctest.Wait()
-		w.nodes[2].set(func(f *fakeNode) { f.owner = "" })
-		time.Sleep(5 * time.Second)
-		if !hb.Valid() {
-			t.Fatalf("one missing node cost the hold: %v", hb.Err())
-		}
-		hb.Release(context.Background())
-	})
+	for n := 2; n <= 5; n++ {
+		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { missingKeysLose(t, n) })
+		})
+	}
+}
+
+func missingKeysLose(t *testing.T, n int) {
+	w := newWorld(t, n)
+	q := n/2 + 1
+	h := w.mustHold(t, "A", 3*time.Second)
+	synctest.Wait() // the grants still in flight at the decision have run
+	// N−Q+1 nodes lose the key (restarted empty, or a forced release):
+	// nobody can confirm this hold again and others may acquire, so the
+	// next renewal (at TTL/3) loses it, long before its Deadline. On an
+	// even N that is fewer than Q nodes.
+	for _, f := range w.nodes[:n-q+1] {
+		f.set(func(f *fakeNode) { f.owner = "" })
+	}
+	start := time.Now()
+	<-h.Lost()
+	if d, left := time.Since(start), h.Deadline().Sub(time.Now()); d > 1100*time.Millisecond || left < time.Second {
+		t.Fatalf("lost %s after the keys went, %s before its Deadline: it waited for the Deadline", d, left)
+	}
+	if n-q == 0 {
+		return
+	}
+	// N−Q nodes missing are restarted nodes: re-taken, not lost.
+	synctest.Wait() // the lost hold's keys are deleted everywhere
+	hb := w.mustHold(t, "B", 3*time.Second)
+	synctest.Wait()
+	for _, f := range w.nodes[q:] {
+		f.set(func(f *fakeNode) { f.owner = "" })
+	}
+	time.Sleep(5 * time.Second)
+	if !hb.Valid() {
+		t.Fatalf("%d missing nodes cost the hold: %v", n-q, hb.Err())
+	}
+	hb.Release(context.Background())
 }
 
 func TestAMinorityOfBrokenNodesIsTreatedAsDown(t *testing.T) {

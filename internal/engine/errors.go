@@ -6,13 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/argerr"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
 // The errors the engine raises; package coordinator re-exports each (the
 // same values), and primitives re-exports them again.
 var (
-	ErrInvalidArgument   = errors.New("redlock: invalid argument")
+	ErrInvalidArgument   = argerr.ErrInvalidArgument
 	ErrNotAcquired       = errors.New("redlock: not acquired")
 	ErrQuorumUnavailable = errors.New("redlock: quorum unavailable")
 	ErrLeaseLost         = errors.New("redlock: lease lost")

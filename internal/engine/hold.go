@@ -91,6 +91,8 @@ type Hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	released chan struct{} // closed when a Release's round ended (made by endLocally)
+
 	idx int // renewer heap index; renewer-owned
 
 	beat    atomic.Int64 // the last heartbeat, as time since spec.Start (ns)
@@ -179,16 +181,20 @@ func (h *Hold) Valid() bool {
 // node actor keeps each resource's order, across lanes) and deletes the
 // grant, so a rollback would only cost the node one more script — but when
 // the hold ended otherwise (lost, or past its Deadline: no release comes).
-func (h *Hold) lateGrantNeedsRollback() bool {
+func (h *Hold) lateGrantNeedsRollback() bool { return !h.KeepsLateGrant() }
+
+// KeepsLateGrant reports whether a grant under the hold's token that
+// arrives now is simply the hold's own (see lateGrantNeedsRollback).
+func (h *Hold) KeepsLateGrant() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch h.state {
 	case stateReleasing, stateReleased:
-		return false
+		return true
 	case stateHeld:
-		return !time.Now().Before(h.deadline)
+		return time.Now().Before(h.deadline)
 	}
-	return true
+	return false
 }
 
 // Lost returns a channel closed when the hold is lost: its Deadline passed
@@ -204,7 +210,7 @@ func (h *Hold) Lost() <-chan struct{} {
 }
 
 // Done returns a channel closed when the hold ends for any reason: by
-// Release (when its round ended, before it returns), by the renewal
+// Release (before its round is sent), by the renewal
 // scheduler when the hold is lost (just before Lost is closed), or by
 // Coordinator.Close.
 func (h *Hold) Done() <-chan struct{} {
@@ -235,8 +241,8 @@ func (h *Hold) Context() context.Context {
 	defer h.mu.Unlock()
 	if h.ctx == nil {
 		h.ctx, h.cancel = context.WithCancelCause(context.Background())
-		if h.state == stateReleased || h.state == stateLost {
-			h.cancel(h.err) // finish ran before the first use
+		if h.state != stateHeld {
+			h.cancel(h.err) // it ended before the first use
 		}
 	}
 	return h.ctx
@@ -256,12 +262,19 @@ func (h *Hold) finish(st holdState, err error) bool {
 		h.mu.Unlock()
 		return false
 	}
+	ending := h.state == stateReleasing // endLocally closed Done already
 	h.state, h.err = st, err
 	// What was not used yet is made closed (cancelled) by its first use:
 	// take only what exists now.
 	cancel, done, lost := h.cancel, h.done, h.lost
+	if ending {
+		cancel, done = nil, nil
+	}
 	if done == nil {
 		h.done = closed
+	}
+	if h.released != nil {
+		close(h.released)
 	}
 	if lost == nil && st == stateLost {
 		h.lost = closed
@@ -331,19 +344,37 @@ func (h *Hold) Release(ctx context.Context) error {
 		h.mu.Unlock()
 		return err
 	case stateReleasing:
-		done := h.doneLocked()
+		released := h.released
 		h.mu.Unlock()
-		<-done
+		<-released
 		return h.Release(ctx)
 	}
-	h.state = stateReleasing
-	idle := h.idle
-	h.mu.Unlock()
+	idle := h.endLocally(ErrReleased)
 	h.c.rn.remove(h)
 	h.waitRound(idle)
 	err := h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, ErrReleased)
 	return err
+}
+
+// endLocally starts a release with h.mu held (it unlocks it): the hold
+// ends here before any node is asked to free it. Done closes and Context
+// is cancelled with cause err, so work under the lease stops before the
+// next holder can start. It returns the renewal rounds' idle channel.
+func (h *Hold) endLocally(err error) chan struct{} {
+	h.state, h.err = stateReleasing, err
+	idle := h.idle
+	cancel, done := h.cancel, h.done
+	h.done = closed
+	h.released = make(chan struct{})
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel(err)
+	}
+	if done != nil {
+		close(done)
+	}
+	return idle
 }
 
 // waitRound waits (bounded) until no renewal round is in flight, so that no
@@ -392,12 +423,11 @@ func (h *Hold) closeRelease() {
 		h.mu.Unlock()
 		return
 	}
-	h.state = stateReleasing
-	idle := h.idle
-	h.mu.Unlock()
+	err := fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
+	idle := h.endLocally(err)
 	h.waitRound(idle)
 	_ = h.c.release(h.spec.Protocol, h.Deadline())
-	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
+	h.finish(stateReleased, err)
 }
 
 // release ends a hold on every node. The round is bounded by the hold's

@@ -278,6 +278,14 @@ elseif op == 'release' or op == 'rollback' then
       free(window, ch, ''); return 0
     end
   end
+  if op == 'rollback' and wid ~= '' and extra > 0 and v == HELD .. tok then
+    -- A rollback undoes a grant by reply only. A direct grant to this very
+    -- attempt (its record 'G', same token) was made after the node refused
+    -- it: the waiter may hold by it, and only its release, its leave or its
+    -- own later attempt ends it (docs/lock.md, "Why it is safe").
+    local st, _, _, _, _, _, gtok = direct_state(wid)
+    if st == 'G' and gtok == tok then return 0 end
+  end
   if owner == '' then
     if v == HELD .. tok then
       free(window, ch, self)
