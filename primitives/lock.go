@@ -110,6 +110,9 @@ func (l *Lock) Name() string { return l.name }
 // nobody a quorum) is retried a few times within about NodeTimeout, after
 // short random delays; a refusal by a holder returns at once.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "Lock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	r := tryExclusive(ctx, l.c, l, newToken())
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
@@ -121,6 +124,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // removed). If another owner held the lock at the last attempt, the error
 // also Is ErrNotAcquired: a *NotAcquiredError with the holder's TTL.
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "Lock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
 	// The waiter id carries the holder metadata (meta.go) for a status.
@@ -396,6 +402,9 @@ func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n in
 // node's state from an array reply of at least n elements.
 func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	if ctx == nil {
+		return nilCtxStates(c, "Status")
+	}
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := c.Nodes()
 	out := make([]NodeState, len(r.Replies))
@@ -480,6 +489,9 @@ const MaxReasonLen = 256
 // a quorum of nodes ran it; reason may be empty (at most MaxReasonLen
 // bytes).
 func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
+	if err := checkCtx(ctx, "Lock.ForceRelease"); err != nil {
+		return ForcedRelease{}, err
+	}
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
