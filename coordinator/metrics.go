@@ -12,6 +12,7 @@ const (
 	MetricDirectGrants    = engine.MetricDirectGrants    // counter: Lock waiters that took a direct grant (no attempt of their own)
 	MetricRenewals        = engine.MetricRenewals        // counter: renewal rounds per lease; attr outcome (ok, failed)
 	MetricLeasesLost      = engine.MetricLeasesLost      // counter: leases lost (Lost closed)
+	MetricLeasesOvertaken = engine.MetricLeasesOvertaken // counter: releases that found another holder's key on more than N−Q nodes
 	MetricNodeUp          = engine.MetricNodeUp          // gauge 0/1 per node
 	MetricNodeLatency     = engine.MetricNodeLatency     // gauge, s: EWMA of batch round trips per node
 	MetricWakeups         = engine.MetricWakeups         // counter: waiters woken by the router

@@ -28,6 +28,9 @@ type lockWaiter struct {
 	since time.Time            // when the first of got arrived
 }
 
+// directSuffix marks a direct grant's token (lock.lua's DIRECT).
+const directSuffix = "~d"
+
 func newLockWaiter(l *Lock, wid string) *lockWaiter {
 	return &lockWaiter{waiter: waiter{queued: l, wid: wid}, l: l}
 }
@@ -73,7 +76,10 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		for _, g := range w.got {
 			votes = append(votes, engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now})
 		}
-		token := w.token
+		// A direct grant holds the key under the attempt's token with
+		// directSuffix (lock.lua's DIRECT): no rollback of the attempt can
+		// match it.
+		token := w.token + directSuffix
 		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Grants: votes,
 			MinValidity: w.l.o.ttl / 2,
 			Fence:       func(f int64) func(int) nodeactor.Call { return perNode(w.l, w.l.fenceCall(f)) },

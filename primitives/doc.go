@@ -16,8 +16,10 @@
 // name (New… validates its arguments and does no I/O; bad input is an error
 // that wraps [ErrInvalidArgument]). Acquire blocks until the primitive is
 // held or ctx ends; TryAcquire makes one attempt and fails with an error
-// that Is [ErrNotAcquired] while another holder has it. [Do] wraps
-// Acquire, a function and Release.
+// that Is [ErrNotAcquired] while another holder has it. An Acquire that
+// ctx ended while another holder had it returns an error that Is both
+// ctx.Err() and [ErrNotAcquired]. [Do] wraps Acquire, a function and
+// Release; [TryDo] wraps TryAcquire, a function and Release.
 //
 // Every acquired primitive is a [*Lease]. A lease renews itself in the
 // background (see [WithAutoRenew], [WithHeartbeat], [WithMaxHold]) until it

@@ -79,6 +79,42 @@ func ExampleDo() {
 	// done: <nil>
 }
 
+// A job that must not run on two replicas at once: each replica calls
+// TryDo when its timer fires. The first to get the lock runs the job (under
+// a ctx cancelled if the lease is lost) and always releases it; while it
+// runs, the others' TryDo fails at once with an error that Is
+// ErrNotAcquired, and their job does not run.
+func ExampleTryDo() {
+	c, stop := exampleCoordinator()
+	defer stop()
+	ctx := context.Background()
+	lock, err := primitives.NewLock(c, "cleanup")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	replica := func(name string, cleanup func(ctx context.Context) error) {
+		err := primitives.TryDo(ctx, lock, cleanup)
+		switch {
+		case errors.Is(err, primitives.ErrNotAcquired):
+			fmt.Println(name + ": another replica runs it")
+		case err != nil:
+			fmt.Println(name+":", err)
+		}
+	}
+	replica("a", func(ctx context.Context) error {
+		fmt.Println("a: cleaning up")
+		replica("b", func(context.Context) error { // b's timer fires meanwhile
+			fmt.Println("b: cleaning up")
+			return nil
+		})
+		return nil
+	})
+	// Output:
+	// a: cleaning up
+	// b: another replica runs it
+}
+
 // table stands for the storage a lock protects. It refuses a write whose
 // fence is below the highest fence it has seen, so a holder that lost its
 // lease without noticing (a GC pause, a SIGSTOP) cannot overwrite the work
@@ -112,7 +148,7 @@ func ExampleLock_Acquire() {
 		fmt.Println(err)
 		return
 	}
-	db := &table{}
+	db := &table{} // your store: it refuses a fence below the highest it has seen (SQL: docs/guide.md)
 
 	save := func(row string) error {
 		lease, err := lock.Acquire(ctx) // blocks; errors.Is(err, ctx.Err()) on cancel

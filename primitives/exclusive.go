@@ -2,9 +2,11 @@ package primitives
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -140,9 +142,56 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 	return result(res)
 }
 
+// splitRetries bounds the extra attempts of a TryAcquire after split votes.
+const splitRetries = 3
+
+// tryExclusive is the TryAcquire of x: one attempt, and up to splitRetries
+// more after a split vote (engine.Result.Contended). In a split, two
+// parties or more took nodes and none can hold a quorum, so without a
+// retry nobody holds a free lock. Each retry is a fresh attempt (a new
+// token) after a random delay, so that the contenders fall out of step
+// (Redlock's remedy). The failed attempt's rollback was queued first, and
+// each node runs it before the retry. The delays grow from RetryDelay, and
+// no retry starts later than NodeTimeout after the first attempt. A
+// refusal by one holder returns at once; Coordinator.Close ends a pause.
+func tryExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string) attemptResult {
+	start := time.Now()
+	set := c.Settings()
+	r := attemptExclusive(ctx, c, x, wid, false)
+	for k := 0; k < splitRetries && r.lease == nil && r.contended && errors.Is(r.err, coordinator.ErrNotAcquired); k++ {
+		d := jitter(set.RetryDelay << k)
+		if time.Since(start)+d > set.NodeTimeout {
+			break
+		}
+		if !pause(ctx, c, d) {
+			return r // ctx ended, or Coordinator.Close
+		}
+		r = attemptExclusive(ctx, c, x, wid, false)
+	}
+	return r
+}
+
+// pause sleeps d; it reports false if ctx ended first or the coordinator
+// closed (Close wakes it at once).
+func pause(ctx context.Context, c *engine.Engine, d time.Duration) bool {
+	bctx, stop, err := c.Bind(ctx)
+	if err != nil {
+		return false
+	}
+	defer stop()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-bctx.Done():
+		return false
+	}
+}
+
 // result turns the engine's attempt result into the primitives' one.
 func result(res engine.Result) attemptResult {
-	out := attemptResult{hint: res.Hint, split: res.Split, held: res.Held, now: res.Now, err: res.Err}
+	out := attemptResult{hint: res.Hint, split: res.Split, contended: res.Contended, held: res.Held, now: res.Now, err: res.Err}
 	if res.Hold != nil {
 		out.lease = newLease(res.Hold)
 	}
@@ -159,7 +208,7 @@ func lockVote(rep nodeactor.Reply) (engine.Vote, error) {
 	if g.ok {
 		return engine.Vote{Granted: true, Fence: g.fence, Now: g.now, Reentrant: g.reentrant}, nil
 	}
-	return engine.Vote{Now: g.now, Hint: time.Duration(g.pttl) * time.Millisecond}, nil
+	return engine.Vote{Now: g.now, Hint: time.Duration(g.pttl) * time.Millisecond, Holder: g.holder}, nil
 }
 
 // isWrongType is the engine's WRONGTYPE classifier.

@@ -1,6 +1,10 @@
 package primitives
 
-import "time"
+import (
+	"time"
+
+	"github.com/redlock-go/redlock/internal/engine"
+)
 
 // SetFenceLifetime shortens the fence counters' lifetime (fenceKeep,
 // fenceSkew) for a test and returns the function that restores it. Call it
@@ -10,3 +14,7 @@ func SetFenceLifetime(keep, skew time.Duration) (restore func()) {
 	fenceKeep, fenceSkew = keep, skew
 	return func() { fenceKeep, fenceSkew = k, s }
 }
+
+// ProcOf returns the process id that c's direct grants are addressed to
+// (the `<topic>:ch:<proc>` channel; its enqueuing attempts carry it).
+func ProcOf(c any) string { return engine.Of(c).Proc() }

@@ -81,9 +81,12 @@ func (f *FairLock) WaiterTimeout() time.Duration { return f.wt }
 // no queue entry on any node; ErrQuorumUnavailable and ErrWrongType as for
 // Lock.TryAcquire.
 func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "FairLock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
-	r := attemptExclusive(ctx, f.c, w, w.wid, false)
+	r := tryExclusive(ctx, f.c, w, w.wid)
 	f.c.Instruments().RecordAcquire("fairlock", start, r.err)
 	return r.lease, r.err
 }
@@ -92,6 +95,9 @@ func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // error that Is ctx.Err() and holds nothing (its queue entry is removed from
 // every node). Waiters are granted in the order their enqueue completed.
 func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "FairLock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}

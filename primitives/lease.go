@@ -42,12 +42,19 @@ type leaseKey struct{}
 // Heartbeat records that the holder is making progress; with
 // WithHeartbeat(d) renewals continue only while it is called at least every
 // d. It is cheap: call it from the work loop.
-func (l *Lease) Heartbeat() { l.h.Heartbeat() }
+func (l *Lease) Heartbeat() {
+	if l != nil {
+		l.h.Heartbeat()
+	}
+}
 
 // Heartbeat calls Heartbeat on the lease that ctx carries: the lease's
 // Context, Do's ctx, or a context derived from either. It reports whether
 // ctx carried one.
 func Heartbeat(ctx context.Context) bool {
+	if ctx == nil {
+		return false
+	}
 	l, ok := ctx.Value(leaseKey{}).(*Lease)
 	if ok {
 		l.Heartbeat()
@@ -75,7 +82,7 @@ func (l *Lease) Deadline() time.Time { return l.h.Deadline() }
 
 // Valid reports whether the lease is held and now is before Deadline. It is
 // local and cheap; check it (or use the fence) before acting on the resource.
-func (l *Lease) Valid() bool { return l.h.Valid() }
+func (l *Lease) Valid() bool { return l != nil && l.h.Valid() }
 
 // Lost returns a channel closed when the lease is lost: its Deadline passed
 // without a confirmed renewal, or a quorum reported another owner. It is
@@ -88,7 +95,12 @@ func (l *Lease) Done() <-chan struct{} { return l.h.Done() }
 
 // Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the
 // cause; both wrap ErrClosed when Coordinator.Close ended the lease).
-func (l *Lease) Err() error { return l.h.Err() }
+func (l *Lease) Err() error {
+	if l == nil {
+		return errNilLease("Err")
+	}
+	return l.h.Err()
+}
 
 // Context returns a context cancelled when Done closes, with Err as its
 // cause: run the work the lease protects under it.
@@ -103,19 +115,50 @@ func (l *Lease) Context() context.Context {
 // a key's TTL is never shortened; ttl becomes the TTL of later renewals. A
 // minority failure returns an error without losing the lease; a quorum
 // reporting another owner loses it (ErrLeaseLost).
-func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error { return l.h.Extend(ctx, ttl) }
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return errNilLease("Extend")
+	}
+	if err := checkCtx(ctx, "Lease.Extend"); err != nil {
+		return err
+	}
+	return l.h.Extend(ctx, ttl)
+}
 
 // Release deletes the lease's keys on every node that answers. It runs with
 // context.WithoutCancel(ctx) and a bounded timeout, so a deferred Release
 // after the request's ctx ended still deletes the keys. It returns nil when
 // a quorum confirmed (and nil again on a second call), an error wrapping the
 // per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
-// lease had been lost, and ErrClosed if Coordinator.Close released it.
-func (l *Lease) Release(ctx context.Context) error { return l.h.Release(ctx) }
+// lease had been lost, and ErrClosed if Coordinator.Close released it. A
+// node where the key is missing confirms. A Lock lease whose nodes hold
+// another holder's key on more than N−Q nodes was overtaken: Release
+// returns an error that Is ErrLeaseLost (logged and counted once).
+// A nil ctx is a bug: the lease is still released (with
+// context.Background()), and the error wraps ErrInvalidArgument.
+func (l *Lease) Release(ctx context.Context) error {
+	if l == nil {
+		return errNilLease("Release")
+	}
+	if err := checkCtx(ctx, "Lease.Release"); err != nil {
+		if rerr := l.h.Release(context.Background()); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return fmt.Errorf("%w (released with context.Background())", err)
+	}
+	return l.h.Release(ctx)
+}
+
+// errNilLease is the error of a method called on a nil *Lease.
+func errNilLease(method string) error {
+	return engine.Invalid("Lease.%s on a nil *Lease (a failed acquire returns nil: check its error first)", method)
+}
 
 // Locker is implemented by *Lock, *FairLock, *MultiLock and *Semaphore.
 type Locker interface {
-	// Acquire blocks until held; on ctx done it returns an error that Is ctx.Err().
+	// Acquire blocks until held; on ctx done it returns an error that Is
+	// ctx.Err(), and also ErrNotAcquired (a *NotAcquiredError) when the
+	// name was held at the last attempt.
 	Acquire(ctx context.Context) (*Lease, error)
 	// TryAcquire makes one attempt.
 	TryAcquire(ctx context.Context) (*Lease, error)
@@ -127,13 +170,47 @@ type Locker interface {
 // returned as an error (with the panic's value and stack) after the lease
 // was released: a crashing job does not keep its lock until the TTL.
 func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err error) {
-	if l == nil || fn == nil {
-		return errors.Join(ErrInvalidArgument, errors.New("redlock: Do needs a Locker and a func"))
+	if err := checkDo("Do", ctx, l, fn); err != nil {
+		return err
 	}
 	lease, err := l.Acquire(ctx)
 	if err != nil {
 		return err
 	}
+	return runHeld(ctx, "Do", lease, fn)
+}
+
+// TryDo is Do with one attempt: it calls TryAcquire, and if that wins runs
+// fn under the lease's Context and always releases. While another holder
+// has l it returns an error that Is ErrNotAcquired and fn does not run. It
+// returns fn's error, or the acquire error, or the release error when fn
+// succeeded; a panic in fn is recovered as in Do.
+func TryDo(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
+	if err := checkDo("TryDo", ctx, l, fn); err != nil {
+		return err
+	}
+	lease, err := l.TryAcquire(ctx)
+	if err != nil {
+		return err
+	}
+	return runHeld(ctx, "TryDo", lease, fn)
+}
+
+// checkDo validates Do's and TryDo's arguments.
+func checkDo(name string, ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
+	switch {
+	case ctx == nil:
+		return engine.Invalid("%s: nil ctx (use context.Background())", name)
+	case l == nil:
+		return engine.Invalid("%s: nil Locker (pass a *Lock, *FairLock, *MultiLock, *Semaphore or an RWLock side)", name)
+	case fn == nil:
+		return engine.Invalid("%s: nil func", name)
+	}
+	return nil
+}
+
+// runHeld runs fn under lease (see Do) and always releases it.
+func runHeld(ctx context.Context, name string, lease *Lease, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		if rerr := lease.Release(ctx); err == nil && rerr != nil {
 			err = rerr
@@ -146,7 +223,7 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) (err 
 	var pc panics.Catcher
 	pc.Try(func() { err = fn(wctx) })
 	if r := pc.Recovered(); r != nil {
-		return fmt.Errorf("redlock: Do: the function panicked: %w", r.AsError())
+		return fmt.Errorf("redlock: %s: the function panicked: %w", name, r.AsError())
 	}
 	return err
 }

@@ -3,7 +3,9 @@ package primitives
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -100,19 +102,31 @@ func lockKeys(c *engine.Engine, name string) []string {
 func (l *Lock) Name() string { return l.name }
 
 // TryAcquire makes one attempt. It returns a *NotAcquiredError (Is
-// ErrNotAcquired) when another owner holds the lock, ErrQuorumUnavailable
-// when fewer than a quorum of nodes answered within NodeTimeout, and
-// ErrWrongType when a key at our name belongs to something else.
+// ErrNotAcquired, with the holder's TTL) when another owner holds the lock:
+// more than N−Q nodes refused, or a quorum answered and some refused.
+// It returns ErrQuorumUnavailable when fewer than a quorum of nodes
+// answered within NodeTimeout, and ErrWrongType when a key at our name
+// belongs to something else. A split vote (contenders each won some nodes,
+// nobody a quorum) is retried a few times within about NodeTimeout, after
+// short random delays; a refusal by a holder returns at once.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "Lock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
-	r := l.attempt(ctx, newToken(), false)
+	r := tryExclusive(ctx, l.c, l, newToken())
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
 	return r.lease, r.err
 }
 
 // Acquire blocks until the lock is held or ctx ends; then it returns an
-// error that Is ctx.Err() and holds nothing (a waiter's queue entry is removed).
+// error that Is ctx.Err() and holds nothing (a waiter's queue entry is
+// removed). If another owner held the lock at the last attempt, the error
+// also Is ErrNotAcquired: a *NotAcquiredError with the holder's TTL.
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "Lock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
 	// The waiter id carries the holder metadata (meta.go) for a status.
@@ -154,12 +168,13 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 
 // attemptResult is one attempt's outcome.
 type attemptResult struct {
-	lease *Lease
-	hint  time.Duration // holder's remaining TTL, when refused
-	split bool          // some nodes granted, and fewer than a quorum refused
-	held  bool          // some node refused: held or reserved (a message will come)
-	now   int64         // latest server TIME (ms) among refusals, 0 if none
-	err   error
+	lease     *Lease
+	hint      time.Duration // holder's remaining TTL, when refused
+	split     bool          // some nodes granted, and fewer than a quorum refused
+	contended bool          // refused by a split vote (see tryExclusive)
+	held      bool          // some node refused: held or reserved (a message will come)
+	now       int64         // latest server TIME (ms) among refusals, 0 if none
+	err       error
 }
 
 func ms(d time.Duration) string { return scripts.Ms(d) }
@@ -258,6 +273,29 @@ func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
 
 func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
 	return classifyRenew(rep)
+}
+
+// ReleaseOutcome reads a release reply (lock.lua): released, nothing of
+// ours (missing), or another holder's key (not the owner).
+func (p *lockProto) ReleaseOutcome(rep nodeactor.Reply) engine.Outcome {
+	if rep.Err != nil {
+		return engine.OutcomeError
+	}
+	switch v, err := rep.Msg.AsInt64(); {
+	case err != nil:
+		return engine.OutcomeError
+	case v == scripts.ReleaseReleased:
+		return engine.OutcomeOK
+	case v == scripts.ReleaseTaken:
+		return engine.OutcomeNotOwner
+	}
+	return engine.OutcomeMissing
+}
+
+// LogValue names the lease in a log line: the lock and the fence, never
+// the token.
+func (p *lockProto) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", p.l.name), slog.Uint64("fence", p.fence))
 }
 
 // NodeState is one node's view of a lock, for operators (`redlock status`).
@@ -364,6 +402,9 @@ func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n in
 // node's state from an array reply of at least n elements.
 func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	if ctx == nil {
+		return nilCtxStates(c, "Status")
+	}
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := c.Nodes()
 	out := make([]NodeState, len(r.Replies))
@@ -416,12 +457,17 @@ func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	return p
 }
 
-// ForcedRelease reports what Lock.ForceRelease did.
+// ForcedRelease reports what Lock.ForceRelease did, counted over every
+// node that answered within NodeTimeout.
 type ForcedRelease struct {
 	Held   bool   // a hold was deleted on a quorum of nodes
 	Holder string // the forced holder: its token's first 8 hex digits, or "owner <id>"; "" if none
-	Fence  uint64 // the fence counter after the step: every later holder's fence is above it
-	Nodes  int    // nodes where a hold was deleted
+	// Fence is below every later holder's fence. It is the Q-th smallest
+	// fence counter after the step (a node that did not answer counts 0),
+	// so every quorum has a node whose counter is at least Fence. When
+	// every node answered it is also at least the forced holder's fence.
+	Fence uint64
+	Nodes int // nodes where a hold was deleted
 }
 
 // MaxReasonLen bounds the reason given to ForceRelease.
@@ -439,19 +485,26 @@ const MaxReasonLen = 256
 // latest by its Deadline). Until then it may still believe it holds the
 // lock: that is what the fence step is for — a store that checks fences
 // rejects its late writes, because every later holder's fence is higher.
-// It succeeds once a quorum of nodes ran it; reason may be empty (at most
-// MaxReasonLen bytes).
+// It waits for every node's answer (at most NodeTimeout) and succeeds once
+// a quorum of nodes ran it; reason may be empty (at most MaxReasonLen
+// bytes).
 func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
+	if err := checkCtx(ctx, "Lock.ForceRelease"); err != nil {
+		return ForcedRelease{}, err
+	}
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
 	call := l.call(scripts.LockForce{Window: l.c.Settings().HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
-	r, err := l.c.Gather(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
+	// Every answer counts (not only a quorum's): a holder on exactly a
+	// quorum is held, and the fence must be read from every node.
+	r, err := l.c.GatherAll(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
 		func(rep nodeactor.Reply) error { _, err := parseForce(rep); return err })
 	if err != nil {
 		return ForcedRelease{}, fmt.Errorf("redlock: force release of %q: %w", l.name, err)
 	}
 	var out ForcedRelease
+	counters := make([]int64, len(r.Replies)) // after the step; 0: unknown
 	for i, rep := range r.Replies {
 		f, err := parseForce(rep)
 		if !r.Answered[i] || err != nil {
@@ -463,10 +516,12 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 				out.Holder = holderOf(f.value)
 			}
 		}
-		if f.fence > 0 {
-			out.Fence = max(out.Fence, uint64(f.fence))
-		}
+		counters[i] = max(f.fence, 0)
 	}
+	// A later holder's quorum holds a counter of at least the Q-th
+	// smallest, and its grant there steps past it.
+	slices.Sort(counters)
+	out.Fence = uint64(counters[l.c.Quorum()-1])
 	out.Held = out.Nodes >= l.c.Quorum()
 	host, _ := os.Hostname()
 	l.c.Settings().Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,

@@ -253,7 +253,7 @@ func TestLockFaultNewWithFirstNodeDown(t *testing.T) {
 		n    int
 		down []int
 		kill bool
-	}{{3, []int{0}, true}, {5, []int{0, 1}, false}} {
+	}{{2, nil, false}, {3, []int{0}, true}, {4, []int{0}, true}, {5, []int{0, 1}, false}} {
 		t.Run(fmt.Sprintf("%d-nodes-%v-down", tc.n, tc.down), func(t *testing.T) {
 			srv := testutil.StartServers(t, tc.n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
@@ -293,28 +293,41 @@ func TestLockFaultNewWithFirstNodeDown(t *testing.T) {
 
 // ---------------------------------------------------------------- 3. majority down
 
+// TestLockFaultMajorityPausedQuorumUnavailable: with N−Q+1 of N nodes
+// paused (1 of 2, 2 of 3, 2 of 4) nothing is granted, TryAcquire is
+// ErrQuorumUnavailable, Acquire ends with its ctx, and after healing the
+// partial grants are gone.
 func TestLockFaultMajorityPausedQuorumUnavailable(t *testing.T) {
 	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("%d-nodes", n), func(t *testing.T) { lockMajorityPaused(t, n) })
+	}
+}
+
+func lockMajorityPaused(t *testing.T, n int) {
+	srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv))
 	l, _ := primitives.NewLock(c, "majority", primitives.WithTTL(time.Second))
-	srv[1].Pause()
-	srv[2].Pause()
+	paused := srv[n/2:] // N−Q+1 nodes: Q−1 answer
+	for _, s := range paused {
+		s.Pause()
+	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			srv[1].Resume()
-			srv[2].Resume()
+			for _, s := range paused {
+				s.Resume()
+			}
 		}
 	}()
 	start := time.Now()
 	lease, err := l.TryAcquire(context.Background())
 	el := time.Since(start)
 	if lease != nil {
-		t.Fatalf("TryAcquire with 2 of 3 paused succeeded (false success)")
+		t.Fatalf("TryAcquire with %d of %d paused succeeded (false success)", len(paused), n)
 	}
 	if !errors.Is(err, primitives.ErrQuorumUnavailable) || errors.Is(err, primitives.ErrNotAcquired) {
-		t.Fatalf("TryAcquire with 2 of 3 paused: %v; want ErrQuorumUnavailable and not ErrNotAcquired", err)
+		t.Fatalf("TryAcquire with %d of %d paused: %v; want ErrQuorumUnavailable and not ErrNotAcquired", len(paused), n, err)
 	}
 	if el > 3*time.Second {
 		t.Errorf("TryAcquire took %v with NodeTimeout %v", el, c.Config().NodeTimeout)
@@ -334,8 +347,9 @@ func TestLockFaultMajorityPausedQuorumUnavailable(t *testing.T) {
 	}
 
 	// heal: partial grants are rolled back; another client acquires at once
-	srv[1].Resume()
-	srv[2].Resume()
+	for _, s := range paused {
+		s.Resume()
+	}
 	resumed = true
 	c2 := newCoord(t, testutil.Addrs(srv))
 	l2, _ := primitives.NewLock(c2, "majority", primitives.WithTTL(10*time.Second))

@@ -55,6 +55,7 @@ type grant struct {
 	now       int64 // the node's TIME (ms)
 	reentrant bool  // granted to an owner that held already
 	pttl      int64 // refused: the holder's remaining TTL (ms)
+	holder    int64 // refused: a tag of the holder (lock.lua; 0: unknown)
 }
 
 func parseGrant(rep nodeactor.Reply) (grant, error) {
@@ -75,7 +76,7 @@ func parseGrant(rep nodeactor.Reply) (grant, error) {
 	if g.ok {
 		g.fence = v[1]
 	} else {
-		g.pttl = v[1]
+		g.pttl, g.holder = v[1], v[3]
 	}
 	return g, nil
 }

@@ -26,8 +26,8 @@ type options struct {
 	resize        bool          // Semaphore only
 }
 
-// WithTTL sets the key TTL of each hold (100ms..24h); the default is the
-// coordinator's DefaultTTL.
+// WithTTL sets the key TTL of each hold (100ms..24h, and above the
+// coordinator's NodeTimeout); the default is the coordinator's DefaultTTL.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) error {
 		if err := coordinator.ValidateTTL(d); err != nil {
@@ -139,6 +139,10 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 		if err := opt(&o); err != nil {
 			return o, err
 		}
+	}
+	if nt := c.Settings().NodeTimeout; o.ttl <= nt {
+		return o, fmt.Errorf("%w: TTL %s must exceed the coordinator's NodeTimeout %s (one slow node would outlive the lease)",
+			ErrInvalidArgument, o.ttl, nt)
 	}
 	if o.heartbeat > 0 && !o.autoRenew {
 		return o, fmt.Errorf("%w: WithHeartbeat needs auto-renewal (WithAutoRenew(false) was given)", ErrInvalidArgument)

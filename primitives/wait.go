@@ -53,16 +53,25 @@ type waitSpec struct {
 // end leave removes the waiter's queue entry on every node.
 func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error) {
 	refused := time.Now()
+	var last attemptResult // the latest attempt, for the ctx exit's error
+	lastAt := refused
 	if !w.queued || c.Settings().Polling {
 		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
 		}
-		refused = time.Now()
+		refused, last, lastAt = time.Now(), res, time.Now()
 	}
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
+	// Close wakes the waiter (ctx then ends with cause ErrClosed) and waits
+	// for it to leave the queues.
+	ctx, stop, err := c.Bind(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	cfg := c.Settings()
 	push := !cfg.Polling
 	recheckMax := w.recheckMax
@@ -103,7 +112,10 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	for {
 		if err := ctx.Err(); err != nil {
 			leave()
-			return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, err)
+			if cause := context.Cause(ctx); errors.Is(cause, coordinator.ErrClosed) {
+				return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, cause)
+			}
+			return nil, ctxExit(w.topics, err, last, lastAt)
 		}
 		if w.direct != nil {
 			lease, wait := w.direct(grants())
@@ -128,9 +140,13 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 			return res.lease, nil
 		}
 		if !retryable(res.err) {
+			if ctx.Err() != nil {
+				continue // ended by ctx or Close: the check above says which
+			}
 			leave()
 			return nil, res.err
 		}
+		last, lastAt = res, time.Now()
 		if woken {
 			// A message woke us and we cannot progress: if it was a
 			// re-check meant for one waiter of this process, the next
@@ -166,6 +182,18 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		t.Stop()
 	}
+}
+
+// ctxExit is the error of a blocking acquire that its ctx ended. When the
+// last attempt was refused by a quorum it also Is ErrNotAcquired: a
+// *NotAcquiredError with the holder's TTL left since then. A caller can so
+// tell "timed out waiting for a holder" from "timed out on the network".
+func ctxExit(topics []string, err error, last attemptResult, at time.Time) error {
+	if !errors.Is(last.err, coordinator.ErrNotAcquired) {
+		return fmt.Errorf("redlock: acquire %v: %w", topics, err)
+	}
+	ttl := max(last.hint-time.Since(at), 0)
+	return fmt.Errorf("redlock: acquire %v: %w: %w", topics, err, &coordinator.NotAcquiredError{TTL: ttl})
 }
 
 // upNodes counts the nodes that answered their last batch or ping.

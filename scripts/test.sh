@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs redis-server when it is missing (Debian
-# or Ubuntu, as root or with sudo), then runs every package's tests with the
+# Runs the whole test suite: installs redis-server and a C compiler (for
+# -race) when they are missing (Debian or Ubuntu, as root or with sudo),
+# then runs every package's tests with the
 # race detector. Integration tests start their own redis-server processes on
 # free loopback ports; REDLOCK_REQUIRE_REDIS=1 makes them fail, not skip, if
 # redis-server cannot be found. PostgreSQL and MariaDB (installed the same
@@ -21,19 +22,35 @@ cd "$(dirname "$0")/.."
 
 # redis-server for every integration test; redis-cli (package redis-tools,
 # a dependency of redis-server on Debian) for the Redis Cluster tests
-# (redis-cli --cluster create).
+# (redis-cli --cluster create); a C compiler for `go test -race`, which
+# needs cgo (Go turns cgo off when it finds no C compiler, and -race then
+# fails with "-race requires cgo").
+pkgs=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   echo "test.sh: redis-server or redis-cli missing; installing them" >&2
+  pkgs+=(redis-server redis-tools)
+  # The package may start a system instance on 6379; tests never use it.
+fi
+cc=$(go env CC)
+if ! command -v "${cc%% *}" >/dev/null 2>&1; then
+  echo "test.sh: no C compiler ($cc) for go test -race; installing gcc" >&2
+  pkgs+=(gcc libc6-dev)
+fi
+if [ ${#pkgs[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   if command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
   else
-    echo "test.sh: cannot install redis-server/redis-cli here (no apt-get); install them and re-run" >&2
+    echo "test.sh: cannot install ${pkgs[*]} here (no apt-get); install them and re-run" >&2
     exit 1
   fi
-  # The package may start a system instance on 6379; tests never use it.
+fi
+if [ "$(go env CGO_ENABLED)" != 1 ]; then
+  # CGO_ENABLED=0 in the environment (or in go env -w): -race needs cgo.
+  echo "test.sh: cgo is off (CGO_ENABLED=$(go env CGO_ENABLED)); turning it on for go test -race" >&2
+  export CGO_ENABLED=1
 fi
 redis-server --version
 redis-cli --version

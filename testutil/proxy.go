@@ -87,6 +87,88 @@ type Proxy struct {
 
 	capturing bool
 	captured  [][]byte // client→server chunks read while capturing
+
+	holds []*Held // armed holds, in the order they were armed
+}
+
+// Held is one client→server request that a [Proxy] holds back: the first
+// chunk that contains every substring given to [Proxy.Hold], and every byte
+// after it on its connection (TCP keeps order), until Release.
+type Held struct {
+	subs     [][]byte
+	caught   chan struct{} // closed when a chunk matched
+	released chan struct{} // closed by Release
+	once     sync.Once
+}
+
+// Caught returns a channel closed once a chunk matched.
+func (h *Held) Caught() <-chan struct{} { return h.caught }
+
+// Release lets the held chunk and everything behind it flow. It is
+// idempotent; a hold that never caught anything is disarmed.
+func (h *Held) Release() { h.once.Do(func() { close(h.released) }) }
+
+// Hold arms a hold of the next client→server chunk that contains every
+// one of subs (on any connection): that chunk and everything after it on
+// its connection wait until Release, as a request stuck in the network
+// would. Other connections flow. Close releases every hold.
+func (p *Proxy) Hold(subs ...string) *Held {
+	h := &Held{caught: make(chan struct{}), released: make(chan struct{})}
+	for _, s := range subs {
+		h.subs = append(h.subs, []byte(s))
+	}
+	p.mu.Lock()
+	p.holds = append(p.holds, h)
+	p.mu.Unlock()
+	return h
+}
+
+// Delay holds the next chunk that contains every one of subs for d (see
+// Hold), then lets it flow.
+func (p *Proxy) Delay(d time.Duration, subs ...string) *Held {
+	h := p.Hold(subs...)
+	p.wg.Go(func() {
+		select {
+		case <-h.caught:
+		case <-h.released:
+			return
+		case <-p.ctx.Done():
+			return
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+		}
+		h.Release()
+	})
+	return h
+}
+
+// match returns the armed hold that data trips, and disarms it; nil if
+// none.
+func (p *Proxy) match(data []byte) *Held {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, h := range p.holds {
+		ok := true
+		for _, sub := range h.subs {
+			ok = ok && bytes.Contains(data, sub)
+		}
+		if !ok {
+			continue
+		}
+		select {
+		case <-h.released:
+			continue // disarmed before it caught anything
+		default:
+		}
+		p.holds = append(p.holds[:i], p.holds[i+1:]...)
+		close(h.caught)
+		return h
+	}
+	return nil
 }
 
 // NewProxy starts a proxy that listens on 127.0.0.1:0 and forwards to
@@ -203,6 +285,9 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	for _, h := range p.holds {
+		h.Release()
+	}
 	conns := make([]*proxyConn, 0, len(p.conns))
 	for c := range p.conns {
 		conns = append(conns, c)
@@ -366,6 +451,15 @@ func (c *proxyConn) write(dst net.Conn, q <-chan chunk, drop Fault) {
 			case <-timer.C:
 			case <-c.closed:
 				return
+			}
+		}
+		if drop == DropRequests && !ch.eof {
+			if h := c.p.match(ch.data); h != nil {
+				select {
+				case <-h.released:
+				case <-c.closed:
+					return
+				}
 			}
 		}
 		for {

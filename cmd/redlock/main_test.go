@@ -84,7 +84,7 @@ func TestCLIBadUsage(t *testing.T) {
 		{"run negative min-hold", []string{"run", "--key", "k", "--min-hold", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
 		{"status without key", []string{"status", "--nodes", "127.0.0.1:1"}, 2},
 		{"status without nodes", []string{"status", "k"}, 2},
-		{"demo bad workers", []string{"demo", "--workers", "0"}, 1},
+		{"demo bad workers", []string{"demo", "--workers", "0"}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -327,6 +327,36 @@ func TestCLIReleaseForce(t *testing.T) {
 	code, out, _ = cli(t, nil, "release", "--force", "--nodes", nodes, "stuck")
 	if code != 0 || !strings.Contains(out, "was not held") {
 		t.Fatalf("second force: exit %d out %q", code, out)
+	}
+}
+
+// `redlock release --force` counts every node: a holder on exactly 2 of 3
+// nodes, whose first node answers last, is "on 2 of 3 nodes".
+func TestCLIReleaseForceCountsEveryNode(t *testing.T) {
+	ms := testutil.StartMinis(t, 3)
+	addrs := testutil.MiniAddrs(ms)
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, _ := primitives.NewLock(c, "stuck2")
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // every grant has landed
+	ms[2].Del("redlock:{stuck2}:lock")
+	px := testutil.NewProxy(t, addrs[0])
+	px.SetLatency(10 * time.Millisecond)
+	nodes := strings.Join([]string{px.Addr(), addrs[1], addrs[2]}, ",")
+	code, out, stderr := cli(t, nil, "release", "--force", "--nodes", nodes, "stuck2")
+	want := "force-released stuck2: held by " + lease.Token()[:8] + "… on 2 of 3 nodes"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d out %q stderr %q, want %q", code, out, stderr, want)
+	}
+	if !strings.Contains(stderr, "held=true") || !strings.Contains(stderr, "nodes=2") {
+		t.Fatalf("audit line %q, want held=true nodes=2", stderr)
 	}
 }
 

@@ -35,13 +35,13 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	switch {
 	case name == "":
-		return &codeError{code: 2, err: errors.New("no lock name given (redlock release --force NAME)")}
+		return usageErr("no NAME given (redlock release --force NAME)")
 	case !*force:
-		return &codeError{code: 2, err: errors.New("only --force is supported: a lease is released by its holder")}
+		return usageErr("--force is required: a lease is released by its holder, the CLI only forces")
 	}
 	nodes := nodesFrom(*nodesFlag)
 	if len(nodes) == 0 {
-		return &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
+		return errNoNodes
 	}
 	tlsConf, err := tlsFrom(*tlsCA)
 	if err != nil {
@@ -67,11 +67,12 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		return err
 	}
+	// rep counts every node that answered within NodeTimeout.
 	if !rep.Held && rep.Nodes == 0 {
-		fmt.Fprintf(out, "%s was not held (fence counter %d)\n", name, rep.Fence)
+		fmt.Fprintf(out, "%s was not held (fence %d)\n", name, rep.Fence)
 		return nil
 	}
-	fmt.Fprintf(out, "force-released %s: held by %s on %d of %d nodes; fence counter now %d (the next holder's fence is above it)\n",
+	fmt.Fprintf(out, "force-released %s: held by %s on %d of %d nodes; fence %d (every later holder's fence is above it)\n",
 		name, rep.Holder, rep.Nodes, c.N(), rep.Fence)
 	return nil
 }

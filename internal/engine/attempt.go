@@ -28,6 +28,7 @@ type Vote struct {
 	Reentrant bool          // granted to a token that already held it
 	Now       int64         // the node's TIME in ms (0: unknown)
 	Hint      time.Duration // refused: the holder's remaining TTL
+	Holder    int64         // refused: a tag of the holder (0: unknown)
 	Abstain   error         // abstained: why
 }
 
@@ -58,14 +59,20 @@ type Result struct {
 	Round *Round        // the acquire round (replies, for primitives that learn from refusals)
 	Hint  time.Duration // the holder's remaining TTL, when refused
 	Split bool          // some nodes granted, and fewer than a quorum refused
-	Held  bool          // some node refused: held or reserved (a message will come)
-	Now   int64         // latest server TIME (ms) among refusals, 0 if none
-	Err   error
+	// Contended: refused by a split vote. Two parties or more (this
+	// attempt's grants, the holders that refusals name) took nodes, and
+	// none of them can hold a quorum: a retry after a random delay may win.
+	Contended bool
+	Held      bool  // some node refused: held or reserved (a message will come)
+	Now       int64 // latest server TIME (ms) among refusals, 0 if none
+	Err       error
 }
 
 // Attempt makes one quorum attempt: it fans the acquire out, decides as soon
-// as a quorum granted or can no longer grant, checks validity, decides the
-// fence (S2), and creates the hold. A failed attempt rolls back by the one
+// as its Tally's verdict is known, checks validity, decides the fence (S2),
+// and creates the hold. A refused round is a *NotAcquiredError with the
+// holder's TTL; ErrQuorumUnavailable means fewer than a quorum answered and
+// their refusals did not veto it. A failed attempt rolls back by the one
 // rule of rollbackAttempt, and grants that arrive after the decision are
 // rolled back unless the attempt produced a hold that is still valid.
 func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
@@ -114,9 +121,13 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	late := func(rep nodeactor.Reply) {
 		if mayHold(rep) {
 			lg.Add(rep.Node)
-			if v, err := s.Classify(rep); err == nil && v.Granted {
+			v, err := s.Classify(rep)
+			if err == nil && v.Granted {
 				lf.add(rep.Node, v.Fence)
 				fw.Add(rep.Node)
+			}
+			if IsWrongType(err) {
+				e.warnWrongType(err)
 			}
 		}
 		if s.Late != nil {
@@ -124,15 +135,18 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
-		g := 0
+		t, wrong := Tally{N: n, Q: q}, false
 		for i := range r.Replies {
 			if r.Answered[i] {
-				if v, err := vote(r, i); err == nil && v.Granted {
-					g++
-				}
+				v, err := vote(r, i)
+				t.addVote(v, err)
+				wrong = wrong || IsWrongType(err)
 			}
 		}
-		return g >= q || r.NAnswered-g > n-q
+		// A round that saw a WRONGTYPE and is not won hears every node
+		// out: the answer (ErrWrongType, or that node left out) must not
+		// depend on which replies came first.
+		return t.Won() || (t.Verdict() != Undecided && !wrong)
 	}, late)
 	e.ins.Attempts.Add(ctx, 1)
 	var (
@@ -172,10 +186,15 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		res.Err = err
 		return res
 	}
-	if fails.wrong != nil {
+	if fails.wrongs > n-q {
 		return fail(fails.fatal(n, q))
 	}
-	if granted < q {
+	if fails.wrong != nil {
+		e.warnWrongType(fails.wrong)
+	}
+	// Every node not counted did not answer in time (or at all).
+	t := Tally{N: n, Q: q, Yes: granted, No: refused, Other: n - granted - refused}
+	if !t.Won() {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
@@ -185,10 +204,12 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		if err := fails.fatal(n, q); err != nil {
 			return fail(err)
 		}
-		if refused > 0 && granted+refused >= q {
-			// A split vote is one no contender can win without the others
+		if t.Verdict() == Refused {
+			// Refusals veto it, or a quorum answered without granting. A
+			// split vote is one no contender can win without the others
 			// backing off; a quorum that refused is a holder: sleep on it.
 			res.Split = granted > 0 && refused < q
+			res.Contended = contended(r, votes, verrs, q, granted)
 			return fail(&NotAcquiredError{TTL: res.Hint})
 		}
 		// Too few answers to decide; a refusal among them still means the
@@ -228,6 +249,35 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	fw.Settle(h.Valid)
 	res.Hold = h
 	return res
+}
+
+// contended reports whether a refused round r was a split vote: it saw two
+// parties or more (our grants, the holders that refusals name by
+// Vote.Holder), and none of them can hold a quorum, even with every node
+// that did not answer. Refusals naming no holder (0) count as one unknown
+// party. votes and verrs are r's classified replies.
+func contended(r *Round, votes []Vote, verrs []error, q, granted int) bool {
+	unanswered := len(votes) - r.NAnswered
+	parties := min(granted, 1)
+	for i, v := range votes {
+		if !r.Answered[i] || verrs[i] != nil || v.Granted || v.Abstain != nil {
+			continue
+		}
+		same, first := 0, true
+		for j, w := range votes {
+			if r.Answered[j] && verrs[j] == nil && !w.Granted && w.Abstain == nil && w.Holder == v.Holder {
+				same++
+				first = first && j >= i
+			}
+		}
+		if same+unanswered >= q {
+			return false // it may hold a quorum
+		}
+		if first {
+			parties++
+		}
+	}
+	return parties >= 2
 }
 
 // rollbackAttempt is the one rollback rule of a failed quorum attempt
@@ -395,15 +445,28 @@ func (e *Engine) decideFence(ctx context.Context, write func(f int64) func(int) 
 // Gather is the quorum round of every primitive that reads or writes
 // without taking a hold (FairLock tickets, latch rounds, fence write-backs,
 // RWLock downgrades): it sends call(i) to every node on lane and returns
-// once a quorum answered replies that accept takes (accept returns nil), or
-// a quorum can no longer do so. Then it returns the round (read the replies
-// where Answered and accept is nil) and nil; or an error: a WRONGTYPE or an
-// ACL refusal from any node (retrying cannot help); the answer of the nodes
-// that rejected with an error wrapping ErrInvalidArgument, when too many
-// did for a quorum to agree; ctx's error; or ErrQuorumUnavailable wrapping
-// the per-node errors.
+// once its Tally's verdict is known. A reply that accept takes (accept
+// returns nil) is a yes, a rejection wrapping ErrInvalidArgument a no.
+// Then it returns the round (read the replies where Answered and accept is
+// nil) and nil; or an error: a WRONGTYPE or an ACL refusal from any node
+// (retrying cannot help); the rejection, when more than N−Q nodes rejected
+// (no quorum can agree); ctx's error; or ErrQuorumUnavailable wrapping the
+// per-node errors.
 func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error) (*Round, error) {
+	return e.gather(ctx, lane, call, accept, false)
+}
+
+// GatherAll is Gather that waits for every node's answer (each bounded by
+// NodeTimeout), not only for the verdict: for a round that reports what
+// each node did (a forced release). Its errors are Gather's.
+func (e *Engine) GatherAll(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error) (*Round, error) {
+	return e.gather(ctx, lane, call, accept, true)
+}
+
+func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	accept func(nodeactor.Reply) error, all bool) (*Round, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -420,13 +483,24 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		return verdicts[i]
 	}
 	r := e.Fanout(ctx, lane, call, func(r *Round) bool {
-		ok := 0
+		if all {
+			return false // until every node answered, or NodeTimeout
+		}
+		t, wrong := Tally{N: n, Q: q}, false
 		for i := range r.Replies {
-			if r.Answered[i] && verdict(r, i) == nil {
-				ok++
+			if r.Answered[i] {
+				switch err := verdict(r, i); {
+				case err == nil:
+					t.Yes++
+				case errors.Is(err, ErrInvalidArgument):
+					t.No++
+				default:
+					t.Other++
+					wrong = wrong || IsWrongType(err)
+				}
 			}
 		}
-		return ok >= q || r.NAnswered-ok > n-q
+		return t.Won() || (t.Verdict() != Undecided && !wrong) // as in Attempt
 	}, nil)
 	ok, invalid := 0, 0
 	var (
@@ -448,16 +522,20 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 			fails.add(err)
 		}
 	}
-	if fails.wrong != nil {
+	if fails.wrongs > n-q {
 		return r, fails.fatal(n, q)
 	}
-	if ok >= q {
+	if fails.wrong != nil {
+		e.warnWrongType(fails.wrong)
+	}
+	t := Tally{N: n, Q: q, Yes: ok, No: invalid, Other: n - ok - invalid}
+	if t.Won() {
 		return r, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
-	if invalid > n-q {
+	if t.Vetoed() {
 		return r, inv
 	}
 	if err := fails.fatal(n, q); err != nil {
@@ -471,9 +549,11 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 
 // failures sorts the failed replies of one round by what is known to be
 // transient (nodeactor.Transient: connection errors, timeouts, LOADING,
-// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): a wrong type at
-// our keys and an ACL refusal end the round for good (retrying cannot help,
-// and both are the same on every node we were configured for); any other
+// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): an ACL refusal
+// ends the round for good (retrying cannot help, and it is the same on
+// every node we were configured for); a wrong type at our keys ends it
+// when more than N−Q nodes answered one (a user's key on a minority of the
+// nodes leaves that node out, with a warning: warnWrongType); any other
 // error that is not transient (OOM, MISCONF, a script error) ends it when it
 // came from more than N−Q nodes — a minority of such nodes is treated as
 // down, so one node out of memory does not take the lock away from a
@@ -481,6 +561,7 @@ func (e *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node
 type failures struct {
 	errs   []error // every failure, for the error message
 	wrong  error   // a WRONGTYPE reply
+	wrongs int     // nodes that answered one
 	perm   error   // an ACL refusal
 	other  error   // another error that is not transient
 	others int     // nodes that answered such an error
@@ -490,7 +571,7 @@ func (f *failures) add(err error) {
 	switch {
 	case IsWrongType(err):
 		f.wrong = err
-		return
+		f.wrongs++
 	case nodeactor.IsNoPerm(err):
 		f.perm = err
 	case !nodeactor.Transient(err):
@@ -504,7 +585,7 @@ func (f *failures) add(err error) {
 // are the node count and the quorum.
 func (f *failures) fatal(n, q int) error {
 	switch {
-	case f.wrong != nil:
+	case f.wrongs > n-q:
 		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
 	case f.perm != nil:
 		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
@@ -512,6 +593,31 @@ func (f *failures) fatal(n, q int) error {
 		return fmt.Errorf("redlock: %d of %d nodes failed with an error that retrying cannot fix: %w", f.others, n, f.other)
 	}
 	return nil
+}
+
+// wrongTypeEvery is how often one node's WRONGTYPE at one key is logged.
+const wrongTypeEvery = time.Minute
+
+// warnWrongType logs that a node answered WRONGTYPE (err names the node and
+// the key) while the round went on without it: a key of another type at
+// one of our names on a minority of the nodes. Each (node, key) is logged
+// at most once per wrongTypeEvery.
+func (e *Engine) warnWrongType(err error) {
+	msg := err.Error()
+	now := time.Now()
+	e.wrongMu.Lock()
+	last, seen := e.wrongSeen[msg]
+	if !seen || now.Sub(last) >= wrongTypeEvery {
+		if e.wrongSeen == nil || len(e.wrongSeen) > 1000 {
+			e.wrongSeen = map[string]time.Time{}
+		}
+		e.wrongSeen[msg] = now
+	}
+	e.wrongMu.Unlock()
+	if !seen || now.Sub(last) >= wrongTypeEvery {
+		e.set.Logger.Warn("redlock: a key at one of our names on a minority of the nodes is of another type; "+
+			"it was left untouched, and that node does not count for this name until it is removed", "err", err)
+	}
 }
 
 // IsWrongType reports whether err is a WRONGTYPE reply from a node.

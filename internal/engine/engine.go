@@ -41,6 +41,9 @@ type Engine struct {
 	holds  map[*Hold]struct{}
 	closed bool
 
+	wrongMu   sync.Mutex
+	wrongSeen map[string]time.Time // warnWrongType's last log of each error
+
 	// A fan-out's reply channel and timer, kept for the next round (see
 	// fanout for when they are free). Per engine, not global: a timer made
 	// in a synctest bubble must never be used outside it, and an engine's
@@ -49,7 +52,13 @@ type Engine struct {
 	timers sync.Pool // *time.Timer, stopped
 
 	done      chan struct{}
+	closing   context.Context // cancelled (cause ErrClosed) when Close starts
+	stopAll   context.CancelCauseFunc
+	calls     counter // blocked calls bound to closing (Bind)
+	flight    counter // urgent requests sent and not answered yet
 	closeOnce sync.Once
+
+	flightDone func(nodeactor.Reply) // flight.done as a Late handler
 }
 
 // NodeSpec is one independent master, as parsed from the configuration.
@@ -106,7 +115,9 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	wctx, cancel := context.WithTimeout(ctx, set.StartTimeout)
 	defer cancel()
 	ready, fatal := c.countReady()
-	for ready < c.quorum && wctx.Err() == nil {
+	// Nodes that refused our credentials (or a required capability) will
+	// not answer in time: stop waiting once they leave no quorum.
+	for ready < c.quorum && wctx.Err() == nil && len(fatal) <= len(c.nodes)-c.quorum {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-wctx.Done():
@@ -134,13 +145,23 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 		for _, n := range c.nodes {
 			if st := n.Status(); !st.Up && st.Fatal == nil {
 				err := st.LastErr
-				if err == nil {
+				switch {
+				case err != nil:
+				case ctx.Err() != nil:
+					err = errors.New("no answer before ctx ended")
+				case len(fatal) > len(c.nodes)-c.quorum:
+					err = errors.New("no answer yet")
+				default:
 					err = fmt.Errorf("no answer within %s", set.StartTimeout)
 				}
 				errs = append(errs, &NodeError{Addr: n.Addr(), Err: err})
 			}
 		}
 		c.Close()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %d of %d nodes answered before ctx ended, need %d: %w: %w",
+				ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, err, errors.Join(errs...))
+		}
 		return nil, fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
 			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
 	}
@@ -171,6 +192,8 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		done:   make(chan struct{}),
 		proc:   newProcID(),
 	}
+	c.closing, c.stopAll = context.WithCancelCause(context.Background())
+	c.flightDone = func(nodeactor.Reply) { c.flight.done() }
 	c.router = notify.New(notify.Options{
 		Subscribe:   c.subscribe,
 		Unsubscribe: c.unsubscribe,
@@ -234,9 +257,11 @@ func (c *Engine) Router() *notify.Router { return c.router }
 // are released); it is never closed otherwise.
 func (c *Engine) Done() <-chan struct{} { return c.done }
 
-// Close releases every held lease (each within a bounded time), then stops
-// the renewal scheduler, the router and the node actors. Every goroutine has
-// returned when it does. It is idempotent.
+// Close wakes every blocked call (each returns an error that Is
+// ErrClosed), releases every held lease, and waits for the releases,
+// rollbacks and leaves already issued, each within a bounded time. Then it
+// stops the renewal scheduler, the router and the node actors. Every
+// goroutine has returned when it does. It is idempotent.
 func (c *Engine) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -247,11 +272,17 @@ func (c *Engine) Close() error {
 		}
 		c.mu.Unlock()
 		close(c.done)
+		// Wake every blocked call; each leaves the queues and rolls back
+		// what it holds of an attempt before it returns.
+		c.stopAll(ErrClosed)
+		c.calls.wait(c.releaseTimeout() + c.set.NodeTimeout)
 		var wg sync.WaitGroup
 		for _, h := range holds {
 			wg.Go(func() { h.closeRelease() })
 		}
 		wg.Wait()
+		// Releases, rollbacks and leaves already issued reach their nodes.
+		c.flight.wait(c.releaseTimeout())
 		if c.rn != nil {
 			c.rn.close()
 		}

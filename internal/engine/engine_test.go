@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"slices"
@@ -208,12 +210,15 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			f.owner = arg
 			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
 		} else {
-			rep.Msg = mock.RedisArray(mock.RedisInt64(0), mock.RedisInt64(1000), mock.RedisInt64(now), mock.RedisInt64(0))
+			rep.Msg = mock.RedisArray(mock.RedisInt64(0), mock.RedisInt64(1000), mock.RedisInt64(now), mock.RedisInt64(holderTag(f.owner)))
 		}
 	case "rollback", "release":
 		v := int64(0)
-		if f.owner == arg {
+		switch {
+		case f.owner == arg:
 			f.owner, v = "", 1
+		case op == "release" && f.owner != "":
+			v = 2 // another holder's key (lock.lua's ReleaseTaken)
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "renew":
@@ -301,7 +306,18 @@ func vote(rep nodeactor.Reply) (Vote, error) {
 	if v[0] == 1 {
 		return Vote{Granted: true, Fence: v[1], Now: v[2]}, nil
 	}
-	return Vote{Now: v[2], Hint: time.Duration(v[1]) * time.Millisecond}, nil
+	return Vote{Now: v[2], Hint: time.Duration(v[1]) * time.Millisecond, Holder: v[3]}, nil
+}
+
+// holderTag is the fake nodes' tag of a holder in a refusal, as lock.lua's
+// (0, naming nobody, for an owner "anon...").
+func holderTag(owner string) int64 {
+	if strings.HasPrefix(owner, "anon") {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(owner))
+	return int64(h.Sum32())
 }
 
 func (w *world) spec(token string, ttl time.Duration) AttemptSpec { return w.specHB(token, ttl, 0) }
@@ -636,28 +652,37 @@ func TestReleaseReturnsAtQuorumAndStillReachesTheSlowNode(t *testing.T) {
 	})
 }
 
-func TestGatherEndsAtAWrongType(t *testing.T) {
+// A WRONGTYPE (a key of another type at our name) ends a round when more
+// than N−Q nodes answer it; on a minority that node is left out, like a
+// node that is down.
+func TestGatherEndsAtAWrongTypeOnMoreThanNMinusQ(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
-		w.nodes[0].set(func(f *fakeNode) { f.delay = 10 * time.Millisecond })
+		wrongOn := map[int]bool{0: true}
 		call := func(i int) nodeactor.Call {
-			if i == 0 {
+			if wrongOn[i] {
 				return nodeactor.Call{Args: []string{"wrongtype", "x"}}
 			}
 			return nodeactor.Call{Args: []string{"fence", "1"}}
 		}
 		ok := func(rep nodeactor.Reply) error { return rep.Err }
-		_, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
-		if err != nil {
-			t.Fatalf("a quorum answered before the wrong type was seen? %v", err)
+		if _, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok); err != nil {
+			t.Fatalf("a wrong type on 1 of 3 nodes: %v, want the other two's quorum", err)
 		}
-		// When the wrong type is among the replies read, it ends the round.
+		// With another node failing, no quorum: the wrong type is among the
+		// per-node errors, and a retry can succeed once that node is back.
 		w.nodes[1].set(func(f *fakeNode) { f.full = true })
+		_, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
+		if !errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("Gather: %v, want ErrQuorumUnavailable naming the WRONGTYPE", err)
+		}
+		w.nodes[1].set(func(f *fakeNode) { f.full = false })
+		wrongOn[1] = true
 		_, err = w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
 		var re *rueidis.RedisError
 		if !errors.Is(err, ErrWrongType) || !errors.As(err, &re) {
-			t.Fatalf("Gather: %v, want ErrWrongType wrapping the server's error", err)
+			t.Fatalf("a wrong type on 2 of 3 nodes: %v, want ErrWrongType wrapping the server's error", err)
 		}
 	})
 }
@@ -763,31 +788,45 @@ func TestLateHeartbeatResumesRenewal(t *testing.T) {
 }
 
 func TestAQuorumOfMissingKeysLosesAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t, 3)
-		h := w.mustHold(t, "A", 3*time.Second)
-		synctest.Wait() // the third node's grant, still in flight at the decision, has run
-		// Two of three nodes lose the key (restarted empty, or a forced
-		// release): nobody can confirm this hold again and others may
-		// acquire, so the next renewal (at TTL/3) loses it, long before
-		// its Deadline.
-		w.nodes[0].set(func(f *fakeNode) { f.owner = "" })
-		w.nodes[1].set(func(f *fakeNode) { f.owner = "" })
-		start := time.Now()
-		<-h.Lost()
-		if d, left := time.Since(start), h.Deadline().Sub(time.Now()); d > 1100*time.Millisecond || left < time.Second {
-			t.Fatalf("lost %s after the keys went, %s before its Deadline: it waited for the Deadline", d, left)
-		}
-		// One node missing is a restarted node: it is re-taken, not lost.
-		hb := w.mustHold(t, "B", 3*time.Second)
-		synctest.Wait()
-		w.nodes[2].set(func(f *fakeNode) { f.owner = "" })
-		time.Sleep(5 * time.Second)
-		if !hb.Valid() {
-			t.Fatalf("one missing node cost the hold: %v", hb.Err())
-		}
-		hb.Release(context.Background())
-	})
+	for n := 2; n <= 5; n++ {
+		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { missingKeysLose(t, n) })
+		})
+	}
+}
+
+func missingKeysLose(t *testing.T, n int) {
+	w := newWorld(t, n)
+	q := n/2 + 1
+	h := w.mustHold(t, "A", 3*time.Second)
+	synctest.Wait() // the grants still in flight at the decision have run
+	// N−Q+1 nodes lose the key (restarted empty, or a forced release):
+	// nobody can confirm this hold again and others may acquire, so the
+	// next renewal (at TTL/3) loses it, long before its Deadline. On an
+	// even N that is fewer than Q nodes.
+	for _, f := range w.nodes[:n-q+1] {
+		f.set(func(f *fakeNode) { f.owner = "" })
+	}
+	start := time.Now()
+	<-h.Lost()
+	if d, left := time.Since(start), h.Deadline().Sub(time.Now()); d > 1100*time.Millisecond || left < time.Second {
+		t.Fatalf("lost %s after the keys went, %s before its Deadline: it waited for the Deadline", d, left)
+	}
+	if n-q == 0 {
+		return
+	}
+	// N−Q nodes missing are restarted nodes: re-taken, not lost.
+	synctest.Wait() // the lost hold's keys are deleted everywhere
+	hb := w.mustHold(t, "B", 3*time.Second)
+	synctest.Wait()
+	for _, f := range w.nodes[q:] {
+		f.set(func(f *fakeNode) { f.owner = "" })
+	}
+	time.Sleep(5 * time.Second)
+	if !hb.Valid() {
+		t.Fatalf("%d missing nodes cost the hold: %v", n-q, hb.Err())
+	}
+	hb.Release(context.Background())
 }
 
 func TestAMinorityOfBrokenNodesIsTreatedAsDown(t *testing.T) {

@@ -105,6 +105,9 @@ func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor
 	r.Start = time.Now()
 	deadline := r.Start.Add(bound)
 	pending := 0
+	if lane == nodeactor.Urgent {
+		late = c.urgentLate(late)
+	}
 	for i, nd := range c.nodes {
 		t := &r.tickets[i]
 		t.Late = late
@@ -142,8 +145,17 @@ wait:
 	}
 	unread := 0
 	for i := range r.tickets {
-		if !r.Answered[i] && !r.tickets[i].Abandon() {
+		if r.Answered[i] {
+			continue
+		}
+		if lane == nodeactor.Urgent {
+			c.flight.add() // its Late (urgentLate) counts it out
+		}
+		if !r.tickets[i].Abandon() {
 			unread++ // delivered (or being delivered) on ch
+			if lane == nodeactor.Urgent {
+				c.flight.done()
+			}
 		}
 	}
 	for ; unread > 0; unread-- {
@@ -210,8 +222,8 @@ func (c *Engine) Broadcast(ctx context.Context, call func(node int) nodeactor.Ca
 	// Urgent requests are sent even after their ctx ended (see nodeactor):
 	// only the deadline bounds them.
 	rctx, deadline := context.WithoutCancel(ctx), time.Now().Add(c.set.NodeTimeout)
-	for i, nd := range c.nodes {
-		_ = nd.TrySend(nodeactor.Request{Ctx: rctx, Deadline: deadline, Call: call(i), Lane: nodeactor.Urgent})
+	for i := range c.nodes {
+		c.sendTracked(i, nodeactor.Request{Ctx: rctx, Deadline: deadline, Call: call(i), Lane: nodeactor.Urgent})
 	}
 }
 
@@ -219,14 +231,9 @@ func (c *Engine) Broadcast(ctx context.Context, call func(node int) nodeactor.Ca
 // Late handlers to roll back a grant that arrived after its caller left). If
 // the mailbox is full the key is left to expire by its TTL.
 func (c *Engine) SendLate(i int, call nodeactor.Call) {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
 	// urgent requests are sent even after their ctx ended: only the
-	// deadline bounds them
-	_ = c.nodes[i].TrySend(nodeactor.Request{Ctx: context.Background(), Deadline: time.Now().Add(c.set.NodeTimeout),
+	// deadline bounds them; Close waits for them
+	c.sendTracked(i, nodeactor.Request{Ctx: context.Background(), Deadline: time.Now().Add(c.set.NodeTimeout),
 		Call: call, Lane: nodeactor.Urgent})
 }
 

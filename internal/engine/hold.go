@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,15 @@ const (
 	OutcomeRetaken                 // the key had vanished (a restarted node) and was re-taken: not a confirmation
 	OutcomeMissing                 // the key is missing on the node (restarted empty): not a confirmation
 )
+
+// ReleaseReader is a Protocol whose release replies tell another holder's
+// key (OutcomeNotOwner) from a missing one (OutcomeMissing), so that a
+// release can report an overtaken lease. LogValue names the lease in that
+// report's log line (never its whole token).
+type ReleaseReader interface {
+	ReleaseOutcome(rep nodeactor.Reply) Outcome
+	slog.LogValuer
+}
 
 // Protocol is what a held primitive gives the coordinator so that the one
 // renewal scheduler can renew it and the lease can release it.
@@ -93,6 +103,8 @@ type Hold struct {
 	done   chan struct{}
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	released chan struct{} // closed when a Release's round ended (made by endLocally)
 
 	idx int // renewer heap index; renewer-owned
 
@@ -207,7 +219,7 @@ func (h *Hold) Lost() <-chan struct{} {
 }
 
 // Done returns a channel closed when the hold ends for any reason: by
-// Release (when its round ended, before it returns), by the renewal
+// Release (before its round is sent), by the renewal
 // scheduler when the hold is lost (just before Lost is closed), or by
 // Coordinator.Close.
 func (h *Hold) Done() <-chan struct{} {
@@ -238,8 +250,8 @@ func (h *Hold) Context() context.Context {
 	defer h.mu.Unlock()
 	if h.ctx == nil {
 		h.ctx, h.cancel = context.WithCancelCause(context.Background())
-		if h.state == stateReleased || h.state == stateLost {
-			h.cancel(h.err) // finish ran before the first use
+		if h.state != stateHeld {
+			h.cancel(h.err) // it ended before the first use
 		}
 	}
 	return h.ctx
@@ -259,12 +271,19 @@ func (h *Hold) finish(st holdState, err error) bool {
 		h.mu.Unlock()
 		return false
 	}
+	ending := h.state == stateReleasing // endLocally closed Done already
 	h.state, h.err = st, err
 	// What was not used yet is made closed (cancelled) by its first use:
 	// take only what exists now.
 	cancel, done, lost := h.cancel, h.done, h.lost
+	if ending {
+		cancel, done = nil, nil
+	}
 	if done == nil {
 		h.done = closed
+	}
+	if h.released != nil {
+		close(h.released)
 	}
 	if lost == nil && st == stateLost {
 		h.lost = closed
@@ -290,7 +309,8 @@ func (h *Hold) finish(st holdState, err error) bool {
 	return true
 }
 
-// lose marks the hold lost and deletes its keys on every node, best effort.
+// lose marks the hold lost and deletes its keys on every node, best effort
+// (unless KeepOnLoss: a lock delay lets them expire).
 func (h *Hold) lose(cause error) {
 	h.mu.Lock()
 	idle := h.idle
@@ -337,19 +357,37 @@ func (h *Hold) Release(ctx context.Context) error {
 		h.mu.Unlock()
 		return err
 	case stateReleasing:
-		done := h.doneLocked()
+		released := h.released
 		h.mu.Unlock()
-		<-done
+		<-released
 		return h.Release(ctx)
 	}
-	h.state = stateReleasing
-	idle := h.idle
-	h.mu.Unlock()
+	idle := h.endLocally(ErrReleased)
 	h.c.rn.remove(h)
 	h.waitRound(idle)
 	err := h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, ErrReleased)
 	return err
+}
+
+// endLocally starts a release with h.mu held (it unlocks it): the hold
+// ends here before any node is asked to free it. Done closes and Context
+// is cancelled with cause err, so work under the lease stops before the
+// next holder can start. It returns the renewal rounds' idle channel.
+func (h *Hold) endLocally(err error) chan struct{} {
+	h.state, h.err = stateReleasing, err
+	idle := h.idle
+	cancel, done := h.cancel, h.done
+	h.done = closed
+	h.released = make(chan struct{})
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel(err)
+	}
+	if done != nil {
+		close(done)
+	}
+	return idle
 }
 
 // waitRound waits (bounded) until no renewal round is in flight, so that no
@@ -398,55 +436,89 @@ func (h *Hold) closeRelease() {
 		h.mu.Unlock()
 		return
 	}
-	h.state = stateReleasing
-	idle := h.idle
-	h.mu.Unlock()
+	err := fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
+	idle := h.endLocally(err)
 	h.waitRound(idle)
 	_ = h.c.release(h.spec.Protocol, h.Deadline())
-	h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
+	h.finish(stateReleased, err)
 }
 
 // release ends a hold on every node. The round is bounded by the hold's
 // deadline (at least releaseTimeout): a release queued behind a burst on a
 // busy node is waited for while it still matters (after the deadline the
 // keys expire anyway), and the caller's cancellation must not cut it short.
+//
+// Its answers are counted by the one Tally. A node where our key was
+// deleted, or is missing (expired, restarted empty), says yes: the key is
+// gone there, as a release wants. With a ReleaseReader, a node that holds
+// another holder's key says no: more than N−Q of them veto the release (no
+// quorum can confirm it), and the lease was overtaken. That is an error
+// that Is ErrLeaseLost, logged and counted once here.
 func (c *Engine) release(p Protocol, deadline time.Time) error {
 	// No caller's ctx: nothing cancels a release, and the nodes read only
 	// an urgent request's deadline (context.WithoutCancel(ctx) would cost
 	// an allocation for values nobody reads).
 	rctx := context.Background()
 	bound := max(time.Until(deadline), c.releaseTimeout())
-	// Done once a quorum confirmed. The other nodes' requests stay queued
-	// and are still sent (urgent requests outlive their ctx), after
-	// everything this client sent before for the resource (the node actor
-	// keeps each resource's order), so they delete there too — at once on a
-	// node that is up, when it comes back otherwise (or the key expires by
-	// its TTL). Waiting for them would cost a sequential client the third
-	// node's round trip on every release (W3: 94 % of the floor instead of
-	// 109 %); another client that tries meanwhile is at worst refused by that
-	// one node.
-	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
-		ok := 0
+	rr, _ := p.(ReleaseReader)
+	n := len(c.nodes)
+	count := func(r *Round) Tally {
+		t := Tally{N: n, Q: c.quorum}
 		for i, rep := range r.Replies {
-			if r.Answered[i] && rep.Err == nil {
-				ok++
+			if !r.Answered[i] {
+				continue
+			}
+			switch releaseOutcome(rr, rep) {
+			case OutcomeOK, OutcomeMissing:
+				t.Yes++
+			case OutcomeNotOwner:
+				t.No++
+			default:
+				t.Other++
 			}
 		}
-		return ok >= c.quorum
+		return t
+	}
+	// Done once the verdict is known: usually a quorum confirmed. The other
+	// nodes' requests stay queued and are still sent (urgent requests
+	// outlive their ctx), after everything this client sent before for the
+	// resource (the node actor keeps each resource's order), so they delete
+	// there too — at once on a node that is up, when it comes back
+	// otherwise (or the key expires by its TTL). Waiting for them would
+	// cost a sequential client the third node's round trip on every release
+	// (W3: 94 % of the floor instead of 109 %); another client that tries
+	// meanwhile is at worst refused by that one node.
+	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
+		return count(r).Verdict() != Undecided
 	}, nil)
-	ok := 0
+	t := count(r)
+	if t.Won() {
+		return nil
+	}
+	if t.Vetoed() {
+		c.ins.LeasesOvertaken.Add(rctx, 1)
+		c.set.Logger.Warn("redlock: release found the lease overtaken", "lease", rr, "taken_on", t.No, "nodes", n)
+		return fmt.Errorf("%w: overtaken: another holder's key on %d of %d nodes", ErrLeaseLost, t.No, n)
+	}
 	var errs []error
 	for _, rep := range r.Replies {
-		if rep.Err == nil {
-			ok++
-		} else {
+		if rep.Err != nil {
 			errs = append(errs, rep.Err)
 		}
 	}
-	if ok >= c.quorum {
-		return nil
+	return fmt.Errorf("%w: release confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, t.Yes, n, errors.Join(errs...))
+}
+
+// releaseOutcome classifies a release reply: by rr where the protocol
+// reads them, else any reply that is not an error confirms.
+func releaseOutcome(rr ReleaseReader, rep nodeactor.Reply) Outcome {
+	if rr != nil {
+		return rr.ReleaseOutcome(rep)
 	}
-	return fmt.Errorf("%w: release confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, len(c.nodes), errors.Join(errs...))
+	if rep.Err != nil {
+		return OutcomeError
+	}
+	return OutcomeOK
 }
 
 // Extend asks every node to keep the hold for ttl from now. It succeeds iff

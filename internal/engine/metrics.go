@@ -21,6 +21,7 @@ const (
 	MetricDirectGrants    = "redlock.acquire.direct"    // counter: Lock waiters that took a direct grant (no attempt of their own)
 	MetricRenewals        = "redlock.lease.renewals"    // counter: renewal rounds per lease; attr outcome (ok, failed)
 	MetricLeasesLost      = "redlock.lease.lost"        // counter: leases lost (Lost closed)
+	MetricLeasesOvertaken = "redlock.lease.overtaken"   // counter: releases that found another holder's key on more than N−Q nodes
 	MetricNodeUp          = "redlock.node.up"           // gauge 0/1 per node
 	MetricNodeLatency     = "redlock.node.latency"      // gauge, s: EWMA of batch round trips per node
 	MetricWakeups         = "redlock.notify.wakeups"    // counter: waiters woken by the router
@@ -32,13 +33,14 @@ const (
 // Instruments are the coordinator's metric instruments, shared with the
 // primitives. With no MeterProvider configured they are no-ops.
 type Instruments struct {
-	AcquireLatency metric.Float64Histogram
-	WaitTime       metric.Float64Histogram
-	Attempts       metric.Int64Counter
-	DirectGrants   metric.Int64Counter
-	Renewals       metric.Int64Counter
-	LeasesLost     metric.Int64Counter
-	reg            metric.Registration
+	AcquireLatency  metric.Float64Histogram
+	WaitTime        metric.Float64Histogram
+	Attempts        metric.Int64Counter
+	DirectGrants    metric.Int64Counter
+	Renewals        metric.Int64Counter
+	LeasesLost      metric.Int64Counter
+	LeasesOvertaken metric.Int64Counter
+	reg             metric.Registration
 }
 
 func newInstruments(c *Engine, mp metric.MeterProvider) *Instruments {
@@ -56,6 +58,7 @@ func newInstruments(c *Engine, mp metric.MeterProvider) *Instruments {
 	ins.DirectGrants, _ = m.Int64Counter(MetricDirectGrants, metric.WithDescription("waiters that held by a direct grant"))
 	ins.Renewals, _ = m.Int64Counter(MetricRenewals, metric.WithDescription("lease renewals"))
 	ins.LeasesLost, _ = m.Int64Counter(MetricLeasesLost, metric.WithDescription("leases lost before release"))
+	ins.LeasesOvertaken, _ = m.Int64Counter(MetricLeasesOvertaken, metric.WithDescription("releases that found the lease overtaken"))
 	up, _ := m.Int64ObservableGauge(MetricNodeUp, metric.WithDescription("1 if the node answers"))
 	lat, _ := m.Float64ObservableGauge(MetricNodeLatency, metric.WithUnit("s"), metric.WithDescription("EWMA of round trips"))
 	woken, _ := m.Int64ObservableCounter(MetricWakeups)
@@ -90,10 +93,10 @@ func (ins *Instruments) RecordAcquire(primitive string, start time.Time, err err
 	outcome := "acquired"
 	switch {
 	case err == nil:
+	case isCtx(err): // before not_acquired: a wait ended by its ctx is both
+		outcome = "cancelled"
 	case isNotAcquired(err):
 		outcome = "not_acquired"
-	case isCtx(err):
-		outcome = "cancelled"
 	default:
 		outcome = "error"
 	}

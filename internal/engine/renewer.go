@@ -227,25 +227,32 @@ func (r *renewer) renewRound(due []*Hold) {
 		}
 		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
 		rounds[i] = round
-		ok, gone := 0, 0 // see Hold.renewRound
+		// A confirmation is a yes, a key gone (another owner, or missing)
+		// a no: see Hold.renewRound.
+		t := Tally{N: n, Q: c.quorum}
 	collect:
-		for round.NAnswered < n && ok < c.quorum && gone <= n-c.quorum {
+		for round.NAnswered < n && !t.Won() && !t.Vetoed() {
 			select {
 			case rep := <-p.ch:
+				if round.Answered[rep.Node] {
+					continue // a duplicate counts once
+				}
 				round.record(rep)
 				switch p.h.spec.Protocol.Classify(rep) {
 				case OutcomeOK:
-					ok++
+					t.Yes++
 				case OutcomeNotOwner, OutcomeMissing:
-					gone++
+					t.No++
+				default:
+					t.Other++
 				}
 			case <-ctx.Done():
 				break collect
 			}
 		}
-		confirmed[i] = ok >= c.quorum
+		confirmed[i] = t.Won()
 		p.h.endRound()
-		_ = p.h.applyRenewal(p.start, p.ttl, ok, gone, round, false)
+		_ = p.h.applyRenewal(p.start, p.ttl, t.Yes, t.No, round, false)
 	}
 	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
 	// node that answers "missing" (restarted empty) gets its key re-taken,

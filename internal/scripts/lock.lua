@@ -22,7 +22,11 @@ local op = ARGV[1]
 local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 local TAIL = 'rl1:T:'
--- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, 0}
+-- A direct grant holds the lock under its attempt's token with DIRECT
+-- appended: a token no attempt sends, so no rollback of that attempt,
+-- however late, can match it (docs/lock.md, "Why it is safe").
+local DIRECT = '~d'
+-- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, holder}
 
 -- Type checks before any write. The two string keys are read with pcall (a
 -- GET of another type is an error, not a raise); the six others usually do
@@ -131,7 +135,7 @@ local function free(window, ch, self)
         fv = fv or string.format('%.0f', f)
         local msg = 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id
         if redis.call('PUBLISH', ch .. ':' .. proc, msg) > 0 then
-          redis.call('SET', LOCK, HELD .. gtok, 'PX', math.min(gttl, exp - now))
+          redis.call('SET', LOCK, HELD .. gtok .. DIRECT, 'PX', math.min(gttl, exp - now))
           redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(rec, 2))
           return
         end
@@ -188,7 +192,7 @@ if op == 'acquire' then
   -- waiter (free), which the waiter did not take (too few nodes, or too
   -- little validity left): a later attempt takes the grant over. An
   -- earlier attempt arriving late never does (seq orders them).
-  if dstate == 'G' and seq > dseq and v == HELD .. dtok then v = rsv end
+  if dstate == 'G' and seq > dseq and v == HELD .. dtok .. DIRECT then v = rsv end
   local function buried(id)
     local s = redis.call('ZSCORE', GONE, id)
     return s and tonumber(s) > now
@@ -265,14 +269,19 @@ if op == 'acquire' then
     end
   end
   queue_up(false)
-  return {REFUSED, redis.call('PTTL', LOCK), now, 0}
+  -- holder tags the value refused for: the first 8 hex digits of its token
+  -- or waiter id as a number (0 if not hex). One tag on a quorum is one
+  -- holder; different tags are a split vote, which TryAcquire retries.
+  return {REFUSED, redis.call('PTTL', LOCK), now, tonumber(string.sub(v, 7, 14), 16) or 0}
 
 elseif op == 'release' or op == 'rollback' then
   -- A rollback undoes one attempt's grant (its token is never reused) and
   -- keeps the waiter's queue entry, so a split attempt keeps its place
   -- (wid names the waiter, which free must not wake); a release ends a
   -- lease: it drops the holder's entry (kept while it held) and frees a
-  -- reservation a late release made for it. Answers 1 released, 0 not ours.
+  -- reservation a late release made for it. Answers 1 released, 0 not ours
+  -- (the key missing, or nothing of ours left), and a release 2 where
+  -- another holder's key is (an overtaken lease).
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
   if owner ~= '' or extra > 0 then clock() end
   local self = ''
@@ -292,7 +301,7 @@ elseif op == 'release' or op == 'rollback' then
     -- granted the lock); a grant made for it meanwhile is freed
     local st, _, _, _, _, _, gtok = direct_state(wid)
     if dequeue(wid) then bury(wid) end
-    if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok and gtok ~= tok) then
+    if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok .. DIRECT and gtok .. DIRECT ~= tok) then
       free(window, ch, ''); return 0
     end
   end
@@ -315,6 +324,9 @@ elseif op == 'release' or op == 'rollback' then
     end
     if last ~= nil then return 1 end
   end
+  -- our own min-hold tail: a repeated release, released already
+  if v == TAIL .. 'L:' .. tok or (owner ~= '' and v == TAIL .. 'O:' .. owner) then return 1 end
+  if op == 'release' and v and v ~= OWNED .. owner then return 2 end
   return 0
 
 elseif op == 'leave' then
@@ -324,7 +336,7 @@ elseif op == 'leave' then
   dequeue(wid)
   bury(wid)
   -- a reservation or a direct grant made for it goes to the next waiter
-  if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok) then free(window, ch, '') end
+  if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok .. DIRECT) then free(window, ch, '') end
   return 1
 
 elseif op == 'renew' then

@@ -5,7 +5,8 @@ import "time"
 // The ops of lock.lua (KEYS: LockKeys).
 
 // LockAcquire takes the lock for one attempt ({Granted, fence, now,
-// reentrant} or {Refused, pttl, now, 0}).
+// reentrant} or {Refused, pttl, now, holder}). holder tags the value it
+// refused for: its token's first 8 hex digits as a number (0: not hex).
 type LockAcquire struct {
 	Token     string        // new for every attempt
 	TTL       time.Duration // the lease's TTL
@@ -48,8 +49,9 @@ func (a LockAcquire) Args() []string {
 	return args
 }
 
-// LockRelease ends a lease (1 released, 0 not ours); with Rollback it
-// undoes one attempt's grant and keeps Waiter's place in the queue.
+// LockRelease ends a lease (ReleaseReleased, ReleaseNotOurs, or
+// ReleaseTaken where another holder's key is); with Rollback it undoes one
+// attempt's grant (1, or 0 not ours) and keeps Waiter's place in the queue.
 type LockRelease struct {
 	Rollback bool
 	Token    string

@@ -310,7 +310,7 @@ func TestLockScriptReleaseAndRenewAnswers(t *testing.T) {
 		t.Errorf("a renewal shortened the key to %d ms", p)
 	}
 	expect("renew of another's", LockRenew{Token: "other", TTL: time.Minute}, strconv.Itoa(RenewNotOurs))
-	expect("release of another's", plainRelease("other", ""), "0")
+	expect("release of another's", plainRelease("other", ""), strconv.Itoa(ReleaseTaken))
 	expect("release", plainRelease("tok", ""), "1")
 	if got := n.do("EXISTS", lockKey); got != "0" {
 		t.Error("released key left")
@@ -430,5 +430,48 @@ func TestLockScriptPlainRenewWithTheLockKeyOnly(t *testing.T) {
 	n.do("SET", all[0], "hello")
 	if _, err := n.run(LockRenew{Token: "tok", TTL: time.Minute, Retake: true}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE redlock: ") {
 		t.Errorf("foreign lock key: %v, want WRONGTYPE", err)
+	}
+}
+
+// A refusal tags the value it refused for: the first 8 hex digits of the
+// holder's token (or of a reserved waiter's id) as a number, 0 when they
+// are not hex (an owner id). TryAcquire tells a holder from a split by it.
+func TestLockRefusalTagsTheHolder(t *testing.T) {
+	n := newLockNode(t)
+	tag := func(reply string) string {
+		f := strings.Fields(strings.Trim(reply, "[]"))
+		return f[len(f)-1]
+	}
+	n.mustRun(plainAcquire("89abcdef0123~label", ""))
+	if got := tag(n.mustRun(plainAcquire("other", ""))); got != "2309737967" { // 0x89abcdef
+		t.Fatalf("refusal tag %s, want the holder's 0x89abcdef", got)
+	}
+	n.do("SET", n.keys[0], "rl1:O:worker-1")
+	if got := tag(n.mustRun(plainAcquire("other", ""))); got != "0" {
+		t.Fatalf("refusal tag %s for an owner, want 0", got)
+	}
+}
+
+// A release answers what it found: 1 it deleted our key, 0 there was
+// nothing of ours (the key missing), 2 another holder's key (an overtaken
+// lease). A rollback answers 1 or 0 as before.
+func TestLockReleaseTellsAnotherHolderFromAMissingKey(t *testing.T) {
+	n := newLockNode(t)
+	n.mustRun(plainAcquire("a", ""))
+	if got := n.mustRun(plainRelease("a", "")); got != "1" {
+		t.Fatalf("release of our key: %s, want 1", got)
+	}
+	if got := n.mustRun(plainRelease("a", "")); got != "0" {
+		t.Fatalf("release of a missing key: %s, want 0", got)
+	}
+	n.mustRun(plainAcquire("b", ""))
+	if got := n.mustRun(plainRelease("a", "")); got != strconv.Itoa(ReleaseTaken) {
+		t.Fatalf("release where another holds: %s, want 2", got)
+	}
+	if got := n.mustRun(LockRelease{Rollback: true, Token: "a", Window: time.Second, Channel: "ch", Waiter: "w"}); got != "0" {
+		t.Fatalf("rollback where another holds: %s, want 0", got)
+	}
+	if got := n.do("GET", n.keys[0]); got != "rl1:L:b" {
+		t.Fatalf("lock %q after a stale release: another holder's key was touched", got)
 	}
 }

@@ -21,6 +21,13 @@ const (
 	RenewMissing = 3 // the key is missing (a restarted node)
 )
 
+// Release answers of lock.lua.
+const (
+	ReleaseNotOurs  = 0 // nothing of ours: the key is missing, or holds only our owner's other holds
+	ReleaseReleased = 1 // our key was deleted (or handed on)
+	ReleaseTaken    = 2 // another holder's key: the lease was overtaken
+)
+
 // Acquire answers of lock.lua and multilock.lua: {code, fence|pttl, now,
 // reentrant}.
 const (

@@ -1,0 +1,350 @@
+package primitives_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// These tests hold back one chosen request in a proxy: a waiter W's
+// enqueuing attempt to a node is delayed past NodeTimeout (the node refuses
+// it late and records it for a direct grant), and the rollback the engine
+// then sends there is held in the network. A release grants W the lock
+// directly; only then does the held rollback reach the node. It must not
+// undo the grant (docs/lock.md, "Direct grant", "Why it is safe").
+
+const directNodeTimeout = 200 * time.Millisecond
+
+// proxied returns a proxy in front of each address, and their addresses.
+func proxied(t *testing.T, addrs []string) ([]*testutil.Proxy, []string) {
+	px := make([]*testutil.Proxy, len(addrs))
+	paddrs := make([]string, len(addrs))
+	for i, a := range addrs {
+		px[i] = testutil.NewProxy(t, a)
+		paddrs[i] = px[i].Addr()
+	}
+	return px, paddrs
+}
+
+// holdRollback delays the next enqueuing attempt of proc through p past
+// NodeTimeout and holds back the rollback that follows it.
+func holdRollback(p *testutil.Proxy, proc string) *testutil.Held {
+	// (RESP bulk strings: the script's source, sent on a NOSCRIPT, names
+	// every op too)
+	p.Delay(3*directNodeTimeout, "$7\r\nacquire\r\n", proc)
+	return p.Hold("$8\r\nrollback\r\n")
+}
+
+// nodeValue is the lock key's value on s ("" if missing or unreachable).
+func nodeValue(s *testutil.Server, name string) string {
+	v, err := s.Do("GET", lockKey(name, "lock"))
+	if err != nil || v == testutil.NilReply {
+		return ""
+	}
+	return v
+}
+
+func awaitCaught(t *testing.T, h *testutil.Held, what string) {
+	t.Helper()
+	select {
+	case <-h.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the rollback was never sent", what)
+	}
+}
+
+func TestDirectGrantSurvivesLateRollback(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, tc := range []struct {
+		name string
+		slow []int // nodes whose link to W holds the rollback back
+		down int   // a node down throughout (-1: none)
+	}{
+		{"third node down, one slow link", []int{0}, 2},
+		{"all up, one slow link", []int{0}, -1},
+		{"all up, two slow links", []int{0, 1}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			name := "dgkeep"
+			pw, paddrs := proxied(t, addrs)
+			ch := newCoord(t, addrs)
+			cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout })
+			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(3*time.Second), primitives.WithLabel("w"))
+			if tc.down >= 0 {
+				srv[tc.down].Kill()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			h, err := lh.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := map[int]*testutil.Held{}
+			for _, i := range tc.slow {
+				held[i] = holdRollback(pw[i], primitives.ProcOf(cw))
+			}
+			got := acquireAsync(ctx, t, lw)
+			for i, hd := range held {
+				awaitCaught(t, hd, "node "+strconv.Itoa(i))
+			}
+			// The delayed attempt ran on each slow node: it is queued there.
+			for _, i := range tc.slow {
+				if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
+					q, _ := srv[i].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
+					t.Fatalf("W never queued on node %d (queue %s, lock %q)", i, q, nodeValue(srv[i], name))
+				}
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w := <-got
+			if w == nil {
+				t.FailNow()
+			}
+			defer w.Release(context.Background())
+			mine := func(i int) bool {
+				v := nodeValue(srv[i], name)
+				return strings.HasPrefix(v, "rl1:L:") && strings.Contains(v, w.Token())
+			}
+			for _, i := range tc.slow {
+				if !mine(i) {
+					t.Fatalf("node %d: %q before the rollback; want W's direct grant", i, nodeValue(srv[i], name))
+				}
+			}
+			for _, hd := range held {
+				hd.Release()
+			}
+			time.Sleep(500 * time.Millisecond) // the held rollbacks run
+			for _, i := range tc.slow {
+				if !mine(i) {
+					t.Errorf("node %d: %q after the late rollback; want W's direct grant kept", i, nodeValue(srv[i], name))
+				}
+			}
+			// W's lease outlives its first Deadline: its renewals found
+			// their keys.
+			first := w.Deadline()
+			time.Sleep(time.Until(first) + 500*time.Millisecond)
+			if !w.Valid() {
+				t.Errorf("W's lease ended at %s (first deadline %s): %v", time.Now().Format("15:04:05.000"),
+					first.Format("15:04:05.000"), w.Err())
+			}
+			if err := w.Release(ctx); err != nil {
+				t.Errorf("release: %v", err)
+			}
+			for i, s := range srv {
+				if i != tc.down && nodeValue(s, name) != "" {
+					t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
+				}
+			}
+		})
+	}
+}
+
+// The interleaving that lets a second holder in: a waiter Y queued before
+// W, then froze until its entries expired; W is granted directly on two
+// nodes while the third is down; the third comes back empty, Y thaws and
+// queues again ahead of W; then W's held rollback reaches node 0. Node 0
+// must stay W's, so Y cannot win {0, 2} while W is valid.
+func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "dgsecond"
+	pw, wAddrs := proxied(t, addrs)
+	py, yAddrs := proxied(t, addrs)
+	fast := func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout }
+	ch, cw, cy := newCoord(t, addrs), newCoord(t, wAddrs, fast), newCoord(t, yAddrs, fast)
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(20*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(6*time.Second), primitives.WithLabel("w"))
+	// Y's short TTL makes its queue entries expire soon after it froze.
+	ly, _ := primitives.NewLock(cy, name, primitives.WithTTL(time.Second), primitives.WithLabel("y"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	srv[2].Kill()
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yctx, ycancel := context.WithCancel(ctx)
+	defer ycancel()
+	ygot := make(chan *primitives.Lease, 1)
+	go func() {
+		lease, _ := ly.Acquire(yctx)
+		ygot <- lease
+	}()
+	headOf := func(i int) (wid string, live bool) {
+		m, err := srv[i].Do("ZRANGE", lockKey(name, "q"), "0", "0")
+		m = strings.Trim(m, "[]")
+		if err != nil || m == "" || m == testutil.NilReply {
+			return "", false
+		}
+		exp, _ := srv[i].Do("HGET", lockKey(name, "qx"), m)
+		e, _ := strconv.ParseInt(exp, 10, 64)
+		return m, e > serverMs(t, srv[i])
+	}
+	var ywid string
+	if !testutil.Eventually(5*time.Second, func() bool {
+		a, okA := headOf(0)
+		b, okB := headOf(1)
+		ywid = a
+		return okA && okB && a == b
+	}) {
+		t.Fatal("Y never queued")
+	}
+	for _, p := range py {
+		p.SetFault(testutil.Blackhole) // Y freezes (its connections stay open)
+	}
+	// Y's entries expire (its TTL + 3 s): W will be the live head at the
+	// release.
+	if !testutil.Eventually(15*time.Second, func() bool {
+		_, a := headOf(0)
+		_, b := headOf(1)
+		return !a && !b
+	}) {
+		t.Fatal("Y's queue entries never expired")
+	}
+	// W queues; the rollback of its attempt on node 0 is held from here on
+	// (its connection must not stay blocked past the client's write
+	// timeout: the rest runs in a few seconds).
+	rb := holdRollback(pw[0], primitives.ProcOf(cw))
+	wgot := acquireAsync(ctx, t, lw)
+	awaitCaught(t, rb, "node 0")
+	if !testutil.Eventually(5*time.Second, func() bool {
+		v, _ := srv[0].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
+		return strings.Contains(v, "~w~")
+	}) {
+		t.Fatal("W never queued on node 0")
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-wgot
+	if w == nil {
+		t.FailNow()
+	}
+	defer w.Release(context.Background())
+	srv[2].Restart() // empty: it never had anyone's key
+	for _, p := range py {
+		p.SetFault(testutil.Pass) // Y thaws and queues again, ahead of W
+	}
+	if !testutil.Eventually(10*time.Second, func() bool { a, ok := headOf(0); return ok && a == ywid }) {
+		t.Fatal("Y never queued again ahead of W on node 0")
+	}
+	rb.Release()
+	select {
+	case y := <-ygot:
+		if y != nil {
+			defer y.Release(context.Background())
+			if w.Valid() && y.Valid() {
+				t.Fatalf("S1 violated: W (fence %d) and Y (fence %d) both Valid; node values %q %q %q", w.Fence(), y.Fence(),
+					nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+			}
+		}
+	case <-time.After(3 * time.Second):
+	}
+	if !w.Valid() {
+		t.Fatalf("W lost its lease: %v", w.Err())
+	}
+	if v := nodeValue(srv[0], name); !strings.Contains(v, w.Token()) {
+		t.Fatalf("node 0: %q; want W's grant kept", v)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Now Y gets its turn.
+	select {
+	case y := <-ygot:
+		if y == nil {
+			t.Fatal("Y's Acquire failed")
+		}
+		y.Release(ctx)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Y never acquired after W's release")
+	}
+}
+
+// A grant by reply of W's attempt that arrives after W held by that
+// attempt's direct grants elsewhere is not part of W's lease (whose token
+// is the direct grant's): it is rolled back, and nothing is left once W
+// releases. Node 2 restarted empty (it never had H's key), so it grants
+// W's attempt, whose copy there is delayed; meanwhile nodes 0 and 1 refuse
+// it, H releases and they grant W directly.
+func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "dglate"
+	pw, paddrs := proxied(t, addrs)
+	ch := newCoord(t, addrs)
+	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = time.Second })
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(6*time.Second), primitives.WithLabel("w"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// W waits once, so that its next Acquire queues at once (no lone first
+	// attempt whose rollback on node 2 would race with the one we delay).
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := acquireAsync(ctx, t, lw)
+	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	h.Release(ctx)
+	if w := <-warm; w == nil {
+		t.FailNow()
+	} else {
+		w.Release(ctx)
+	}
+	srv[2].Kill()
+	h, err = lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv[2].Restart()
+	// The reply comes within NodeTimeout, after the attempt was decided.
+	d := pw[2].Delay(700*time.Millisecond, "$7\r\nacquire\r\n", primitives.ProcOf(cw))
+	got := acquireAsync(ctx, t, lw)
+	awaitCaught(t, d, "node 2")
+	for _, i := range []int{0, 1} {
+		if !testutil.Eventually(5*time.Second, func() bool {
+			v, _ := srv[i].Do("HGETALL", lockKey(name, "qx"))
+			return strings.Contains(v, "~w~") && strings.Contains(v, " W ")
+		}) {
+			t.Fatalf("W's attempt never refused on node %d", i)
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	defer w.Release(context.Background())
+	// The late grant on node 2 has landed and been rolled back.
+	time.Sleep(900 * time.Millisecond)
+	if v := nodeValue(srv[2], name); strings.Contains(v, w.Token()) {
+		t.Errorf("node 2: %q: a late grant that no lease renews was kept", v)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range srv {
+		if v := nodeValue(srv[i], name); v != "" {
+			t.Errorf("node %d: %q left after W's release", i, v)
+		}
+	}
+}
