@@ -121,8 +121,12 @@ func Example_jobRunner() {
 	}
 
 	// The frozen holder: it claims job 0, then stops (no renewal) well
-	// past its 300 ms TTL.
-	frozenLock, _ := primitives.NewLock(c, "job-0", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
+	// past its 500 ms TTL.
+	frozenLock, err := primitives.NewLock(c, "job-0", primitives.WithTTL(500*time.Millisecond), primitives.WithAutoRenew(false))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	frozen, err := frozenLock.Acquire(ctx)
 	if err != nil {
 		fmt.Println(err)
