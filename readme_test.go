@@ -1,9 +1,10 @@
 package redlock_test
 
-// The Go snippets of README.md are quoted from the runnable examples
-// (example_test.go of each public package, and of fencesql's database
-// tests in fencesql/internal/sqltest), so they compile and run: this
-// test fails when a snippet no longer appears in an example file.
+// The Go snippets of README.md and docs/guide.md are quoted from the
+// runnable examples (example_test.go and *_example_test.go of each public
+// package, and of fencesql's database tests in fencesql/internal/sqltest),
+// so they compile and run: these tests fail when a snippet no longer
+// appears in an example file.
 
 import (
 	"os"
@@ -60,15 +61,17 @@ func equal(a, b []string) bool {
 	return len(a) == len(b)
 }
 
-func TestReadmeSnippetsAreExamples(t *testing.T) {
-	t.Parallel()
-	md, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("*/example_test.go")
-	if err != nil {
-		t.Fatal(err)
+// exampleFiles returns the text of every example file of the public
+// packages: */example_test.go and */*_example_test.go.
+func exampleFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, pat := range []string{"*/example_test.go", "*/*_example_test.go"} {
+		m, err := filepath.Glob(pat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
 	}
 	// and the examples of fencesql's database tests (a module of their own)
 	more, err := filepath.Glob("*/internal/*/example_test.go")
@@ -87,9 +90,21 @@ func TestReadmeSnippetsAreExamples(t *testing.T) {
 	if len(examples) < 4 {
 		t.Fatalf("found %d example files (%v), want one per public package", len(examples), files)
 	}
-	snips := snippets(string(md))
-	if len(snips) < 3 {
-		t.Fatalf("found %d Go snippets in README.md, want at least 3: is the parser broken?", len(snips))
+	return examples
+}
+
+// checkSnippets fails for each Go snippet of the Markdown file md that no
+// example file quotes; min is the fewest snippets the file must have.
+func checkSnippets(t *testing.T, md string, min int) {
+	t.Helper()
+	text, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := exampleFiles(t)
+	snips := snippets(string(text))
+	if len(snips) < min {
+		t.Fatalf("found %d Go snippets in %s, want at least %d: is the parser broken?", len(snips), md, min)
 	}
 	for _, s := range snips {
 		found := false
@@ -100,9 +115,19 @@ func TestReadmeSnippetsAreExamples(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("README.md snippet not found in any example_test.go (update the example and quote it):\n%s", s)
+			t.Errorf("%s snippet not found in any example file (update the example and quote it):\n%s", md, s)
 		}
 	}
+}
+
+func TestReadmeSnippetsAreExamples(t *testing.T) {
+	t.Parallel()
+	checkSnippets(t, "README.md", 3)
+}
+
+func TestGuideSnippetsAreExamples(t *testing.T) {
+	t.Parallel()
+	checkSnippets(t, "docs/guide.md", 6)
 }
 
 func TestQuoted(t *testing.T) {

@@ -133,6 +133,10 @@ func (a *Acquirer) run() {
 		case a.acquired <- lease:
 			select {
 			case <-lease.Done():
+				// Done closes before the release round is sent: wait for
+				// that round (a no-op for a lost lease), so that the next
+				// campaign queues behind the waiter it hands the lock to.
+				_ = lease.Release(context.Background())
 			case <-a.ctx.Done():
 				return
 			}

@@ -33,7 +33,9 @@ func exampleCoordinator() (c *coordinator.Coordinator, stop func()) {
 // Leader election: the process that receives a lease leads until the
 // lease's Lost channel closes (then it campaigns again) or until it is
 // asked to shut down (then it releases the lease at once, so that another
-// process takes over without waiting for the TTL).
+// process takes over without waiting for the TTL). The leader's work runs
+// in its own goroutine under lease.Context(), so Lost is watched from the
+// moment the lease arrives.
 func ExampleLock() {
 	c, stop := exampleCoordinator()
 	defer stop()
@@ -41,6 +43,7 @@ func ExampleLock() {
 	lead := func(ctx context.Context) {
 		fmt.Println("leading")
 		close(shutdown) // in this example the process is asked to stop at once
+		<-ctx.Done()    // a leader works until its lease ends
 	}
 
 	campaign := func() error {
@@ -52,13 +55,19 @@ func ExampleLock() {
 		for {
 			select {
 			case lease := <-a.Acquired(): // we lead until the lease ends
-				lead(lease.Context())
+				done := make(chan struct{})
+				go func() { defer close(done); lead(lease.Context()) }()
 				select {
 				case <-lease.Lost(): // closed by Deadline, before anyone else can acquire
 					log.Print("leadership lost: ", lease.Err())
 				case <-shutdown:
-					lease.Release(context.Background())
+					lease.Release(context.Background()) // ends lease.Context()
+				}
+				<-done // lead has returned
+				select {
+				case <-shutdown:
 					return nil
+				default: // lost: campaign again
 				}
 			case <-shutdown:
 				return nil

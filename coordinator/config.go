@@ -42,6 +42,9 @@ const (
 	MinTTL               = engine.MinTTL
 	MaxTTL               = engine.MaxTTL
 	MaxNameLen           = engine.MaxNameLen
+	// MinNodeTimeout is the shortest NodeTimeout; it must also be below
+	// DefaultTTL.
+	MinNodeTimeout = time.Millisecond
 )
 
 // Config configures a Coordinator. The zero value of each field selects the
@@ -53,10 +56,10 @@ type Config struct {
 	WaitStrategy  WaitStrategy  // how waiters learn of a release
 	Keyspace      KeyspaceMode  // whether New may enable keyspace events
 	DefaultTTL    time.Duration // 0 means 30s
-	NodeTimeout   time.Duration // per-node reply timeout; 0 means max(50ms, TTL/100)
+	NodeTimeout   time.Duration // per-node reply timeout, in [1ms, DefaultTTL); 0 means max(50ms, DefaultTTL/100)
 	DriftFactor   float64       // 0 means 0.01 (validity -= TTL*drift + 2ms)
 	RetryDelay    time.Duration // backoff base; 0 means 10ms
-	MaxRetryDelay time.Duration // backoff cap; 0 means 500ms
+	MaxRetryDelay time.Duration // backoff cap, at least RetryDelay; 0 means max(500ms, RetryDelay)
 	Username      string        // default AUTH for nodes given as host:port; never logged
 	Password      string        // never logged
 	TLS           *tls.Config   // nil means plain TCP
@@ -101,6 +104,9 @@ func (cfg *Config) normalize() error {
 	if cfg.NodeTimeout == 0 {
 		cfg.NodeTimeout = max(50*time.Millisecond, cfg.DefaultTTL/100)
 	}
+	if cfg.NodeTimeout < MinNodeTimeout || cfg.NodeTimeout >= cfg.DefaultTTL {
+		return invalid("NodeTimeout %s out of range [%s, DefaultTTL %s)", cfg.NodeTimeout, MinNodeTimeout, cfg.DefaultTTL)
+	}
 	if !(cfg.DriftFactor >= 0 && cfg.DriftFactor < 0.5) { // also rejects NaN
 		return invalid("DriftFactor %v out of range [0, 0.5)", cfg.DriftFactor)
 	}
@@ -111,10 +117,11 @@ func (cfg *Config) normalize() error {
 		cfg.RetryDelay = DefaultRetryDelay
 	}
 	if cfg.MaxRetryDelay == 0 {
-		cfg.MaxRetryDelay = DefaultMaxRetryDelay
+		cfg.MaxRetryDelay = max(DefaultMaxRetryDelay, cfg.RetryDelay)
 	}
 	if cfg.MaxRetryDelay < cfg.RetryDelay {
-		cfg.MaxRetryDelay = cfg.RetryDelay
+		return invalid("RetryDelay %s exceeds MaxRetryDelay %s (the backoff starts at RetryDelay and is capped at MaxRetryDelay)",
+			cfg.RetryDelay, cfg.MaxRetryDelay)
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 5 * time.Second
@@ -155,6 +162,9 @@ func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 			u, err := url.Parse(n)
 			if err != nil {
 				return nil, invalid("node %d: bad URL (%s)", i, redactURLError(err))
+			}
+			if err := checkURL(u); err != nil {
+				return nil, invalid("node %d (%s): %s", i, redactURL(u), err)
 			}
 			opt, err := rueidis.ParseURL(n)
 			if err != nil {
@@ -198,6 +208,58 @@ func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 		specs = append(specs, spec)
 	}
 	return specs, nil
+}
+
+// urlParams are the node URL parameters that rueidis.ParseURL reads and
+// that we accept; any other is refused rather than ignored.
+var urlParams = map[string]bool{"addr": true, "db": true, "dial_timeout": true, "write_timeout": true,
+	"skip_verify": true, "protocol": true, "client_cache": true, "max_retries": true, "client_name": true}
+
+// checkURL refuses what rueidis.ParseURL would accept silently: no host
+// (it dials localhost:6379), a bad port, an unknown parameter or
+// protocol, a Sentinel master set (not supported yet).
+func checkURL(u *url.URL) error {
+	switch u.Scheme {
+	case "redis", "rediss", "valkey", "valkeys":
+	default:
+		return fmt.Errorf("scheme %q is not supported (use redis:// or rediss://)", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("no host (want %s://host:port)", u.Scheme)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
+			return fmt.Errorf("port %q out of range [1, 65535]", p)
+		}
+	}
+	q := u.Query()
+	if q.Has("master_set") {
+		return fmt.Errorf("master_set (a Sentinel-managed master) is not supported yet: give the master's host:port")
+	}
+	for k := range q {
+		if !urlParams[k] {
+			return fmt.Errorf("unknown parameter %q (known: addr, db, dial_timeout, write_timeout, skip_verify, protocol, client_cache, max_retries, client_name)", k)
+		}
+	}
+	if p := q.Get("protocol"); q.Has("protocol") && p != "2" && p != "3" {
+		return fmt.Errorf("protocol=%s: want 2 (RESP2) or 3 (RESP3, the default)", p)
+	}
+	if q.Has("skip_verify") && u.Scheme != "rediss" && u.Scheme != "valkeys" {
+		return fmt.Errorf("skip_verify needs a TLS URL (rediss://)")
+	}
+	for _, a := range q["addr"] {
+		if _, _, err := splitHostPort(a); err != nil {
+			return fmt.Errorf("addr=%s is not host:port", a)
+		}
+	}
+	return nil
+}
+
+// redactURL returns u as text without its password.
+func redactURL(u *url.URL) string {
+	v := *u
+	v.RawQuery = ""
+	return v.Redacted()
 }
 
 func splitHostPort(s string) (string, int, error) {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/engine"
@@ -40,9 +41,17 @@ type NodeStatus struct {
 
 // New validates cfg, starts one actor per node and the router, and waits
 // until a quorum of nodes answered. It fails only if fewer than Quorum()
-// nodes answer within cfg.StartTimeout (or before ctx ends), or if cfg is
+// nodes answer within cfg.StartTimeout (or before ctx ends: the error then
+// wraps ctx.Err() too), if so many nodes refused our credentials that no
+// quorum can answer (at once, not after StartTimeout), or if cfg is
 // invalid (the error wraps ErrInvalidArgument).
 func New(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if ctx == nil {
+		return nil, engine.NilCtx("coordinator.New")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: coordinator.New: %w", err)
+	}
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}

@@ -208,7 +208,7 @@ type Actor struct {
 	ewmaNs  atomic.Int64
 	caps    atomic.Pointer[Capabilities]
 	lastErr atomic.Pointer[error]
-	fatal   atomic.Pointer[error] // a probe failure that makes the node unusable (KeyspaceOn refused)
+	fatal   atomic.Pointer[error] // a failure that makes the node unusable: a probe's (KeyspaceOn refused) or our credentials refused
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount
@@ -812,7 +812,7 @@ type Status struct {
 	Latency time.Duration // EWMA of batch round trips
 	Caps    Capabilities
 	LastErr error
-	Fatal   error // set when a required capability is missing
+	Fatal   error // set when a required capability is missing or our credentials were refused
 }
 
 // Status returns a snapshot of the node's health and capabilities.

@@ -121,3 +121,17 @@ func IsNoPerm(err error) bool {
 		strings.HasPrefix(msg, "The user executing the script can't") ||
 		strings.HasPrefix(msg, "ACL failure in script")
 }
+
+// IsAuthFailure reports whether err is a node's refusal of our
+// credentials: WRONGPASS (a wrong user or password, or a disabled user) or
+// NOAUTH (the node needs a password and none was given). Retrying cannot
+// help until the credentials or the node's ACL change.
+func IsAuthFailure(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) || re.IsNil() {
+		return false
+	}
+	msg := strings.TrimPrefix(re.Error(), "ERR ")
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+		strings.HasPrefix(msg, "invalid password") || strings.HasPrefix(msg, "invalid username-password pair")
+}

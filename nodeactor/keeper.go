@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,10 @@ func (a *Actor) connect() (rueidis.Client, error) {
 	if err != nil && opt.TLSConfig == nil && closedAtOnce(err) {
 		return nil, fmt.Errorf("%w (the node closed the connection at once; it may require TLS: set Config.TLS or use a rediss:// URL)", err)
 	}
+	if err != nil && opt.TLSConfig != nil && !a.opt.Cluster && opt.DialCtxFn == nil && len(opt.InitAddress) == 1 &&
+		!IsAuthFailure(err) && speaksPlainRESP(opt.InitAddress[0], opt.Dialer.Timeout) {
+		return nil, fmt.Errorf("%w (the node answers plain RESP, not TLS: drop Config.TLS or use a redis:// URL)", err)
+	}
 	if err != nil && a.opt.Cluster && strings.Contains(err.Error(), "cluster support disabled") {
 		return nil, fmt.Errorf("%w: %s was given cluster seeds: %v", ErrNotCluster, a.opt.Addr, err)
 	}
@@ -69,6 +74,25 @@ func (a *Actor) connect() (rueidis.Client, error) {
 		return nil, fmt.Errorf("%w: %s was given cluster seeds but is not a Redis Cluster", ErrNotCluster, a.opt.Addr)
 	}
 	return cl, err
+}
+
+// speaksPlainRESP reports whether addr answers a PING sent without TLS:
+// asked after a TLS handshake failed, it tells a plain port from a
+// network fault (a plain server reads the ClientHello as a command and
+// waits, so the handshake only times out).
+func speaksPlainRESP(addr string, timeout time.Duration) bool {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	var b [1]byte
+	n, _ := conn.Read(b[:])
+	return n == 1 && (b[0] == '+' || b[0] == '-')
 }
 
 // closedAtOnce reports whether err says the peer closed or reset the
@@ -90,6 +114,15 @@ func (a *Actor) keeper() {
 			break
 		}
 		a.markDown(err)
+		if IsAuthFailure(err) {
+			// Our credentials were refused: say so at once (New fails when
+			// too many nodes did), and keep trying, slowly, in case an
+			// operator fixes the node's ACL.
+			err = fmt.Errorf("%w (check Config.Username and Config.Password, or the URL's user:password)", err)
+			a.lastErr.Store(&err)
+			a.fatal.Store(&err)
+			a.readyO.Do(func() { close(a.ready) })
+		}
 		select {
 		case <-a.done:
 			return
@@ -109,6 +142,7 @@ func (a *Actor) keeper() {
 		a.lastErr.Store(&err)
 		a.fatal.Store(&err)
 	} else {
+		a.fatal.Store(nil) // an earlier refusal of our credentials is over
 		a.markUp(0)
 	}
 	a.readyO.Do(func() { close(a.ready) })

@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,5 +206,58 @@ func TestStatusRunsReadOnly(t *testing.T) {
 	}
 	if got := roCalls() - before; got < len(srv) {
 		t.Errorf("semaphore status ran %d read-only scripts on %d nodes", got, len(srv))
+	}
+}
+
+// The least-privilege ACL of docs/guide.md (read from the guide, so the two
+// cannot part) is enough for every primitive with KeyspaceOff: no CONFIG
+// right at all.
+func TestGuideLeastPrivilegeACL(t *testing.T) {
+	testutil.RequireRedis(t)
+	guide, err := os.ReadFile("../docs/guide.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(guide), "\n") {
+		if strings.HasPrefix(l, "ACL SETUSER redlock ") {
+			line = l
+		}
+	}
+	if line == "" || strings.Contains(line, "config") {
+		t.Fatalf("no CONFIG-free ACL SETUSER line in docs/guide.md: %q", line)
+	}
+	acl := strings.Fields(strings.Replace(line, ">password", ">pw", 1))
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	for _, s := range srv {
+		if _, err := s.Do(acl...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+		cfg.Username, cfg.Password = "redlock", "pw"
+		cfg.Keyspace = coordinator.KeyspaceOff
+	})
+	ctx := context.Background()
+	for name, lk := range aclLockers(c) {
+		lease, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("%s release: %v", name, err)
+		}
+	}
+	latch, _ := primitives.NewCountDownLatch(c, "acl", 1)
+	if err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := latch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range c.Nodes() {
+		if st.KeyspaceFlags != "" && st.Keyspace {
+			t.Errorf("%s: keyspace events on under KeyspaceOff: %+v", st.Addr, st.Capabilities)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package primitives
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/engine"
@@ -24,12 +23,13 @@ type lockWaiter struct {
 	token string    // its token
 	start time.Time // when it was built (before it was sent)
 
-	taken atomic.Pointer[engine.Hold] // the hold its direct grants made (read by late replies)
-
 	got   map[int]notify.Grant // this attempt's grants, by node
 	stale bool                 // a grant for an earlier attempt arrived
 	since time.Time            // when the first of got arrived
 }
+
+// directSuffix marks a direct grant's token (lock.lua's DIRECT).
+const directSuffix = "~d"
 
 func newLockWaiter(l *Lock, wid string) *lockWaiter {
 	return &lockWaiter{waiter: waiter{queued: l, wid: wid}, l: l}
@@ -47,15 +47,6 @@ func (w *lockWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 		w.stale = false
 	}
 	return w.l.acquireCallSeq(token, wid, enqueue, w.score, seq)
-}
-
-// kept reports, for the attempt with token, whether a late grant of it is
-// part of the hold the waiter's direct grants made under the same token.
-func (w *lockWaiter) kept(token string) func() bool {
-	return func() bool {
-		h := w.taken.Load()
-		return h != nil && h.Token() == bareToken(token) && h.KeepsLateGrant()
-	}
 }
 
 // offer records the grants received and, once a quorum of nodes granted
@@ -84,7 +75,10 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		for _, g := range w.got {
 			votes = append(votes, engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now})
 		}
-		token := w.token
+		// A direct grant holds the key under the attempt's token with
+		// directSuffix (lock.lua's DIRECT): no rollback of the attempt can
+		// match it.
+		token := w.token + directSuffix
 		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Grants: votes,
 			MinValidity: w.l.o.ttl / 2,
 			Fence:       func(f int64) func(int) nodeactor.Call { return perNode(w.l, w.l.fenceCall(f)) },
@@ -92,7 +86,6 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 				return w.l.newHoldWid(token, w.wid, fence, start)
 			}})
 		if err == nil {
-			w.taken.Store(h)
 			c.Instruments().DirectGrants.Add(ctx, 1)
 			return newLease(h), 0
 		}

@@ -276,11 +276,12 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 }
 
 // A grant by reply of W's attempt that arrives after W held by that
-// attempt's direct grants elsewhere is part of W's lease: it is kept, not
-// rolled back. Node 2 restarted empty (it never had H's key), so it grants
+// attempt's direct grants elsewhere is not part of W's lease (whose token
+// is the direct grant's): it is rolled back, and nothing is left once W
+// releases. Node 2 restarted empty (it never had H's key), so it grants
 // W's attempt, whose copy there is delayed; meanwhile nodes 0 and 1 refuse
 // it, H releases and they grant W directly.
-func TestDirectGrantKeepsLateReplyGrant(t *testing.T) {
+func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 	testutil.RequireRedis(t)
 	t.Parallel()
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
@@ -333,11 +334,17 @@ func TestDirectGrantKeepsLateReplyGrant(t *testing.T) {
 		t.FailNow()
 	}
 	defer w.Release(context.Background())
-	// The late grant on node 2 has landed (and a rollback would have run).
+	// The late grant on node 2 has landed and been rolled back.
 	time.Sleep(900 * time.Millisecond)
+	if v := nodeValue(srv[2], name); strings.Contains(v, w.Token()) {
+		t.Errorf("node 2: %q: a late grant that no lease renews was kept", v)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for i := range srv {
-		if v := nodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
-			t.Errorf("node %d: %q; want W's key (a late grant of its own attempt is kept)", i, v)
+		if v := nodeValue(srv[i], name); v != "" {
+			t.Errorf("node %d: %q left after W's release", i, v)
 		}
 	}
 }

@@ -148,7 +148,7 @@ func ExampleLock_Acquire() {
 		fmt.Println(err)
 		return
 	}
-	db := &table{}
+	db := &table{} // your store: it refuses a fence below the highest it has seen (SQL: docs/guide.md)
 
 	save := func(row string) error {
 		lease, err := lock.Acquire(ctx) // blocks; errors.Is(err, ctx.Err()) on cancel

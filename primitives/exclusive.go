@@ -126,10 +126,6 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 	} else {
 		token = newToken()
 	}
-	var kept func() bool
-	if k, ok := x.(interface{ kept(string) func() bool }); ok {
-		kept = k.kept(token) // a Lock waiter's late grants under its direct hold
-	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
 		Acquire:  perNode(base, x.acquireCall(token, wid, enqueue)),
 		Rollback: perNode(base, x.rollbackCall(token, wid)),
@@ -141,7 +137,6 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 		},
 		Queue:  enqueue, // a waiter's place on every node, also a slow one
 		Splits: splits,
-		Kept:   kept,
 	})
 	if res.Hold != nil {
 		if cl, ok := base.(claimer); ok && enqueue {

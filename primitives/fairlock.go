@@ -81,6 +81,9 @@ func (f *FairLock) WaiterTimeout() time.Duration { return f.wt }
 // no queue entry on any node; ErrQuorumUnavailable and ErrWrongType as for
 // Lock.TryAcquire.
 func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "FairLock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	r := tryExclusive(ctx, f.c, w, w.wid)
@@ -92,6 +95,9 @@ func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // error that Is ctx.Err() and holds nothing (its queue entry is removed from
 // every node). Waiters are granted in the order their enqueue completed.
 func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "FairLock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
@@ -187,7 +193,7 @@ func (w *fairWaiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call
 	if enqueue {
 		ticket = w.ticket
 	}
-	return f.call(scripts.FairAcquire{Token: token, TTL: f.o.ttl, Owner: f.o.owner, Waiter: wid, Ticket: ticket,
+	return f.call(scripts.FairAcquire{Token: token, TTL: f.o.keyTTL(f.o.ttl), Owner: f.o.owner, Waiter: wid, Ticket: ticket,
 		WaiterTimeout: f.wt, TicketTTL: f.ticketTTL(), FenceKeep: fenceKeep, Channel: f.channel})
 }
 
@@ -222,7 +228,7 @@ func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engi
 	f := w.f
 	return f.c.NewHold(engine.HoldSpec{
 		Keys: f.names, Token: bareToken(token), Fence: fence, TTL: f.o.ttl, Start: start,
-		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat,
+		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat, KeepOnLoss: f.o.lockDelay > 0,
 		Protocol: newFairProto(f, token, fence, w.wid),
 	})
 }
@@ -238,12 +244,13 @@ type fairProto struct {
 
 func newFairProto(f *FairLock, token string, fence uint64, wid string) *fairProto {
 	p := &fairProto{f: f, token: token, fence: fence, wid: wid}
-	p.high.note(f.o.ttl)
+	p.high.note(f.o.keyTTL(f.o.ttl))
 	return p
 }
 
 func (p *fairProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	f := p.f
+	ttl = f.o.keyTTL(ttl) // the keys outlive the validity by the lock delay
 	script := f.call(scripts.FairRenew{Token: p.token, TTL: ttl, Owner: f.o.owner, Fence: p.fence, Retake: retake})
 	return p.high.renewCall(f.c, i, f.o.owner == "" && !retake, f.keys[0], "rl1:F:"+p.token, ttl, script)
 }

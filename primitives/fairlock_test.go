@@ -310,7 +310,7 @@ func TestFairLockBadInput(t *testing.T) {
 		}
 	}
 	l, err := primitives.NewFairLock(c, "x", primitives.WithOwner("me"), primitives.WithWaiterTimeout(5*time.Second),
-		primitives.WithTTL(time.Second), primitives.WithAutoRenew(false), primitives.WithMaxHold(time.Minute))
+		primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false), primitives.WithMaxHold(time.Minute)) // TTL above flMini's NodeTimeout
 	if err != nil {
 		t.Fatalf("valid options: %v", err)
 	}

@@ -30,6 +30,11 @@ const (
 	// TTL), so a call that runs late never makes a node keep the latch
 	// longer than the nodes that ran it on time. See docs/latch.md.
 	LatchMaxLate = 2 * time.Second
+	// MaxLatchCount is the largest initial count. Each count-down is an id
+	// kept on every node until the latch opens, and a read-repair moves
+	// all of them in one script call: a million ids is already tens of
+	// megabytes per node.
+	MaxLatchCount = 1 << 20
 	// latchRetries bounds the rounds of one CountDown that fail to reach a
 	// quorum before it returns an error.
 	latchRetries = 4
@@ -56,7 +61,7 @@ type CountDownLatch struct {
 }
 
 // NewCountDownLatch returns the latch called name with initial count count
-// (count 0 is open at once). It validates its arguments (errors wrap
+// (0..MaxLatchCount; count 0 is open at once). It validates its arguments (errors wrap
 // ErrInvalidArgument; WithOwner is not supported) and does no network I/O:
 // the latch is created on first use, where it is missing; an existing latch
 // is never reset, and one stored with another count is refused
@@ -70,8 +75,8 @@ func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, o
 	if err := coordinator.ValidateName(name); err != nil {
 		return nil, err
 	}
-	if count < 0 {
-		return nil, fmt.Errorf("%w: latch count %d is negative", ErrInvalidArgument, count)
+	if count < 0 || count > MaxLatchCount {
+		return nil, fmt.Errorf("%w: latch count %d out of range [0, %d]", ErrInvalidArgument, count, MaxLatchCount)
 	}
 	return &CountDownLatch{c: c, name: name, count: count,
 		keys:  scripts.Keys(c.Topic(name), scripts.LatchKeys),
@@ -89,12 +94,18 @@ func (l *CountDownLatch) Initial() int { return l.count }
 // showed the latch open: a late count-down is a no-op). If it returns an
 // error the count-down may still have been recorded (at least once).
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	if err := checkCtx(ctx, "CountDownLatch.CountDown"); err != nil {
+		return err
+	}
 	return l.CountDownID(ctx, newToken())
 }
 
 // CountDownID counts down with the caller's id: exactly once per id, however
 // often it is called or retried. The id is 1..512 bytes.
 func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
+	if err := checkCtx(ctx, "CountDownLatch.CountDownID"); err != nil {
+		return err
+	}
 	if id == "" || len(id) > coordinator.MaxNameLen {
 		return fmt.Errorf("%w: count-down id must be 1..%d bytes", ErrInvalidArgument, coordinator.MaxNameLen)
 	}
@@ -133,6 +144,9 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 // Count returns initial − |union of the ids over a quorum|, never below
 // zero (0 once open). It creates the latch where it is missing.
 func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
+	if err := checkCtx(ctx, "CountDownLatch.Count"); err != nil {
+		return 0, err
+	}
 	if l.count == 0 {
 		return 0, nil
 	}
@@ -149,6 +163,9 @@ func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
 // push message and re-checks at least every second without one (a lost
 // push); in WaitPolling mode it re-checks with backoff.
 func (l *CountDownLatch) Wait(ctx context.Context) error {
+	if err := checkCtx(ctx, "CountDownLatch.Wait"); err != nil {
+		return err
+	}
 	if l.count == 0 {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -41,12 +42,19 @@ type leaseKey struct{}
 // Heartbeat records that the holder is making progress; with
 // WithHeartbeat(d) renewals continue only while it is called at least every
 // d. It is cheap: call it from the work loop.
-func (l *Lease) Heartbeat() { l.h.Heartbeat() }
+func (l *Lease) Heartbeat() {
+	if l != nil {
+		l.h.Heartbeat()
+	}
+}
 
 // Heartbeat calls Heartbeat on the lease that ctx carries: the lease's
 // Context, Do's ctx, or a context derived from either. It reports whether
 // ctx carried one.
 func Heartbeat(ctx context.Context) bool {
+	if ctx == nil {
+		return false
+	}
 	l, ok := ctx.Value(leaseKey{}).(*Lease)
 	if ok {
 		l.Heartbeat()
@@ -74,7 +82,7 @@ func (l *Lease) Deadline() time.Time { return l.h.Deadline() }
 
 // Valid reports whether the lease is held and now is before Deadline. It is
 // local and cheap; check it (or use the fence) before acting on the resource.
-func (l *Lease) Valid() bool { return l.h.Valid() }
+func (l *Lease) Valid() bool { return l != nil && l.h.Valid() }
 
 // Lost returns a channel closed when the lease is lost: its Deadline passed
 // without a confirmed renewal, or a quorum reported another owner. It is
@@ -87,7 +95,12 @@ func (l *Lease) Done() <-chan struct{} { return l.h.Done() }
 
 // Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the
 // cause; both wrap ErrClosed when Coordinator.Close ended the lease).
-func (l *Lease) Err() error { return l.h.Err() }
+func (l *Lease) Err() error {
+	if l == nil {
+		return errNilLease("Err")
+	}
+	return l.h.Err()
+}
 
 // Context returns a context cancelled when Done closes, with Err as its
 // cause: run the work the lease protects under it.
@@ -102,7 +115,15 @@ func (l *Lease) Context() context.Context {
 // a key's TTL is never shortened; ttl becomes the TTL of later renewals. A
 // minority failure returns an error without losing the lease; a quorum
 // reporting another owner loses it (ErrLeaseLost).
-func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error { return l.h.Extend(ctx, ttl) }
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return errNilLease("Extend")
+	}
+	if err := checkCtx(ctx, "Lease.Extend"); err != nil {
+		return err
+	}
+	return l.h.Extend(ctx, ttl)
+}
 
 // Release deletes the lease's keys on every node that answers. It runs with
 // context.WithoutCancel(ctx) and a bounded timeout, so a deferred Release
@@ -113,7 +134,25 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error { return l.
 // node where the key is missing confirms. A Lock lease whose nodes hold
 // another holder's key on more than N−Q nodes was overtaken: Release
 // returns an error that Is ErrLeaseLost (logged and counted once).
-func (l *Lease) Release(ctx context.Context) error { return l.h.Release(ctx) }
+// A nil ctx is a bug: the lease is still released (with
+// context.Background()), and the error wraps ErrInvalidArgument.
+func (l *Lease) Release(ctx context.Context) error {
+	if l == nil {
+		return errNilLease("Release")
+	}
+	if err := checkCtx(ctx, "Lease.Release"); err != nil {
+		if rerr := l.h.Release(context.Background()); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return fmt.Errorf("%w (released with context.Background())", err)
+	}
+	return l.h.Release(ctx)
+}
+
+// errNilLease is the error of a method called on a nil *Lease.
+func errNilLease(method string) error {
+	return engine.Invalid("Lease.%s on a nil *Lease (a failed acquire returns nil: check its error first)", method)
+}
 
 // Locker is implemented by *Lock, *FairLock, *MultiLock and *Semaphore.
 type Locker interface {

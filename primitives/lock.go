@@ -110,6 +110,9 @@ func (l *Lock) Name() string { return l.name }
 // nobody a quorum) is retried a few times within about NodeTimeout, after
 // short random delays; a refusal by a holder returns at once.
 func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "Lock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	r := tryExclusive(ctx, l.c, l, newToken())
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
@@ -121,6 +124,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 // removed). If another owner held the lock at the last attempt, the error
 // also Is ErrNotAcquired: a *NotAcquiredError with the holder's TTL.
 func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "Lock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
 	// The waiter id carries the holder metadata (meta.go) for a status.
@@ -184,7 +190,7 @@ func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hol
 func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
 	return l.c.NewHold(engine.HoldSpec{
 		Keys: l.names, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
-		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat,
+		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat, KeepOnLoss: l.o.lockDelay > 0,
 		Protocol: newLockProto(l, token, wid, fence),
 	})
 }
@@ -216,6 +222,7 @@ type lockProto struct {
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
+	ttl = l.o.keyTTL(ttl) // the keys outlive the validity by the lock delay
 	script := l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
 	if l.o.owner == "" {
 		// a plain renewal reads and writes only the lock key (lock.lua):
@@ -395,6 +402,9 @@ func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n in
 // node's state from an array reply of at least n elements.
 func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	if ctx == nil {
+		return nilCtxStates(c, "Status")
+	}
 	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := c.Nodes()
 	out := make([]NodeState, len(r.Replies))
@@ -443,7 +453,7 @@ func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
 	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
 		Channel: l.channel, Waiter: wid})
-	p.high.note(l.o.ttl)
+	p.high.note(l.o.keyTTL(l.o.ttl))
 	return p
 }
 
@@ -479,6 +489,9 @@ const MaxReasonLen = 256
 // a quorum of nodes ran it; reason may be empty (at most MaxReasonLen
 // bytes).
 func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
+	if err := checkCtx(ctx, "Lock.ForceRelease"); err != nil {
+		return ForcedRelease{}, err
+	}
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}

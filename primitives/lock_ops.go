@@ -31,8 +31,11 @@ func (l *Lock) acquireCallScore(token, wid string, enqueue bool, score int64) no
 // acquireCallSeq is an attempt numbered seq of a waiter that takes direct
 // grants (direct.go; 0: one that does not).
 func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64) nodeactor.Call {
-	a := scripts.LockAcquire{Token: token, TTL: l.o.ttl, Owner: l.o.owner, Enqueue: enqueue,
-		EntryTTL: l.o.ttl + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: score,
+	// The keys live the TTL plus the lock delay; so does a direct grant,
+	// which lives at most as long as the waiter's queue entry.
+	keyTTL := l.o.keyTTL(l.o.ttl)
+	a := scripts.LockAcquire{Token: token, TTL: keyTTL, Owner: l.o.owner, Enqueue: enqueue,
+		EntryTTL: keyTTL + queueEntryTTL, FenceKeep: fenceKeep, Waiter: wid, Score: score,
 		FenceInit: fenceInitValue(l.c), FenceSkew: fenceSkew}
 	if seq > 0 {
 		a.Seq, a.Proc = seq, l.c.Proc()

@@ -181,8 +181,8 @@ func TestLockLostNotificationStillAcquires(t *testing.T) {
 	}
 }
 
-// F2: replies delayed past the TTL (a pause while acquire replies are in
-// flight). The attempt measures elapsed ≥ TTL − drift, so it fails instead
+// F2: replies delayed past the validity (a pause while acquire replies are
+// in flight). The attempt measures elapsed ≥ TTL − drift, so it fails instead
 // of handing out a lease that already expired on the servers, and rolls
 // back: another client then acquires without waiting a TTL.
 func TestLockRepliesSlowerThanTTLFail(t *testing.T) {
@@ -195,10 +195,15 @@ func TestLockRepliesSlowerThanTTLFail(t *testing.T) {
 		px[i] = testutil.NewProxy(t, addrs[i])
 		paddrs[i] = px[i].Addr()
 	}
-	ca := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 2 * time.Second })
-	la, _ := primitives.NewLock(ca, "f2", primitives.WithTTL(200*time.Millisecond))
+	// A TTL must exceed NodeTimeout, so replies that arrive within
+	// NodeTimeout can be slower than the validity only with a large drift:
+	// validity = 2.5 s − 45% − 2 ms ≈ 1.37 s.
+	ca := newCoord(t, paddrs, func(cfg *coordinator.Config) {
+		cfg.DefaultTTL, cfg.NodeTimeout, cfg.DriftFactor = 3*time.Second, 2*time.Second, 0.45
+	})
+	la, _ := primitives.NewLock(ca, "f2", primitives.WithTTL(2500*time.Millisecond))
 	for _, p := range px {
-		p.SetLatency(150 * time.Millisecond) // 300 ms round trip > 200 ms TTL
+		p.SetLatency(800 * time.Millisecond) // 1.6 s round trip > 1.37 s validity, < 2 s NodeTimeout
 	}
 	if l, err := la.TryAcquire(context.Background()); err == nil {
 		l.Release(context.Background())

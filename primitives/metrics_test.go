@@ -41,15 +41,15 @@ func TestMetricsScenario(t *testing.T) {
 	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 3)), func(cfg *coordinator.Config) { cfg.MeterProvider = mp })
 	ctx := context.Background()
 
-	renewed, _ := primitives.NewLock(c, "renewed", primitives.WithTTL(150*time.Millisecond))
+	renewed, _ := primitives.NewLock(c, "renewed", primitives.WithTTL(300*time.Millisecond))
 	l1, err := renewed.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // several renewals at TTL/3
+	time.Sleep(400 * time.Millisecond) // renewals at TTL/3
 	l1.Release(ctx)
 
-	expiring, _ := primitives.NewLock(c, "expiring", primitives.WithTTL(150*time.Millisecond), primitives.WithAutoRenew(false))
+	expiring, _ := primitives.NewLock(c, "expiring", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
 	l2, err := expiring.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)

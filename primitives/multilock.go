@@ -45,13 +45,13 @@ func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option
 		return nil, err
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("%w: empty MultiLock set", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: MultiLock needs 1..%d names, got 0", ErrInvalidArgument, MaxMultiNames)
 	}
 	set := slices.Clone(names)
 	slices.Sort(set)
 	set = slices.Compact(set)
 	if len(set) > MaxMultiNames {
-		return nil, fmt.Errorf("%w: %d names exceed %d", ErrInvalidArgument, len(set), MaxMultiNames)
+		return nil, fmt.Errorf("%w: MultiLock needs 1..%d names, got %d", ErrInvalidArgument, MaxMultiNames, len(set))
 	}
 	m := &MultiLock{c: c, names: set, o: o, meta: holderMeta(o.label)}
 	for _, name := range set {
@@ -92,6 +92,9 @@ func (m *MultiLock) Names() []string { return slices.Clone(m.names) }
 
 // TryAcquire makes one attempt; see Lock.TryAcquire for the errors.
 func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "MultiLock.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	r := tryExclusive(ctx, m.c, m, newToken())
 	m.c.Instruments().RecordAcquire("multilock", start, r.err)
@@ -105,6 +108,9 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // once); a name handed to it stays reserved for it while it waits for its
 // other names, so waiters that came later wait behind it.
 func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "MultiLock.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken() + m.meta // the waiter id carries the metadata too (meta.go)

@@ -18,14 +18,15 @@ type options struct {
 	heartbeat time.Duration
 	owner     string
 	ownerSet  bool
-	label     string // the holder's label (WithLabel; not CountDownLatch)
+	label     string        // the holder's label (WithLabel; not CountDownLatch)
+	lockDelay time.Duration // Lock, FairLock: a lost lease's keys outlive its TTL by this much
 
 	waiterTimeout time.Duration // FairLock only
 	resize        bool          // Semaphore only
 }
 
-// WithTTL sets the key TTL of each hold (100ms..24h); the default is the
-// coordinator's DefaultTTL.
+// WithTTL sets the key TTL of each hold (100ms..24h, and above the
+// coordinator's NodeTimeout); the default is the coordinator's DefaultTTL.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) error {
 		if err := coordinator.ValidateTTL(d); err != nil {
@@ -68,6 +69,23 @@ func WithHeartbeat(d time.Duration) Option {
 	return durationOption("heartbeat", d, func(o *options) { o.heartbeat = d })
 }
 
+// WithLockDelay keeps a Lock's or FairLock's name blocked for d after a
+// lease is lost rather than released: a holder that crashed, was cut off,
+// or stopped renewing. The lock's keys live TTL + d on the servers, while
+// the lease's validity (its Deadline) still counts only TTL. Meanwhile a
+// late write of the lost holder, still in flight, lands before anyone
+// else holds the name: a store that cannot check fences is safe for d.
+// An explicit Release frees the name at once. The cost: after a crash
+// nobody gets the name for TTL + d. d lies in (0, 24h]; other primitives
+// reject it with ErrInvalidArgument.
+func WithLockDelay(d time.Duration) Option {
+	return durationOption("lock delay", d, func(o *options) { o.lockDelay = d })
+}
+
+// keyTTL is the TTL a lease's keys are set with: its TTL plus the lock
+// delay.
+func (o *options) keyTTL(ttl time.Duration) time.Duration { return ttl + o.lockDelay }
+
 // durationOption sets a duration d (called what in errors) that must lie
 // in (0, coordinator.MaxTTL].
 func durationOption(what string, d time.Duration, set func(*options)) Option {
@@ -108,6 +126,10 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 			return o, err
 		}
 	}
+	if nt := c.Settings().NodeTimeout; o.ttl <= nt {
+		return o, fmt.Errorf("%w: TTL %s must exceed the coordinator's NodeTimeout %s (one slow node would outlive the lease)",
+			ErrInvalidArgument, o.ttl, nt)
+	}
 	if o.heartbeat > 0 && !o.autoRenew {
 		return o, fmt.Errorf("%w: WithHeartbeat needs auto-renewal (WithAutoRenew(false) was given)", ErrInvalidArgument)
 	}
@@ -140,6 +162,8 @@ func kindOptions(c *engine.Engine, opts []Option, k kind) (options, error) {
 		return o, fmt.Errorf("%w: WithLabel is not supported by CountDownLatch (it has no holder)", ErrInvalidArgument)
 	case o.waiterTimeout != 0 && k != kindFairLock:
 		return o, fmt.Errorf("%w: WithWaiterTimeout is only supported by FairLock", ErrInvalidArgument)
+	case o.lockDelay != 0 && k != kindLock && k != kindFairLock:
+		return o, fmt.Errorf("%w: WithLockDelay is only supported by Lock and FairLock", ErrInvalidArgument)
 	case o.resize && k != kindSemaphore:
 		return o, fmt.Errorf("%w: WithResize is only supported by Semaphore", ErrInvalidArgument)
 	}

@@ -61,6 +61,9 @@ func (rw *RWLock) call(op scripts.Op) nodeactor.Call {
 // ErrReleased; the read lease keeps its fence. If a quorum does not confirm,
 // both are released and the error wraps ErrQuorumUnavailable.
 func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
+	if err := checkCtx(ctx, "RWLock.Downgrade"); err != nil {
+		return nil, err
+	}
 	if write == nil || write.h == nil {
 		return nil, fmt.Errorf("%w: nil lease", ErrInvalidArgument)
 	}
@@ -118,6 +121,14 @@ type rwSide struct {
 
 var _ exclusive = (*rwSide)(nil)
 
+// op names a method of this side in errors: "RWLock.Writer().Acquire".
+func (s *rwSide) op(method string) string {
+	if s.write {
+		return "RWLock.Writer()." + method
+	}
+	return "RWLock.Reader()." + method
+}
+
 func (s *rwSide) kind() string {
 	if s.write {
 		return "rwlock.writer"
@@ -126,6 +137,9 @@ func (s *rwSide) kind() string {
 }
 
 func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, s.op("TryAcquire")); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	r := tryExclusive(ctx, s.rw.c, s, waiterID(s.rw.meta))
 	s.rw.c.Instruments().RecordAcquire(s.kind(), start, r.err)
@@ -136,6 +150,9 @@ func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
 // waiter (a waiting writer blocks new readers; a reader refused during a
 // write is admitted when it ends), so even the first attempt enqueues.
 func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, s.op("Acquire")); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
 	rw := s.rw
@@ -252,6 +269,13 @@ type RWNodeState struct {
 // Status reads the lock's state on every node (one read-only script
 // each); RWQuorumOf gives the quorum's view.
 func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
+	if ctx == nil {
+		var out []RWNodeState
+		for _, st := range nilCtxStates(rw.c, "RWLock.Status") {
+			out = append(out, RWNodeState{Node: st.Node, Err: st.Err})
+		}
+		return out
+	}
 	call := rw.call(scripts.RWStatus{MaxWaiters: MaxStatusWaiters})
 	r := rw.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
 	nodes := rw.c.Nodes()

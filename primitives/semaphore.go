@@ -73,7 +73,7 @@ func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts
 		return nil, err
 	}
 	if permits <= 0 || permits > MaxPermits {
-		return nil, fmt.Errorf("%w: permits %d out of range 1..%d", ErrInvalidArgument, permits, MaxPermits)
+		return nil, fmt.Errorf("%w: permits %d out of range [1, %d]", ErrInvalidArgument, permits, MaxPermits)
 	}
 	return &Semaphore{c: c, name: name, permits: permits, o: o, resize: resize,
 		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Key(name, scripts.SemaphoreSlotPrefix),
@@ -93,6 +93,9 @@ func (s *Semaphore) Permits() int { return s.permits }
 // held, ErrQuorumUnavailable when fewer than a quorum answered, and
 // ErrInvalidArgument when the stored permit count differs.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := checkCtx(ctx, "Semaphore.TryAcquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	r := s.attempt(ctx, newProposer(s.permits), newToken(), false)
 	s.c.Instruments().RecordAcquire("semaphore", start, r.err)
@@ -105,6 +108,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 // node; a released permit is handed to the longest waiter, so waiters are
 // served about in arrival order and a releaser cannot barge back in.
 func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
+	if err := checkCtx(ctx, "Semaphore.Acquire"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
 	pr := newProposer(s.permits)
@@ -122,6 +128,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 // answered: a hint under contention. It fails with ErrQuorumUnavailable when
 // fewer than a quorum answered.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	if err := checkCtx(ctx, "Semaphore.Available"); err != nil {
+		return 0, err
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -50,6 +50,10 @@ type ServerOptions struct {
 	// Args are extra redis-server arguments, appended last, for example
 	// "--notify-keyspace-events", "Kgx".
 	Args []string
+	// Clock starts the server with a wall clock that [Server.StepClock] can
+	// step (a preload library built with the C compiler; see
+	// [RequireClock]). Not supported by [StartCluster].
+	Clock bool
 	// TLS starts the server with a TLS port only (--port 0 --tls-port P),
 	// its certificate signed by a self-signed CA made for the test; the
 	// servers of one [StartServers] call share that CA. Clients connect
@@ -67,6 +71,9 @@ type Server struct {
 	opts  ServerOptions
 	p     *redisproc.Process
 	certs *redisproc.TLS // nil unless opts.TLS
+
+	clockFile   string        // the clock shim's offset file, "" unless opts.Clock
+	clockOffset time.Duration // the sum of StepClock's steps
 }
 
 // RedisServerPath returns the path of the server binary the tests start —
@@ -237,11 +244,18 @@ func newServer(t testing.TB, opts ServerOptions, certs *redisproc.TLS) (*Server,
 		cfg.Args = append(cfg.Args, "--enable-debug-command", "local")
 	}
 	cfg.Args = append(cfg.Args, opts.Args...)
+	var clockFile string
+	if opts.Clock {
+		var err error
+		if clockFile, cfg.Env, err = clockEnv(t.TempDir()); err != nil {
+			return nil, err
+		}
+	}
 	p, err := redisproc.Start(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{t: t, opts: opts, p: p, certs: certs}, nil
+	return &Server{t: t, opts: opts, p: p, certs: certs, clockFile: clockFile}, nil
 }
 
 // cleanup kills the process and removes its directory.

@@ -23,13 +23,13 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	duration := fs.Duration("duration", 5*time.Second, "how long the demo runs")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port list (default: REDLOCK_NODES, else 3 embedded nodes)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return &codeError{code: 2, err: err}
 	}
 	if *workers < 1 || *workers > 64 {
-		return fmt.Errorf("--workers must be 1..64 (got %d)", *workers)
+		return usageErr("--workers %d out of range [1, 64]", *workers)
 	}
 	if *duration <= 0 {
-		return fmt.Errorf("--duration must be positive")
+		return usageErr("--duration %s must be positive", *duration)
 	}
 	nodes := nodesFrom(*nodesFlag)
 	where := strings.Join(nodes, ",")

@@ -2,8 +2,9 @@
 // a lock, and demonstrates the library on embedded nodes.
 //
 //	redlock demo [--workers 5] [--duration 5s] [--nodes host:port,...]
-//	redlock run --key K [--ttl 30s] [--wait 1m] -- cmd args...
+//	redlock run --key K [--ttl 30s] [--wait 1m] [--label L] -- cmd args...
 //	redlock status K [--json]
+//	redlock release --force K
 //
 // Nodes come from --nodes or REDLOCK_NODES; demo uses three embedded
 // in-process nodes when neither is given. Nodes that require TLS are given
@@ -83,7 +84,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+		// "redlock run: invalid argument: ...", not "redlock run: redlock: ..."
+		msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "redlock: ")
 		if errors.Is(err, coordinator.ErrQuorumUnavailable) {
 			msg += " (check --nodes or REDLOCK_NODES, --tls-ca or REDLOCK_TLS_CA for TLS nodes, and that the servers are running)"
 		}
@@ -92,9 +94,15 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ce) {
 			return ce.code
 		}
+		if errors.Is(err, coordinator.ErrInvalidArgument) {
+			return 2 // bad input, from the library: a configuration or a name
+		}
 		return 1
 	}
 }
+
+// errNoNodes is the error of a command given no nodes.
+var errNoNodes = usageErr("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")
 
 // codeError carries an exit code.
 type codeError struct {

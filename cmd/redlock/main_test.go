@@ -83,7 +83,7 @@ func TestCLIBadUsage(t *testing.T) {
 		{"run negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
 		{"status without key", []string{"status", "--nodes", "127.0.0.1:1"}, 2},
 		{"status without nodes", []string{"status", "k"}, 2},
-		{"demo bad workers", []string{"demo", "--workers", "0"}, 1},
+		{"demo bad workers", []string{"demo", "--workers", "0"}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

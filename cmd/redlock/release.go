@@ -35,13 +35,13 @@ func release(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	switch {
 	case name == "":
-		return &codeError{code: 2, err: errors.New("no lock name given (redlock release --force NAME)")}
+		return usageErr("no NAME given (redlock release --force NAME)")
 	case !*force:
-		return &codeError{code: 2, err: errors.New("only --force is supported: a lease is released by its holder")}
+		return usageErr("--force is required: a lease is released by its holder, the CLI only forces")
 	}
 	nodes := nodesFrom(*nodesFlag)
 	if len(nodes) == 0 {
-		return &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
+		return errNoNodes
 	}
 	tlsConf, err := tlsFrom(*tlsCA)
 	if err != nil {

@@ -28,14 +28,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
+		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--label L] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
 			"Exit codes: the command's own, or %d not acquired within --wait, %d lease lost (command terminated), %d error.\n\n", ExitNotAcquired, ExitLeaseLost, ExitError)
 		fs.PrintDefaults()
 	}
 	key := fs.String("key", "", "lock name (required)")
 	ttl := fs.Duration("ttl", 30*time.Second, "lease TTL; the lease is renewed while the command runs")
 	wait := fs.Duration("wait", time.Minute, "how long to wait for the lock; 0 fails at once if it is held")
-	grace := fs.Duration("grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
+	grace := fs.Duration("grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL (0: SIGKILL at once)")
+	label := fs.String("label", "", "the holder's label, shown by redlock status (default: none; the holder shows as host and pid)")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
 	if err := fs.Parse(args); err != nil {
@@ -44,15 +45,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	cmdArgs := fs.Args()
 	switch {
 	case *key == "":
-		return 0, &codeError{code: 2, err: errors.New("--key is required (e.g. redlock run --key nightly-report -- ./report.sh)")}
+		return 0, usageErr("--key is required (e.g. redlock run --key nightly-report -- ./report.sh)")
 	case len(cmdArgs) == 0:
-		return 0, &codeError{code: 2, err: errors.New("no command given (put it after --)")}
+		return 0, usageErr("no command given (put it after --)")
 	case *wait < 0:
-		return 0, &codeError{code: 2, err: errors.New("--wait must not be negative")}
+		return 0, usageErr("--wait %s must not be negative (0 fails at once if the lock is held)", *wait)
+	case *grace < 0:
+		return 0, usageErr("--grace %s must not be negative (0 sends SIGKILL at once)", *grace)
+	}
+	if err := coordinator.ValidateTTL(*ttl); err != nil {
+		return 0, &codeError{code: 2, err: fmt.Errorf("%w (--ttl)", err)}
+	}
+	if err := coordinator.ValidateName(*key); err != nil {
+		return 0, &codeError{code: 2, err: fmt.Errorf("%w (--key)", err)}
 	}
 	nodes := nodesFrom(*nodesFlag)
 	if len(nodes) == 0 {
-		return 0, &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
+		return 0, errNoNodes
 	}
 	tlsConf, err := tlsFrom(*tlsCA)
 	if err != nil {
@@ -63,7 +72,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		return 0, err
 	}
 	defer c.Close()
-	l, err := primitives.NewLock(c, *key, primitives.WithTTL(*ttl))
+	opts := []primitives.Option{primitives.WithTTL(*ttl)}
+	if *label != "" {
+		opts = append(opts, primitives.WithLabel(*label))
+	}
+	l, err := primitives.NewLock(c, *key, opts...)
 	if err != nil {
 		return 0, err
 	}

@@ -31,11 +31,11 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	if key == "" {
-		return &codeError{code: 2, err: errors.New("no key given (redlock status KEY)")}
+		return usageErr("no NAME given (redlock status NAME)")
 	}
 	nodes := nodesFrom(*nodesFlag)
 	if len(nodes) == 0 {
-		return &codeError{code: 2, err: errors.New("no nodes: pass --nodes host:port,... or set REDLOCK_NODES")}
+		return errNoNodes
 	}
 	tlsConf, err := tlsFrom(*tlsCA)
 	if err != nil {
@@ -105,7 +105,7 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		}
 		states = l.Status(ctx)
 	default:
-		return &codeError{code: 2, err: fmt.Errorf("unknown --kind %q (lock, fairlock, rwlock, semaphore or latch)", *kind)}
+		return usageErr("--kind %q: want lock, fairlock, rwlock, semaphore or latch", *kind)
 	}
 	health := c.Nodes()
 	if *asJSON {
@@ -154,7 +154,10 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		if err := enc.Encode(doc); err != nil {
+			return err
+		}
+		return statusAnswered(states, c.Quorum())
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "NODE\tUP\tLATENCY\tSTATE\tHOLDER\tLABEL\tHOST\tPID\tSINCE\tTTL\tFENCE\tWAITERS\n")
@@ -218,7 +221,7 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		}
 		waiters("waiter", semq.Waiters)
 	}
-	return nil
+	return statusAnswered(states, c.Quorum())
 }
 
 type permitJSON struct {
@@ -278,17 +281,55 @@ func onHost(h primitives.HolderInfo) string {
 }
 
 // parseNamed parses fs from args with the one positional argument (a
-// resource name) before or after the flags; "" if none was given.
+// resource name) before, between or after the flags; "" if none was
+// given. A second positional argument is an error (exit 2).
 func parseNamed(fs *flag.FlagSet, args []string) (string, error) {
-	var name string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", &codeError{code: 2, err: err}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		// flag stops at the first non-flag: take it, parse the rest
+		names = append(names, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		return "", err
+	switch len(names) {
+	case 0:
+		return "", nil
+	case 1:
+		return names[0], nil
 	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
+	return "", usageErr("one NAME expected, got %d (%q): a MultiLock's names are not shown together", len(names), names)
+}
+
+// usageErr is a bad-input error of a command: it wraps ErrInvalidArgument,
+// like the library's, and exits 2.
+func usageErr(format string, args ...any) error {
+	return &codeError{code: 2, err: fmt.Errorf("%w: "+format, append([]any{coordinator.ErrInvalidArgument}, args...)...)}
+}
+
+// statusAnswered fails a status that fewer than a quorum of nodes answered
+// without an error (the table was printed first): the quorum's view is
+// unknown, and a script must not read it as free.
+func statusAnswered(states []primitives.NodeState, quorum int) error {
+	ok := 0
+	var first error
+	for _, s := range states {
+		if s.Err == nil {
+			ok++
+		} else if first == nil {
+			first = s.Err
+		}
 	}
-	return name, nil
+	if ok >= quorum {
+		return nil
+	}
+	hint := ""
+	if errors.Is(first, primitives.ErrWrongType) || strings.Contains(first.Error(), "WRONGTYPE") {
+		hint = " (a key of another type or primitive is at that name: try --kind, or look at the key)"
+	}
+	return fmt.Errorf("%d of %d nodes answered, need %d: %w%s", ok, len(states), quorum, first, hint)
 }

@@ -82,20 +82,17 @@ func parseTortureFlags(args []string, stderr io.Writer) (torture.Config, error) 
 		}
 		return cfg, &codeError{code: 2, err: err}
 	}
-	usage := func(format string, a ...any) error {
-		return &codeError{code: 2, err: fmt.Errorf(format, a...)}
-	}
 	switch {
 	case fs.NArg() > 0:
-		return cfg, usage("unexpected argument %q", fs.Arg(0))
+		return cfg, usageErr("unexpected argument %q", fs.Arg(0))
 	case cfg.Duration < time.Second || cfg.Duration > 24*time.Hour:
-		return cfg, usage("--duration must be 1s..24h (got %s)", cfg.Duration)
+		return cfg, usageErr("--duration %s out of range [1s, 24h]", cfg.Duration)
 	case cfg.Procs < 1 || cfg.Procs > 32:
-		return cfg, usage("--procs must be 1..32 (got %d)", cfg.Procs)
+		return cfg, usageErr("--procs %d out of range [1, 32]", cfg.Procs)
 	case cfg.Nodes < 1 || cfg.Nodes > 9:
-		return cfg, usage("--nodes must be 1..9 (got %d)", cfg.Nodes)
+		return cfg, usageErr("--nodes %d out of range [1, 9]", cfg.Nodes)
 	case cfg.TTL < coordinator.MinTTL || cfg.TTL > 30*time.Second:
-		return cfg, usage("--ttl must be 100ms..30s (got %s)", cfg.TTL)
+		return cfg, usageErr("--ttl %s out of range [100ms, 30s]", cfg.TTL)
 	}
 	return cfg, nil
 }

@@ -46,10 +46,6 @@ type AttemptSpec struct {
 	// Late, if set, also sees every reply that arrives after the attempt
 	// stopped waiting for it (on an actor goroutine: it must not block).
 	Late func(nodeactor.Reply)
-	// Kept, if set, reports whether a grant of this failed attempt that
-	// arrives late is now part of a hold (a waiter that holds by the same
-	// token through direct grants): such a grant is kept, not rolled back.
-	Kept func() bool
 	// Splits asks for Result.Contended to be told reliably: a refused round
 	// whose answers so far show two parties or more waits for the rest
 	// (at most NodeTimeout) instead of stopping at the veto (TryAcquire).
@@ -129,9 +125,13 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	late := func(rep nodeactor.Reply) {
 		if mayHold(rep) {
 			lg.Add(rep.Node)
-			if v, err := s.Classify(rep); err == nil && v.Granted {
+			v, err := s.Classify(rep)
+			if err == nil && v.Granted {
 				lf.add(rep.Node, v.Fence)
 				fw.Add(rep.Node)
+			}
+			if IsWrongType(err) {
+				e.warnWrongType(err)
 			}
 		}
 		if s.Late != nil {
@@ -139,16 +139,23 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	r := e.Fanout(ctx, nodeactor.Normal, s.Acquire, func(r *Round) bool {
-		t := Tally{N: n, Q: q}
+		t, wrong := Tally{N: n, Q: q}, false
 		for i := range r.Replies {
 			if r.Answered[i] {
-				t.addVote(vote(r, i))
+				v, err := vote(r, i)
+				t.addVote(v, err)
+				wrong = wrong || IsWrongType(err)
 			}
 		}
-		switch t.Verdict() {
-		case Undecided:
+		// A round that saw a WRONGTYPE and is not won hears every node
+		// out: the answer (ErrWrongType, or that node left out) must not
+		// depend on which replies came first.
+		switch v := t.Verdict(); {
+		case t.Won():
+			return true
+		case v == Undecided || wrong:
 			return false
-		case Refused:
+		case v == Refused:
 			// Two parties seen, and nodes still to answer: a split or a
 			// holder, which the last answers tell.
 			return !s.Splits || r.NAnswered == n || parties(r, votes, verrs, t.Yes) < 2
@@ -187,18 +194,17 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	fail := func(err error) Result {
-		if s.Kept != nil {
-			lg.Settle(func() bool { return !s.Kept() })
-		} else {
-			lg.Settle(Always)
-		}
+		lg.Settle(Always)
 		fw.Settle(never)
 		e.rollbackAttempt(ctx, r, s.Rollback, mayHold, s.Queue)
 		res.Err = err
 		return res
 	}
-	if fails.wrong != nil {
+	if fails.wrongs > n-q {
 		return fail(fails.fatal(n, q))
+	}
+	if fails.wrong != nil {
+		e.warnWrongType(fails.wrong)
 	}
 	// Every node not counted did not answer in time (or at all).
 	t := Tally{N: n, Q: q, Yes: granted, No: refused, Other: n - granted - refused}
@@ -515,7 +521,7 @@ func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		if all {
 			return false // until every node answered, or NodeTimeout
 		}
-		t := Tally{N: n, Q: q}
+		t, wrong := Tally{N: n, Q: q}, false
 		for i := range r.Replies {
 			if r.Answered[i] {
 				switch err := verdict(r, i); {
@@ -525,10 +531,11 @@ func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 					t.No++
 				default:
 					t.Other++
+					wrong = wrong || IsWrongType(err)
 				}
 			}
 		}
-		return t.Verdict() != Undecided
+		return t.Won() || (t.Verdict() != Undecided && !wrong) // as in Attempt
 	}, nil)
 	ok, invalid := 0, 0
 	var (
@@ -550,8 +557,11 @@ func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 			fails.add(err)
 		}
 	}
-	if fails.wrong != nil {
+	if fails.wrongs > n-q {
 		return r, fails.fatal(n, q)
+	}
+	if fails.wrong != nil {
+		e.warnWrongType(fails.wrong)
 	}
 	t := Tally{N: n, Q: q, Yes: ok, No: invalid, Other: n - ok - invalid}
 	if t.Won() {
@@ -574,9 +584,11 @@ func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 
 // failures sorts the failed replies of one round by what is known to be
 // transient (nodeactor.Transient: connection errors, timeouts, LOADING,
-// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): a wrong type at
-// our keys and an ACL refusal end the round for good (retrying cannot help,
-// and both are the same on every node we were configured for); any other
+// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): an ACL refusal
+// ends the round for good (retrying cannot help, and it is the same on
+// every node we were configured for); a wrong type at our keys ends it
+// when more than N−Q nodes answered one (a user's key on a minority of the
+// nodes leaves that node out, with a warning: warnWrongType); any other
 // error that is not transient (OOM, MISCONF, a script error) ends it when it
 // came from more than N−Q nodes — a minority of such nodes is treated as
 // down, so one node out of memory does not take the lock away from a
@@ -584,6 +596,7 @@ func (e *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 type failures struct {
 	errs   []error // every failure, for the error message
 	wrong  error   // a WRONGTYPE reply
+	wrongs int     // nodes that answered one
 	perm   error   // an ACL refusal
 	other  error   // another error that is not transient
 	others int     // nodes that answered such an error
@@ -593,7 +606,7 @@ func (f *failures) add(err error) {
 	switch {
 	case IsWrongType(err):
 		f.wrong = err
-		return
+		f.wrongs++
 	case nodeactor.IsNoPerm(err):
 		f.perm = err
 	case !nodeactor.Transient(err):
@@ -607,7 +620,7 @@ func (f *failures) add(err error) {
 // are the node count and the quorum.
 func (f *failures) fatal(n, q int) error {
 	switch {
-	case f.wrong != nil:
+	case f.wrongs > n-q:
 		return fmt.Errorf("%w: %w", ErrWrongType, f.wrong)
 	case f.perm != nil:
 		return fmt.Errorf("redlock: a node refused our script (see the ACL in docs/operations.md): %w", f.perm)
@@ -615,6 +628,31 @@ func (f *failures) fatal(n, q int) error {
 		return fmt.Errorf("redlock: %d of %d nodes failed with an error that retrying cannot fix: %w", f.others, n, f.other)
 	}
 	return nil
+}
+
+// wrongTypeEvery is how often one node's WRONGTYPE at one key is logged.
+const wrongTypeEvery = time.Minute
+
+// warnWrongType logs that a node answered WRONGTYPE (err names the node and
+// the key) while the round went on without it: a key of another type at
+// one of our names on a minority of the nodes. Each (node, key) is logged
+// at most once per wrongTypeEvery.
+func (e *Engine) warnWrongType(err error) {
+	msg := err.Error()
+	now := time.Now()
+	e.wrongMu.Lock()
+	last, seen := e.wrongSeen[msg]
+	if !seen || now.Sub(last) >= wrongTypeEvery {
+		if e.wrongSeen == nil || len(e.wrongSeen) > 1000 {
+			e.wrongSeen = map[string]time.Time{}
+		}
+		e.wrongSeen[msg] = now
+	}
+	e.wrongMu.Unlock()
+	if !seen || now.Sub(last) >= wrongTypeEvery {
+		e.set.Logger.Warn("redlock: a key at one of our names on a minority of the nodes is of another type; "+
+			"it was left untouched, and that node does not count for this name until it is removed", "err", err)
+	}
 }
 
 // IsWrongType reports whether err is a WRONGTYPE reply from a node.

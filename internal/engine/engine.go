@@ -41,6 +41,9 @@ type Engine struct {
 	holds  map[*Hold]struct{}
 	closed bool
 
+	wrongMu   sync.Mutex
+	wrongSeen map[string]time.Time // warnWrongType's last log of each error
+
 	// A fan-out's reply channel and timer, kept for the next round (see
 	// fanout for when they are free). Per engine, not global: a timer made
 	// in a synctest bubble must never be used outside it, and an engine's
@@ -112,7 +115,9 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	wctx, cancel := context.WithTimeout(ctx, set.StartTimeout)
 	defer cancel()
 	ready, fatal := c.countReady()
-	for ready < c.quorum && wctx.Err() == nil {
+	// Nodes that refused our credentials (or a required capability) will
+	// not answer in time: stop waiting once they leave no quorum.
+	for ready < c.quorum && wctx.Err() == nil && len(fatal) <= len(c.nodes)-c.quorum {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-wctx.Done():
@@ -140,13 +145,23 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 		for _, n := range c.nodes {
 			if st := n.Status(); !st.Up && st.Fatal == nil {
 				err := st.LastErr
-				if err == nil {
+				switch {
+				case err != nil:
+				case ctx.Err() != nil:
+					err = errors.New("no answer before ctx ended")
+				case len(fatal) > len(c.nodes)-c.quorum:
+					err = errors.New("no answer yet")
+				default:
 					err = fmt.Errorf("no answer within %s", set.StartTimeout)
 				}
 				errs = append(errs, &NodeError{Addr: n.Addr(), Err: err})
 			}
 		}
 		c.Close()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %d of %d nodes answered before ctx ended, need %d: %w: %w",
+				ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, err, errors.Join(errs...))
+		}
 		return nil, fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
 			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
 	}

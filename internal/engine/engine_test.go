@@ -652,28 +652,37 @@ func TestReleaseReturnsAtQuorumAndStillReachesTheSlowNode(t *testing.T) {
 	})
 }
 
-func TestGatherEndsAtAWrongType(t *testing.T) {
+// A WRONGTYPE (a key of another type at our name) ends a round when more
+// than N−Q nodes answer it; on a minority that node is left out, like a
+// node that is down.
+func TestGatherEndsAtAWrongTypeOnMoreThanNMinusQ(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, 3)
-		w.nodes[0].set(func(f *fakeNode) { f.delay = 10 * time.Millisecond })
+		wrongOn := map[int]bool{0: true}
 		call := func(i int) nodeactor.Call {
-			if i == 0 {
+			if wrongOn[i] {
 				return nodeactor.Call{Args: []string{"wrongtype", "x"}}
 			}
 			return nodeactor.Call{Args: []string{"fence", "1"}}
 		}
 		ok := func(rep nodeactor.Reply) error { return rep.Err }
-		_, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
-		if err != nil {
-			t.Fatalf("a quorum answered before the wrong type was seen? %v", err)
+		if _, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok); err != nil {
+			t.Fatalf("a wrong type on 1 of 3 nodes: %v, want the other two's quorum", err)
 		}
-		// When the wrong type is among the replies read, it ends the round.
+		// With another node failing, no quorum: the wrong type is among the
+		// per-node errors, and a retry can succeed once that node is back.
 		w.nodes[1].set(func(f *fakeNode) { f.full = true })
+		_, err := w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
+		if !errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("Gather: %v, want ErrQuorumUnavailable naming the WRONGTYPE", err)
+		}
+		w.nodes[1].set(func(f *fakeNode) { f.full = false })
+		wrongOn[1] = true
 		_, err = w.e.Gather(t.Context(), nodeactor.Urgent, call, ok)
 		var re *rueidis.RedisError
 		if !errors.Is(err, ErrWrongType) || !errors.As(err, &re) {
-			t.Fatalf("Gather: %v, want ErrWrongType wrapping the server's error", err)
+			t.Fatalf("a wrong type on 2 of 3 nodes: %v, want ErrWrongType wrapping the server's error", err)
 		}
 	})
 }

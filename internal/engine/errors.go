@@ -79,3 +79,8 @@ func ValidateName(name string) error {
 	}
 	return nil
 }
+
+// NilCtx is the error of a call given a nil ctx; op names the call.
+func NilCtx(op string) error {
+	return Invalid("%s: nil ctx (pass context.Background() or the request's ctx)", op)
+}

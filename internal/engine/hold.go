@@ -72,7 +72,10 @@ type HoldSpec struct {
 	// last Heartbeat; otherwise the hold runs out at its Deadline and is
 	// lost with ErrNoHeartbeat.
 	Heartbeat time.Duration
-	Protocol  Protocol
+	// KeepOnLoss leaves a lost hold's keys to expire by their TTL instead
+	// of deleting them (a lock delay: the name stays blocked after a loss).
+	KeepOnLoss bool
+	Protocol   Protocol
 }
 
 // Hold is a held primitive: the lease behind every primitive. It renews
@@ -191,20 +194,16 @@ func (h *Hold) Valid() bool {
 // node actor keeps each resource's order, across lanes) and deletes the
 // grant, so a rollback would only cost the node one more script — but when
 // the hold ended otherwise (lost, or past its Deadline: no release comes).
-func (h *Hold) lateGrantNeedsRollback() bool { return !h.KeepsLateGrant() }
-
-// KeepsLateGrant reports whether a grant under the hold's token that
-// arrives now is simply the hold's own (see lateGrantNeedsRollback).
-func (h *Hold) KeepsLateGrant() bool {
+func (h *Hold) lateGrantNeedsRollback() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch h.state {
 	case stateReleasing, stateReleased:
-		return true
+		return false
 	case stateHeld:
-		return time.Now().Before(h.deadline)
+		return !time.Now().Before(h.deadline)
 	}
-	return false
+	return true
 }
 
 // Lost returns a channel closed when the hold is lost: its Deadline passed
@@ -318,6 +317,9 @@ func (h *Hold) lose(cause error) {
 	if h.finish(stateLost, fmt.Errorf("%w: %w", ErrLeaseLost, cause)) {
 		h.c.set.Logger.Warn("redlock: lease lost", "keys", h.spec.Keys, "fence", h.spec.Fence, "cause", cause)
 		h.c.rn.remove(h)
+		if h.spec.KeepOnLoss {
+			return
+		}
 		h.c.rnGo(func() {
 			h.waitRound(idle)
 			h.c.Broadcast(context.Background(), h.spec.Protocol.ReleaseCall)

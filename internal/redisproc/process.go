@@ -96,6 +96,8 @@ type Config struct {
 	Args []string
 	// TLS, if set, makes the server listen with TLS only (see [TLS]).
 	TLS *TLS
+	// Env is added to the server's environment (e.g. an LD_PRELOAD).
+	Env []string
 }
 
 // Process is one redis-server process on a loopback port. Its methods are
@@ -337,6 +339,9 @@ func (p *Process) startLocked() error {
 		return err
 	}
 	cmd := exec.Command(p.cfg.Bin, p.args()...)
+	if len(p.cfg.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.cfg.Env...)
+	}
 	cmd.Dir = p.data
 	cmd.Stdout = logf
 	cmd.Stderr = logf

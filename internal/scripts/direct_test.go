@@ -74,8 +74,8 @@ func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
 	}
 	// X's release grants the lock to attempt 2, with a stepped fence.
 	l.mustRun(LockRelease{Token: "X", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
-	if v := l.do("GET", lock); v != "rl1:L:T2" {
-		t.Fatalf("after X's release the lock is %q, want a direct grant to T2", v)
+	if v := l.do("GET", lock); v != "rl1:L:T2~d" {
+		t.Fatalf("after X's release the lock is %q, want a direct grant to T2 (marked ~d)", v)
 	}
 	if pttl, _ := strconv.Atoi(l.do("PTTL", lock)); pttl <= 9000 || pttl > 10000 {
 		t.Fatalf("direct grant PTTL %d, want the attempt's TTL", pttl)
@@ -86,8 +86,23 @@ func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
 	if rec := l.do("HGET", qx, "=W"); !strings.HasPrefix(rec, "G 2 ") {
 		t.Fatalf("record after the grant: %q", rec)
 	}
+	// A rollback of attempt 2, however late, does not undo it: the direct
+	// grant's token is one no attempt sends.
+	if r := l.mustRun(LockRelease{Rollback: true, Token: "T2", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch", Waiter: "W"}); r != "0" ||
+		l.do("GET", lock) != "rl1:L:T2~d" {
+		t.Fatalf("a rollback of attempt 2 answered %s and left %q; want 0 and the direct grant", r, l.do("GET", lock))
+	}
+	// Nor once the record has gone (the queue's keys expire while the
+	// waiter holds and renews): the key alone tells.
+	rec := l.do("HGET", qx, "=W")
+	l.do("HDEL", qx, "=W")
+	if r := l.mustRun(LockRelease{Rollback: true, Token: "T2", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch", Waiter: "W"}); r != "0" ||
+		l.do("GET", lock) != "rl1:L:T2~d" {
+		t.Fatalf("without its record, a rollback of attempt 2 answered %s and left %q", r, l.do("GET", lock))
+	}
+	l.do("HSET", qx, "=W", rec)
 	// A late copy of attempt 1 does not take it.
-	if r := attempt(l, "T1", 1); granted(r) || l.do("GET", lock) != "rl1:L:T2" {
+	if r := attempt(l, "T1", 1); granted(r) || l.do("GET", lock) != "rl1:L:T2~d" {
 		t.Fatalf("a late earlier attempt took the direct grant: %s, lock %s", r, l.do("GET", lock))
 	}
 	// Attempt 3 takes it over.
@@ -119,7 +134,7 @@ func TestLockDirectGrantFollowsTheLatestAttempt(t *testing.T) {
 	l.mustRun(LockAcquire{Token: "V1", TTL: 10 * time.Second, Enqueue: true, EntryTTL: 13 * time.Second,
 		FenceKeep: time.Minute, Waiter: "V", Score: 1, FenceSkew: 10 * time.Second, Seq: 1, Proc: "ab12"})
 	l.mustRun(LockRelease{Token: "Y", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})
-	if v := l.do("GET", lock); v != "rl1:L:V1" {
+	if v := l.do("GET", lock); v != "rl1:L:V1~d" {
 		t.Fatalf("after Y's release the lock is %q, want a direct grant to V1", v)
 	}
 	l.mustRun(LockLeave{Waiter: "V", Window: 100 * time.Millisecond, Channel: "redlock:{t}:ch"})

@@ -18,6 +18,10 @@ local op = ARGV[1]
 -- native SET … IFEQ renewal does (docs/lock.md)
 local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
+-- A direct grant holds the lock under its attempt's token with DIRECT
+-- appended: a token no attempt sends, so no rollback of that attempt,
+-- however late, can match it (docs/lock.md, "Why it is safe").
+local DIRECT = '~d'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, holder}
 
 -- Type checks before any write. The two string keys are read with pcall (a
@@ -127,7 +131,7 @@ local function free(window, ch, self)
         fv = fv or string.format('%.0f', f)
         local msg = 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id
         if redis.call('PUBLISH', ch .. ':' .. proc, msg) > 0 then
-          redis.call('SET', LOCK, HELD .. gtok, 'PX', math.min(gttl, exp - now))
+          redis.call('SET', LOCK, HELD .. gtok .. DIRECT, 'PX', math.min(gttl, exp - now))
           redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(rec, 2))
           return
         end
@@ -181,7 +185,7 @@ if op == 'acquire' then
   -- waiter (free), which the waiter did not take (too few nodes, or too
   -- little validity left): a later attempt takes the grant over. An
   -- earlier attempt arriving late never does (seq orders them).
-  if dstate == 'G' and seq > dseq and v == HELD .. dtok then v = rsv end
+  if dstate == 'G' and seq > dseq and v == HELD .. dtok .. DIRECT then v = rsv end
   local function buried(id)
     local s = redis.call('ZSCORE', GONE, id)
     return s and tonumber(s) > now
@@ -279,17 +283,9 @@ elseif op == 'release' or op == 'rollback' then
     -- granted the lock); a grant made for it meanwhile is freed
     local st, _, _, _, _, _, gtok = direct_state(wid)
     if dequeue(wid) then bury(wid) end
-    if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok and gtok ~= tok) then
+    if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok .. DIRECT and gtok .. DIRECT ~= tok) then
       free(window, ch, ''); return 0
     end
-  end
-  if op == 'rollback' and wid ~= '' and extra > 0 and v == HELD .. tok then
-    -- A rollback undoes a grant by reply only. A direct grant to this very
-    -- attempt (its record 'G', same token) was made after the node refused
-    -- it: the waiter may hold by it, and only its release, its leave or its
-    -- own later attempt ends it (docs/lock.md, "Why it is safe").
-    local st, _, _, _, _, _, gtok = direct_state(wid)
-    if st == 'G' and gtok == tok then return 0 end
   end
   if owner == '' then
     if v == HELD .. tok then
@@ -312,7 +308,7 @@ elseif op == 'leave' then
   dequeue(wid)
   bury(wid)
   -- a reservation or a direct grant made for it goes to the next waiter
-  if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok) then free(window, ch, '') end
+  if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok .. DIRECT) then free(window, ch, '') end
   return 1
 
 elseif op == 'renew' then

@@ -1,0 +1,361 @@
+package primitives_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Adversarial tests of the direct grant (docs/lock.md, "Direct grant",
+// "Why it is safe"): each holds back or delays one chosen request in a
+// proxy and checks S1 (never two valid holders) and that a held lease is
+// not lost while nobody else took it.
+
+// bothValid fails the test if two leases are valid at once.
+func bothValid(t *testing.T, a, b *primitives.Lease, srv []*testutil.Server, name string) {
+	t.Helper()
+	if a != nil && b != nil && a.Valid() && b.Valid() {
+		vals := make([]string, len(srv))
+		for i, s := range srv {
+			vals[i] = nodeValue(s, name)
+		}
+		t.Fatalf("S1 violated: two valid leases (fences %d and %d); node values %q", a.Fence(), b.Fence(), vals)
+	}
+}
+
+// W holds by direct grants on every node; its rollbacks to nodes 0 and 1
+// (of the attempt those grants were made for) are stuck in the network.
+// The client gives up on those connections (its write timeout) and W's
+// renewals reach the nodes on new ones. W holds longer than its queue
+// entry lives (TTL + 3 s since its attempt arrived): the entry and the
+// direct grant record expire with the queue's keys. Then the stuck
+// rollbacks arrive. They must not delete W's keys: with them gone from
+// two of three nodes, another client takes the lock while W is valid.
+func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "advqx"
+	pw, paddrs := proxied(t, addrs)
+	ch := newCoord(t, addrs)
+	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout })
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	const wTTL = 6 * time.Second
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(wTTL), primitives.WithLabel("w"), primitives.WithAutoRenew(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := []*testutil.Held{holdRollback(pw[0], primitives.ProcOf(cw)), holdRollback(pw[1], primitives.ProcOf(cw))}
+	defer func() {
+		for _, hd := range held {
+			hd.Release()
+		}
+	}()
+	got := acquireAsync(ctx, t, lw)
+	for i, hd := range held {
+		awaitCaught(t, hd, "node "+string(rune('0'+i)))
+	}
+	for _, i := range []int{0, 1} {
+		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
+			t.Fatalf("W never queued on node %d", i)
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	defer w.Release(context.Background())
+	// Keep W's lease alive: the renewals to nodes 0 and 1 go through once
+	// the client replaced the stuck connections.
+	extended, held0 := false, time.Now()
+	for w.Valid() && !extended {
+		ectx, ecancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		extended = w.Extend(ectx, 30*time.Second) == nil
+		ecancel()
+		if !extended {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !extended {
+		t.Fatalf("W's lease was lost before its renewals got through: %v", w.Err())
+	}
+	t.Logf("W extended %s after it held", time.Since(held0))
+	for _, i := range []int{0, 1} {
+		if !testutil.Eventually(15*time.Second, func() bool { v, _ := srv[i].Do("EXISTS", lockKey(name, "qx")); return v == "0" }) {
+			t.Fatalf("node %d: W's queue entry never expired", i)
+		}
+		if v := nodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
+			t.Fatalf("node %d: %q; want W's key", i, v)
+		}
+	}
+	t.Logf("queue entries expired; W valid %v; releasing the stuck rollbacks", w.Valid())
+	for _, hd := range held {
+		hd.Release()
+	}
+	time.Sleep(500 * time.Millisecond) // the stuck rollbacks run
+	for _, i := range []int{0, 1} {
+		if v := nodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
+			t.Errorf("node %d: %q after the late rollback; want W's key kept", i, v)
+		}
+	}
+	y, err := ly.TryAcquire(ctx)
+	if err == nil {
+		defer y.Release(context.Background())
+	}
+	bothValid(t, w, y, srv, name)
+	if !w.Valid() {
+		t.Errorf("W lost its lease while nobody else took it: %v", w.Err())
+	}
+}
+
+// holdsEverywhere reports whether every node's key is l's.
+func holdsEverywhere(srv []*testutil.Server, name string, l *primitives.Lease) bool {
+	for _, s := range srv {
+		if !strings.Contains(nodeValue(s, name), l.Token()) {
+			return false
+		}
+	}
+	return true
+}
+
+// An Acquire that gave up leaves twice (at once and NodeTimeout later).
+// The second leave lands after the Lock's next Acquire was granted
+// directly: it names the first waiter only and frees nothing of the next.
+func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "advleave"
+	ch, cw := newCoord(t, addrs), newCoord(t, addrs)
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(5*time.Second), primitives.WithLabel("w"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, cancel1 := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() { _, err := lw.Acquire(c1); first <- err }()
+	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	cancel1()
+	if err := <-first; err == nil {
+		t.Fatal("the cancelled Acquire returned a lease")
+	}
+	// The next Acquire queues at once (the Lock expects contention) and is
+	// granted directly, inside the first one's NodeTimeout.
+	got := acquireAsync(ctx, t, lw)
+	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	defer w.Release(context.Background())
+	time.Sleep(600 * time.Millisecond) // the late leave (NodeTimeout 250 ms later) lands
+	if !holdsEverywhere(srv, name, w) {
+		t.Errorf("W's keys after the late leave: %q %q %q", nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+	}
+	y, err := ly.TryAcquire(ctx)
+	if err == nil {
+		defer y.Release(context.Background())
+	}
+	bothValid(t, w, y, srv, name)
+	if !w.Valid() {
+		t.Errorf("W lost its lease: %v", w.Err())
+	}
+}
+
+// A waiter's ctx ends just as the holder's release grants it the lock:
+// it either holds (and nobody else can) or returns without a lease and
+// frees the grants at once (the next client takes the lock in well under
+// the waiter's TTL).
+func TestAdvCancelAsGrantsArrive(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ch, cw := newCoord(t, addrs), newCoord(t, addrs)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for round := range 6 {
+		name := "advcancel" + string(rune('a'+round))
+		lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+		ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+		lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second), primitives.WithLabel("w"))
+		h, err := lh.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		type res struct {
+			l   *primitives.Lease
+			err error
+		}
+		done := make(chan res, 1)
+		go func() { l, err := lw.Acquire(wctx); done <- res{l, err} }()
+		queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+		// Vary which goes first by a few hundred microseconds.
+		go func() { time.Sleep(time.Duration(round) * 200 * time.Microsecond); wcancel() }()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		wcancel()
+		t.Logf("round %d: lease %v, err %v", round, r.l != nil, r.err)
+		if r.l != nil {
+			if !holdsEverywhere(srv, name, r.l) && !r.l.Valid() {
+				t.Fatalf("round %d: W holds an invalid lease", round)
+			}
+			y, err := ly.TryAcquire(ctx)
+			if err == nil {
+				bothValid(t, r.l, y, srv, name)
+				y.Release(ctx)
+			}
+			r.l.Release(ctx)
+			continue
+		}
+		// No lease: the grants made for W are freed, not left to expire.
+		yctx, ycancel := context.WithTimeout(ctx, 3*time.Second)
+		y, err := ly.Acquire(yctx)
+		ycancel()
+		if err != nil {
+			t.Fatalf("round %d: W gave up (%v) and the lock stayed blocked: %v; nodes %q %q %q", round, r.err, err,
+				nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+		}
+		y.Release(ctx)
+	}
+}
+
+// W holds by direct grants on nodes 0 and 1 while its attempt's copy to
+// node 2 is still in the network (node 2 had no waiter at the release and
+// deleted the key). W releases at once; the late copy then finds node 2
+// free and is granted. Nothing of W may stay: the next client takes the
+// lock on every node.
+func TestAdvReleaseWhileAttemptCopyInFlight(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "advrelfly"
+	pw, paddrs := proxied(t, addrs)
+	ch := newCoord(t, addrs)
+	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout })
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second), primitives.WithLabel("w"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pw[2].Delay(4*directNodeTimeout, "$7\r\nacquire\r\n", primitives.ProcOf(cw))
+	got := acquireAsync(ctx, t, lw)
+	awaitCaught(t, d, "node 2")
+	for _, i := range []int{0, 1} {
+		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
+			t.Fatalf("W never queued on node %d", i)
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Caught():
+	default:
+	}
+	time.Sleep(6 * directNodeTimeout) // the late copy and W's release run on node 2
+	for i, s := range srv {
+		if v := nodeValue(s, name); v != "" {
+			t.Errorf("node %d: %q left after W's release", i, v)
+		}
+	}
+	y, err := ly.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("the lock stayed blocked after W's release: %v", err)
+	}
+	y.Release(ctx)
+}
+
+// The release comes when W's latest attempt is too old for its direct
+// grants to leave half a TTL of validity (TakeGrants: ErrGrantTooLate). W
+// makes an attempt, which takes the grants over: it holds with a fresh
+// validity, under the new attempt's token on every node, and alone.
+func TestAdvGrantTooLateThenAttempt(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	const name = "advlate"
+	ch, cw := newCoord(t, addrs), newCoord(t, addrs)
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	const wTTL = 2 * time.Second
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(wTTL), primitives.WithLabel("w"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, t, lw)
+	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	// W's next attempt is due a TTL after its last refusal.
+	time.Sleep(wTTL * 6 / 10)
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	defer w.Release(context.Background())
+	if left := time.Until(w.Deadline()); w.Deadline().Before(released.Add(wTTL / 2)) {
+		t.Errorf("W holds with %s left: the stale grants were taken", left)
+	}
+	time.Sleep(300 * time.Millisecond) // the attempt's copies all landed
+	if !holdsEverywhere(srv, name, w) {
+		t.Errorf("W's keys: %q %q %q", nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+	}
+	y, err := ly.TryAcquire(ctx)
+	if err == nil {
+		defer y.Release(context.Background())
+	}
+	bothValid(t, w, y, srv, name)
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range srv {
+		if v := nodeValue(s, name); v != "" {
+			t.Errorf("node %d: %q left after W's release", i, v)
+		}
+	}
+}
