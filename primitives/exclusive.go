@@ -110,6 +110,12 @@ func fenceInitValue(c *engine.Engine) int64 {
 // so a rollback of an earlier attempt that reaches a node late can never
 // delete a later attempt's grant.
 func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue bool) attemptResult {
+	return attemptSplits(ctx, c, x, wid, enqueue, false)
+}
+
+// attemptSplits is attemptExclusive; with splits, a refused round that may
+// be a split vote waits for its last answers to tell (tryExclusive).
+func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue, splits bool) attemptResult {
 	var base any = x // the primitive, for its optional interfaces
 	if w, ok := x.(interface{ primitive() any }); ok {
 		base = w.primitive()
@@ -129,7 +135,8 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
 			return x.newHold(token, fence, start)
 		},
-		Queue: enqueue, // a waiter's place on every node, also a slow one
+		Queue:  enqueue, // a waiter's place on every node, also a slow one
+		Splits: splits,
 	})
 	if res.Hold != nil {
 		if cl, ok := base.(claimer); ok && enqueue {
@@ -157,7 +164,7 @@ const splitRetries = 3
 func tryExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string) attemptResult {
 	start := time.Now()
 	set := c.Settings()
-	r := attemptExclusive(ctx, c, x, wid, false)
+	r := attemptSplits(ctx, c, x, wid, false, true)
 	for k := 0; k < splitRetries && r.lease == nil && r.contended && errors.Is(r.err, coordinator.ErrNotAcquired); k++ {
 		d := jitter(set.RetryDelay << k)
 		if time.Since(start)+d > set.NodeTimeout {
@@ -166,7 +173,7 @@ func tryExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string
 		if !pause(ctx, c, d) {
 			return r // ctx ended, or Coordinator.Close
 		}
-		r = attemptExclusive(ctx, c, x, wid, false)
+		r = attemptSplits(ctx, c, x, wid, false, true)
 	}
 	return r
 }

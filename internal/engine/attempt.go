@@ -46,6 +46,10 @@ type AttemptSpec struct {
 	// Late, if set, also sees every reply that arrives after the attempt
 	// stopped waiting for it (on an actor goroutine: it must not block).
 	Late func(nodeactor.Reply)
+	// Splits asks for Result.Contended to be told reliably: a refused round
+	// whose answers so far show two parties or more waits for the rest
+	// (at most NodeTimeout) instead of stopping at the veto (TryAcquire).
+	Splits bool
 	// Queue marks a waiter's attempt that takes its place in the nodes'
 	// queues: when it fails, its requests still queued unsent are sent
 	// anyway (their replies handled as late ones), so that the waiter is
@@ -146,7 +150,17 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		// A round that saw a WRONGTYPE and is not won hears every node
 		// out: the answer (ErrWrongType, or that node left out) must not
 		// depend on which replies came first.
-		return t.Won() || (t.Verdict() != Undecided && !wrong)
+		switch v := t.Verdict(); {
+		case t.Won():
+			return true
+		case v == Undecided || wrong:
+			return false
+		case v == Refused:
+			// Two parties seen, and nodes still to answer: a split or a
+			// holder, which the last answers tell.
+			return !s.Splits || r.NAnswered == n || parties(r, votes, verrs, t.Yes) < 2
+		}
+		return true
 	}, late)
 	e.ins.Attempts.Add(ctx, 1)
 	var (
@@ -258,26 +272,47 @@ func (e *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 // party. votes and verrs are r's classified replies.
 func contended(r *Round, votes []Vote, verrs []error, q, granted int) bool {
 	unanswered := len(votes) - r.NAnswered
-	parties := min(granted, 1)
 	for i, v := range votes {
-		if !r.Answered[i] || verrs[i] != nil || v.Granted || v.Abstain != nil {
-			continue
-		}
-		same, first := 0, true
-		for j, w := range votes {
-			if r.Answered[j] && verrs[j] == nil && !w.Granted && w.Abstain == nil && w.Holder == v.Holder {
-				same++
-				first = first && j >= i
-			}
-		}
-		if same+unanswered >= q {
+		if refusal(r, votes, verrs, i) && refusedFor(r, votes, verrs, v.Holder)+unanswered >= q {
 			return false // it may hold a quorum
 		}
+	}
+	return parties(r, votes, verrs, granted) >= 2
+}
+
+// parties counts the parties a round saw: this attempt (if granted) and
+// each holder its refusals name (0 counts as one).
+func parties(r *Round, votes []Vote, verrs []error, granted int) int {
+	p := min(granted, 1)
+	for i, v := range votes {
+		if !refusal(r, votes, verrs, i) {
+			continue
+		}
+		first := true
+		for j := range i {
+			first = first && !(refusal(r, votes, verrs, j) && votes[j].Holder == v.Holder)
+		}
 		if first {
-			parties++
+			p++
 		}
 	}
-	return parties >= 2
+	return p
+}
+
+// refusal reports whether node i answered a clean refusal in r.
+func refusal(r *Round, votes []Vote, verrs []error, i int) bool {
+	return r.Answered[i] && verrs[i] == nil && !votes[i].Granted && votes[i].Abstain == nil
+}
+
+// refusedFor counts the refusals in r that name holder.
+func refusedFor(r *Round, votes []Vote, verrs []error, holder int64) int {
+	n := 0
+	for i := range votes {
+		if refusal(r, votes, verrs, i) && votes[i].Holder == holder {
+			n++
+		}
+	}
+	return n
 }
 
 // rollbackAttempt is the one rollback rule of a failed quorum attempt

@@ -240,3 +240,58 @@ func TestReleaseOfAnOvertakenHoldOnEveryNodeCount(t *testing.T) {
 		})
 	}
 }
+
+// With Splits (TryAcquire), a round vetoed by refusals that name two
+// holders waits for its last answers to tell a split from a holder: the
+// grant that comes last, or a third contender, makes it contended. A
+// refusal by one holder still returns at the veto.
+func TestSplitsWaitForTheLastAnswers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		owners    []string
+		splits    bool
+		contended bool
+	}{
+		{"our grant last, without Splits", []string{"X", "Y", ""}, false, false},
+		{"our grant last", []string{"X", "Y", ""}, true, true},
+		{"three other contenders", []string{"X", "Y", "Z"}, true, true},
+		{"a holder and its loser", []string{"X", "Y", "X"}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t, 3)
+				for i, o := range tc.owners {
+					w.nodes[i].set(func(f *fakeNode) {
+						f.owner = o
+						if i == 2 {
+							f.delay = 10 * time.Millisecond // answers after the veto
+						}
+					})
+				}
+				spec := w.spec("A", time.Second)
+				spec.Splits = tc.splits
+				res := w.e.Attempt(t.Context(), spec)
+				if !errors.Is(res.Err, ErrNotAcquired) || res.Contended != tc.contended {
+					t.Fatalf("attempt: err %v contended %v, want ErrNotAcquired, contended %v", res.Err, res.Contended, tc.contended)
+				}
+			})
+		})
+	}
+	// One holder's refusals end the round at the veto, slow node or not.
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.owner = "X" })
+		}
+		w.nodes[2].pause()
+		spec := w.spec("A", time.Second)
+		spec.Splits = true
+		start := time.Now()
+		res := w.e.Attempt(t.Context(), spec)
+		if !errors.Is(res.Err, ErrNotAcquired) || time.Since(start) > 0 {
+			t.Fatalf("attempt: %v after %v, want ErrNotAcquired at the veto", res.Err, time.Since(start))
+		}
+		w.nodes[2].resume()
+	})
+}
