@@ -99,6 +99,7 @@ type Held struct {
 	caught   chan struct{} // closed when a chunk matched
 	released chan struct{} // closed by Release
 	once     sync.Once
+	after    *Held // if set, only a chunk that comes once after caught matches
 }
 
 // Caught returns a channel closed once a chunk matched.
@@ -119,6 +120,17 @@ func (p *Proxy) Hold(subs ...string) *Held {
 	}
 	p.mu.Lock()
 	p.holds = append(p.holds, h)
+	p.mu.Unlock()
+	return h
+}
+
+// HoldAfter is Hold for the first matching chunk once prev caught one:
+// the request that follows a chosen one (say, the rollback that a delayed
+// acquire causes), not an earlier look-alike.
+func (p *Proxy) HoldAfter(prev *Held, subs ...string) *Held {
+	h := p.Hold(subs...)
+	p.mu.Lock()
+	h.after = prev
 	p.mu.Unlock()
 	return h
 }
@@ -158,6 +170,13 @@ func (p *Proxy) match(data []byte) *Held {
 		}
 		if !ok {
 			continue
+		}
+		if h.after != nil {
+			select {
+			case <-h.after.caught:
+			default:
+				continue // its predecessor has not come yet
+			}
 		}
 		select {
 		case <-h.released:
