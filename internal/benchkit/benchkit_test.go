@@ -55,7 +55,7 @@ func TestRunOnMiniredis(t *testing.T) {
 }
 
 // Churn measures what a churn of distinct names leaves on each node (real
-// servers): right after it, every name's fence counter is there; keys and
+// servers): right after it, every name's fence counter is on a quorum; keys and
 // used_memory are sampled before, right after and until the wait ends.
 func TestChurnSamplesKeysAndMemory(t *testing.T) {
 	testutil.RequireRedis(t)
@@ -64,10 +64,20 @@ func TestChurnSamplesKeysAndMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each name's counter is on a quorum of nodes: the third node's copy of
+	// an acquire may be dropped unsent on a loaded machine (past its
+	// NodeTimeout in the queue), as the protocol allows.
+	full := 0
 	for i := range addrs {
-		if res.Before[i].Keys != 0 || res.During[i].Keys < 300 || res.Before[i].UsedMemory <= 0 || res.During[i].UsedMemory <= 0 {
+		if res.Before[i].Keys != 0 || res.During[i].Keys <= 0 || res.Before[i].UsedMemory <= 0 || res.During[i].UsedMemory <= 0 {
 			t.Fatalf("node %d: before %+v, right after %+v\n%s", i, res.Before[i], res.During[i], res.Markdown())
 		}
+		if res.During[i].Keys >= 300 {
+			full++
+		}
+	}
+	if full < 2 {
+		t.Fatalf("fewer than a quorum of nodes have every name's counter\n%s", res.Markdown())
 	}
 	if md := res.Markdown(); !strings.Contains(md, "| 3 | 0 | ") || !strings.Contains(md, "Not back to the baseline") {
 		t.Fatalf("report:\n%s", md)
