@@ -333,7 +333,8 @@ func TestFairLockBadInput(t *testing.T) {
 }
 
 func TestFairLockChanapiCampaign(t *testing.T) {
-	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
+	ms := testutil.StartMinis(t, 3)
+	addrs := testutil.MiniAddrs(ms)
 	a1, err := chanapi.FairLock(newCoord(t, addrs, flMini), "fcampaign")
 	if err != nil {
 		t.Fatal(err)
@@ -344,16 +345,24 @@ func TestFairLockChanapiCampaign(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a2.Close()
-	// campaigners take turns: each receives a lease and releases it
+	// campaigners take turns: each receives a lease and releases it once
+	// the other one is queued (a FairLock hands it to the longest waiter;
+	// before the other queued, the holder may simply take it again)
 	got := map[*chanapi.Acquirer]int{}
+	release := func(l *primitives.Lease) {
+		if !testutil.Eventually(5*time.Second, func() bool { return allEqual(flMiniQueue(t, ms, "fcampaign"), 1) }) {
+			t.Fatalf("the other campaigner never queued: %v", flMiniQueue(t, ms, "fcampaign"))
+		}
+		l.Release(context.Background())
+	}
 	for range 4 {
 		select {
 		case l := <-a1.Acquired():
 			got[a1]++
-			l.Release(context.Background())
+			release(l)
 		case l := <-a2.Acquired():
 			got[a2]++
-			l.Release(context.Background())
+			release(l)
 		case <-time.After(10 * time.Second):
 			t.Fatal("no lease within 10s")
 		}
