@@ -66,18 +66,8 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	for i, hd := range held {
 		awaitCaught(t, hd, "node "+string(rune('0'+i)))
 	}
-	for _, i := range []int{0, 1} {
-		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
-			t.Fatalf("W never queued on node %d", i)
-		}
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
+	queuedOnOnce(t, srv, name, 0, 1)
+	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	// Keep W's lease alive: the renewals to nodes 0 and 1 go through once
 	// the client replaced the stuck connections.
@@ -163,13 +153,7 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	// granted directly, inside the first one's NodeTimeout.
 	got := acquireAsync(ctx, t, lw)
 	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
+	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	time.Sleep(600 * time.Millisecond) // the late leave (NodeTimeout 250 ms later) lands
 	if !holdsEverywhere(srv, name, w) {
@@ -272,18 +256,8 @@ func TestAdvReleaseWhileAttemptCopyInFlight(t *testing.T) {
 	d := pw[2].Delay(4*directNodeTimeout, "$7\r\nacquire\r\n", primitives.ProcOf(cw))
 	got := acquireAsync(ctx, t, lw)
 	awaitCaught(t, d, "node 2")
-	for _, i := range []int{0, 1} {
-		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
-			t.Fatalf("W never queued on node %d", i)
-		}
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
+	queuedOnOnce(t, srv, name, 0, 1)
+	w := handOver(ctx, t, h, got)
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -330,13 +304,7 @@ func TestAdvGrantTooLateThenAttempt(t *testing.T) {
 	// W's next attempt is due a TTL after its last refusal.
 	time.Sleep(wTTL * 6 / 10)
 	released := time.Now()
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
+	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	if left := time.Until(w.Deadline()); w.Deadline().Before(released.Add(wTTL / 2)) {
 		t.Errorf("W holds with %s left: the stale grants were taken", left)

@@ -43,6 +43,31 @@ func holdRollback(p *testutil.Proxy, proc string) *testutil.Held {
 	return p.HoldAfter(d, "$8\r\nrollback\r\n")
 }
 
+// handOver releases h and returns the lease the waiting Acquire got from
+// it (the test fails if it got none); the caller releases that one.
+func handOver(ctx context.Context, t *testing.T, h *primitives.Lease, got <-chan *primitives.Lease) *primitives.Lease {
+	t.Helper()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	return w
+}
+
+// queuedOnOnce waits until name's queue holds one waiter on each node.
+func queuedOnOnce(t *testing.T, srv []*testutil.Server, name string, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
+			q, _ := srv[i].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
+			t.Fatalf("W never queued on node %d (queue %s, lock %q)", i, q, nodeValue(srv[i], name))
+		}
+	}
+}
+
 // nodeValue is the lock key's value on s ("" if missing or unreachable).
 func nodeValue(s *testutil.Server, name string) string {
 	v, err := s.Do("GET", lockKey(name, "lock"))
@@ -100,19 +125,8 @@ func TestDirectGrantSurvivesLateRollback(t *testing.T) {
 				awaitCaught(t, hd, "node "+strconv.Itoa(i))
 			}
 			// The delayed attempt ran on each slow node: it is queued there.
-			for _, i := range tc.slow {
-				if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
-					q, _ := srv[i].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
-					t.Fatalf("W never queued on node %d (queue %s, lock %q)", i, q, nodeValue(srv[i], name))
-				}
-			}
-			if err := h.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			w := <-got
-			if w == nil {
-				t.FailNow()
-			}
+			queuedOnOnce(t, srv, name, tc.slow...)
+			w := handOver(ctx, t, h, got)
 			defer w.Release(context.Background())
 			mine := func(i int) bool {
 				v := nodeValue(srv[i], name)
@@ -229,13 +243,7 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	}) {
 		t.Fatal("W never queued on node 0")
 	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-wgot
-	if w == nil {
-		t.FailNow()
-	}
+	w := handOver(ctx, t, h, wgot)
 	defer w.Release(context.Background())
 	srv[2].Restart() // empty: it never had anyone's key
 	for _, p := range py {
@@ -328,13 +336,7 @@ func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 			t.Fatalf("W's attempt never refused on node %d", i)
 		}
 	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
+	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	// The late grant on node 2 lands and is rolled back (asynchronously).
 	if !testutil.Eventually(5*time.Second, func() bool { return !strings.Contains(nodeValue(srv[2], name), w.Token()) }) {

@@ -74,10 +74,11 @@ func (c *Engine) Bind(ctx context.Context) (bound context.Context, stop func(), 
 // urgentLate wraps late for an urgent round's abandoned requests: each is
 // counted in flight until its reply arrives, so Close can wait for it.
 func (c *Engine) urgentLate(late func(nodeactor.Reply)) func(nodeactor.Reply) {
+	if late == nil {
+		return c.flightDone // releases and renewals: no closure per round
+	}
 	return func(rep nodeactor.Reply) {
-		if late != nil {
-			late(rep)
-		}
+		late(rep)
 		c.flight.done()
 	}
 }
