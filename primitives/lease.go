@@ -90,7 +90,9 @@ func (l *Lease) Valid() bool { return l != nil && l.h.Valid() }
 func (l *Lease) Lost() <-chan struct{} { return l.h.Lost() }
 
 // Done returns a channel closed when the lease ends for any reason: by
-// Release, by loss (just before Lost is closed), or by Coordinator.Close.
+// Release (before any node is asked to free it, so work under Context
+// stops before the next holder starts), by loss (just before Lost is
+// closed), or by Coordinator.Close. The lease closes it; nobody else may.
 func (l *Lease) Done() <-chan struct{} { return l.h.Done() }
 
 // Err returns nil while held; then ErrReleased or ErrLeaseLost (wrapping the
