@@ -1,4 +1,6 @@
-module github.com/redlock-go/redlock/bench
+// The module path sits below cmd/redlock, not at bench/, so that Go lets it
+// import the CLI's internal benchmark engine (see README.md).
+module github.com/redlock-go/redlock/cmd/redlock/bench
 
 go 1.26.0
 

@@ -1,8 +1,10 @@
 // Package bench holds the peer libraries that redlock is measured against
 // (redsync, bsm/redislock, rueidislock). The engine (servers, workloads,
-// statistics, report, redlock's clients and the floor) lives in the main
-// module as internal/benchkit; this separate module exists so that the
-// peers never enter the library's go.mod.
+// statistics, report, redlock's clients and the floor) is the CLI's
+// cmd/redlock/internal/benchkit; this separate module exists so that the
+// peers never enter the library's go.mod. Its module path sits below
+// cmd/redlock so that Go lets it import that internal package (see
+// README.md).
 package bench
 
 import (
@@ -20,7 +22,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
-	"github.com/redlock-go/redlock/internal/benchkit"
+	"github.com/redlock-go/redlock/cmd/redlock/internal/benchkit"
 )
 
 // Peers returns the peer implementations in table order, for

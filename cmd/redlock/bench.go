@@ -5,7 +5,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/redlock-go/redlock/internal/benchkit"
+	"github.com/redlock-go/redlock/cmd/redlock/internal/benchkit"
 )
 
 // benchPeersNote is printed under the report's header: this command

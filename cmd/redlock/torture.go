@@ -1,7 +1,7 @@
 package main
 
 // redlock torture: a bounded soak on real redis-server processes; the soak
-// itself is internal/torture. This file parses the flags and maps the
+// itself is package torture (cmd/redlock/internal/torture). This file parses the flags and maps the
 // outcome to an exit code.
 
 import (
@@ -13,8 +13,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/redlock-go/redlock/cmd/redlock/internal/torture"
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/torture"
 )
 
 const tortureUsageText = `usage: redlock torture [--duration 2m] [--procs 4] [--nodes 3] [--ttl 1s] [--seed 1] [--json]

@@ -1,8 +1,8 @@
 // Command redlock-bench runs the redlock benchmark workloads (Lock's W1..W5
 // and the other primitives' workloads) against redlock, a plain-rueidis
 // floor and the peer libraries (redsync, bsm/redislock, rueidislock), on 3
-// nodes and 1 node, and prints a markdown report. The engine is the main
-// module's internal/benchkit (also behind `redlock bench`, which runs
+// nodes and 1 node, and prints a markdown report. The engine is the CLI's
+// cmd/redlock/internal/benchkit (also behind `redlock bench`, which runs
 // redlock and the floor only); this command adds the peers. See
 // bench/README.md.
 package main
@@ -16,8 +16,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/redlock-go/redlock/bench"
-	"github.com/redlock-go/redlock/internal/benchkit"
+	"github.com/redlock-go/redlock/cmd/redlock/bench"
+	"github.com/redlock-go/redlock/cmd/redlock/internal/benchkit"
 )
 
 func main() {

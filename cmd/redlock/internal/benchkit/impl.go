@@ -32,9 +32,8 @@ type Client interface {
 }
 
 // Impl builds clients of one library (or of the floor) for a node set.
-// Peer libraries live in the bench module (github.com/redlock-go/redlock/bench)
-// and reach Run through Options.Peers, so that this module never depends on
-// them.
+// Peer libraries live in the bench module (directory bench/) and reach Run
+// through Options.Peers, so that the library module never depends on them.
 type Impl struct {
 	Name string // label in the table
 	ID   string // short id for --impls filtering
