@@ -1,17 +1,25 @@
--- redlock FairLock script, layout version 1 ("rl1"). FIFO by (ticket, waiter
--- id): the ticket comes from a quorum counter (op 'ticket'), so every node
--- orders its queue by the same key. One script, one round trip per operation
--- per node; ARGV[1] selects it.
--- KEYS: LOCK (string), FENCE counter, QUEUE (zset waiter id -> ticket),
---       QEXP queue expiry (hash waiter id -> server ms), TICKET counter,
---       HOLDS (zset hold token -> expiry ms, owner mode), EPOCH fence (owner mode),
---       GONE departed waiters (zset waiter id -> server ms until which its
---         stale attempts are refused)
--- Values of LOCK: "rl1:F:<token>" (held), "rl1:FO:<owner>" (held by a
--- reentrant owner), "rl1:FT:F:<token>" / "rl1:FT:FO:<owner>" (released
--- within its min-hold: held by nobody until it expires; QEXP field '^' is
--- the grant's min-hold record, see the prelude's min_hold). Tokens and waiter ids carry the holder's metadata
--- (primitives/meta.go): they are compared whole, never parsed.
+-- redlock FairLock script, layout version 1 ("rl1"). FIFO by (ticket,
+-- waiter id). The ticket comes from a quorum counter (op 'ticket'), so
+-- every node orders its queue by the same key. One script, one round trip
+-- per operation per node; ARGV[1] selects it.
+-- KEYS:
+--   LOCK (string)
+--   FENCE counter
+--   QUEUE (zset waiter id -> ticket)
+--   QEXP queue expiry (hash waiter id -> server ms)
+--   TICKET counter
+--   HOLDS (zset hold token -> expiry ms, owner mode)
+--   EPOCH fence (owner mode)
+--   GONE departed waiters (zset waiter id -> server ms until which its
+--     stale attempts are refused)
+-- Values of LOCK:
+--   "rl1:F:<token>": held.
+--   "rl1:FO:<owner>": held by a reentrant owner.
+--   "rl1:FT:F:<token>" or "rl1:FT:FO:<owner>": released within its
+--     min-hold. Nobody holds it until it expires. QEXP field '^' is the
+--     grant's min-hold record (see the prelude's min_hold).
+-- Tokens and waiter ids carry the holder's metadata (primitives/meta.go).
+-- They are compared whole, never parsed.
 -- use: now grant_codes wrong check_types pexpire_max
 local LOCK, FENCE, QUEUE, QEXP, TICKET, HOLDS, EPOCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -19,9 +27,9 @@ local op = ARGV[1]
 local HELD, OWNED = 'rl1:F:', 'rl1:FO:'
 local TAIL = 'rl1:FT:'
 
--- Type checks before any write. One MGET reads the four string keys (nil
--- for a missing key and for one of another type) and one EXISTS counts all
--- eight: when it counts only the values MGET found, the other keys are
+-- Type checks before any write. One MGET reads the four string keys: nil
+-- for a missing key and for one of another type. One EXISTS counts all
+-- eight. When it counts only the values MGET found, the other keys are
 -- missing and no TYPE is needed. Otherwise every key but a string MGET
 -- found gets a TYPE, in the layout's order (the first wrong key is named).
 -- A refused MGET (an ACL) falls back to a TYPE of each key and the GETs,
@@ -64,10 +72,10 @@ local function dequeue(wid)
 end
 
 -- fair_head evicts dead waiters (expiry passed, or no expiry) from the
--- front of the queue and returns the first live waiter id and its expiry,
--- or nil when the queue is empty. Unlike the prelude's head (which gives up
--- after 32) it goes on: after 1024 evictions in one call it answers '' (a
--- placeholder that is nobody's id) and the next call goes on evicting, so
+-- front of the queue. It returns the first live waiter id and its expiry,
+-- or nil when the queue is empty. The prelude's head gives up after 32;
+-- this one goes on. After 1024 evictions in one call it answers '', a
+-- placeholder that is nobody's id, and the next call goes on evicting. So
 -- FIFO order never skips a live waiter.
 local evicted = 0
 local function fair_head()
@@ -94,10 +102,14 @@ end
 
 if op == 'acquire' then
   -- use: zadd_max
-  -- token: new for every attempt; wid: the waiter id (stable across one
-  -- Acquire); ticket: its quorum ticket (0: try only, leave no entry);
-  -- wt: the waiter timeout (its entry's TTL); ticket_ttl: the ticket
-  -- counter's; keep: the fence keep; mh: the min-hold in ms (0: none)
+  -- Arguments:
+  --   token: new for every attempt.
+  --   wid: the waiter id, stable across one Acquire.
+  --   ticket: its quorum ticket (0: try only, leave no entry).
+  --   wt: the waiter timeout (its entry's TTL).
+  --   ticket_ttl: the ticket counter's TTL.
+  --   keep: the fence keep.
+  --   mh: the min-hold in ms (0: none).
   local tok, ttl, owner, wid, ticket_s, wt, ticket_ttl, keep, ch =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
   local mh = tonumber(ARGV[11] or '0') or 0
@@ -260,10 +272,10 @@ elseif op == 'renew' then
 
 elseif op == 'status' then
   -- use: live_queue
-  -- read-only (run with EVALSHA_RO): {value, pttl, fence, live queue ids
-  -- in order, ticket counter, the latest hold (owner mode: its token
-  -- carries the holder's metadata), the first max_waiters live ids with
-  -- their tickets}
+  -- Read-only (run with EVALSHA_RO). Reply: {value, pttl, fence, live
+  -- queue ids in order, ticket counter, the latest hold, the first
+  -- max_waiters live ids with their tickets}. In owner mode the latest
+  -- hold's token carries the holder's metadata.
   local max_waiters = tonumber(ARGV[2] or '0') or 0
   local all, live, q = live_queue(QUEUE, QEXP, -1), {}, {}
   for i = 1, #all, 2 do

@@ -2,29 +2,33 @@
 -- latch is its initial count plus the SET of count-down ids; the client
 -- takes the union over a quorum. One script, one round trip per operation
 -- per node; ARGV[1] selects it.
--- LATCH hash "<p>{name}:latch": t = "rl1:latch" (type marker), count =
---         initial count, opened = "1" once open, d = digest of the ids (sum
---         of the first 52 bits of each id's SHA1, mod 2^52: equal sets have
---         equal digests, so equal (size, digest) on every reply means no
---         member round is needed)
--- IDS set "<p>{name}:latch:ids"
+-- KEYS:
+--   LATCH hash "<p>{name}:latch":
+--     t = "rl1:latch" (type marker)
+--     count = initial count
+--     opened = "1" once open
+--     d = digest of the ids: the sum of the first 52 bits of each id's
+--       SHA1, mod 2^52. Equal sets have equal digests, so equal (size,
+--       digest) on every reply means no member round is needed.
+--   IDS set "<p>{name}:latch:ids"
 -- Every op but status takes ARGV 1 op, 2 count, 3 ttl ms, 4 sent, 5 late
 -- ms, 6.. the op's own arguments. sent is the client's estimate of the
--- servers' TIME (ms) when it made the call, one value for every node. Each
--- expiry this call sets is absolute, sent + ttl, and never later than ttl
--- from this node's TIME: a call that runs late on a node (paused with the
--- call in its socket) cannot make that node keep the latch (its open marker
--- or its ids) longer than the nodes that ran it on time, up to the nodes'
--- clock skew, so a later latch of the same name never inherits them. A call
--- that arrives more than `late` ms after sent changes nothing (-3): it may
--- belong to a latch of this name that has expired since.
+-- servers' TIME (ms) when it made the call, one value for every node.
+-- Each expiry this call sets is absolute: sent + ttl, and never later than
+-- ttl from this node's TIME. A call may run late on a node (paused with the
+-- call in its socket). It still cannot make that node keep the latch (its
+-- open marker or its ids) longer than the nodes that ran it on time, up to
+-- the nodes' clock skew. So a later latch of the same name never inherits
+-- them. A call that arrives more than `late` ms after sent changes nothing
+-- (-3): it may belong to a latch of this name that has expired since.
 -- Every op that answers the latch's state replies
 --   {code, size, opened (0, or the open latch's remaining TTL ms), digest, existed, time}
--- code 1 = ok, -2 = another initial count is stored (size = that count),
--- -3 = the call arrived too late (nothing changed); existed = 0 when this
--- call created the latch on this node (its ids are unknown there: a
--- restarted node, never a zero count); time = this node's TIME in ms (the
--- client calibrates sent with it).
+-- where:
+--   code: 1 ok; -2 another initial count is stored (size = that count);
+--     -3 the call arrived too late (nothing changed).
+--   existed: 0 when this call created the latch on this node. Its ids are
+--     unknown there: a restarted node, never a zero count.
+--   time: this node's TIME in ms (the client calibrates sent with it).
 -- use: now wrong pexpire_max
 local LATCH, IDS = KEYS[1], KEYS[2]
 local op = ARGV[1]
@@ -102,13 +106,14 @@ if op == 'get' then
 
 elseif op == 'countdown' then
   -- ARGV: 2 count, 3 idle ms, 4 sent, 5 late, 6 id, 7 channel, 8 ttl ms
-  -- once open. A count-down on an open latch is a no-op. Each new id tells
-  -- one waiter per process to re-check, so a count-down whose own view missed a
-  -- concurrent one (or whose caller died before opening) still opens the
-  -- latch at once. A node that now holds `count` distinct ids opens itself:
-  -- that many count-downs were made (its set is part of the union), and a
-  -- quorum of such nodes is a quorum that holds every id, so the separate
-  -- open round is needed only when the ids are spread over the nodes.
+  -- once open. A count-down on an open latch is a no-op.
+  -- Each new id tells one waiter per process to re-check. So a count-down
+  -- whose own view missed a concurrent one (or whose caller died before
+  -- opening) still opens the latch at once.
+  -- A node that now holds `count` distinct ids opens itself: that many
+  -- count-downs were made (its set is part of the union). A quorum of such
+  -- nodes holds every id. So the separate open round is needed only when
+  -- the ids are spread over the nodes.
   local id, ch, open_after = ARGV[6], ARGV[7], ARGV[8]
   touch()
   if not opened and add(id) == 1 then
@@ -143,11 +148,11 @@ elseif op == 'add' then
   return state()
 
 elseif op == 'open' then
-  -- ARGV: 2 count, 3 ttl ms after opening (a read-repair passes the other
-  -- nodes' remaining TTL, so no node keeps an open marker longer than the
-  -- rest and opens a later latch of the same name), 4 sent, 5 late, 6
-  -- channel. Written to every node once the union reached the count on a
-  -- quorum; wakes every waiter.
+  -- ARGV: 2 count, 3 ttl ms after opening, 4 sent, 5 late, 6 channel.
+  -- A read-repair passes the other nodes' remaining TTL as the ttl. So no
+  -- node keeps an open marker longer than the rest, which would open a
+  -- later latch of the same name. Written to every node once the union
+  -- reached the count on a quorum; wakes every waiter.
   local ch = ARGV[6]
   touch()
   if not opened then

@@ -1,41 +1,49 @@
 -- redlock Lock/MultiLock-compatible lock script, layout version 1 ("rl1").
 -- One script, one round trip per operation per node; ARGV[1] selects it.
--- KEYS: 1 lock, 2 fence counter, 3 waiter order (zset), 4 waiter expiry (hash;
---         '=' .. id: a Lock waiter's direct grant record, see direct_state),
---       5 holds (zset, owner mode), 6 epoch fence (owner mode),
---       7 watch flag (a waiter that does not queue, e.g. a MultiLock, is listening),
---       8 tombstones (zset waiter id -> until ms): waiters that left, so that an
---         attempt still in flight when they left (the node actor keeps several
---         batches in flight, so requests of one client can run out of order)
---         cannot enqueue them again
---       (KEYS[4] field '^': the min-hold record of the grant, see min_hold)
--- Values of KEYS[1]: "rl1:L:<token>" (held), "rl1:O:<owner>" (held by an
--- owner, reentrant), "rl1:R:<token>" (reserved for that waiter by a handoff),
--- "rl1:T:L:<token>" / "rl1:T:O:<owner>" (released within its min-hold: held
--- by nobody until it expires).
+-- KEYS:
+--   1 lock
+--   2 fence counter
+--   3 waiter order (zset)
+--   4 waiter expiry (hash). Field '=' .. id is a Lock waiter's direct grant
+--     record (see direct_state); field '^' is the grant's min-hold record
+--     (see min_hold).
+--   5 holds (zset, owner mode)
+--   6 epoch fence (owner mode)
+--   7 watch flag: a waiter that does not queue (a MultiLock) is listening.
+--   8 tombstones (zset waiter id -> until ms) of waiters that left.
+--     An attempt that reaches this node after its waiter left must not
+--     enqueue it again. The node actor runs one resource's requests in
+--     order, but a request written on a connection that then broke can
+--     still run after a later one.
+-- Values of KEYS[1]:
+--   "rl1:L:<token>": held.
+--   "rl1:O:<owner>": held by an owner (reentrant).
+--   "rl1:R:<token>": reserved for that waiter by a handoff.
+--   "rl1:T:L:<token>" or "rl1:T:O:<owner>": released within its min-hold.
+--     Nobody holds it until it expires.
 -- use: grant_codes wrong head
 local LOCK, FENCE, QUEUE, QEXP, HOLDS, EPOCH, WATCH, GONE =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local op = ARGV[1]
--- a plain renewal (no owner) reads and writes only the lock key, as the
--- native SET … IFEQ renewal does (docs/lock.md)
+-- A plain renewal (no owner) reads and writes only the lock key, as the
+-- native SET … IFEQ renewal does (docs/lock.md).
 local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 local TAIL = 'rl1:T:'
 -- A direct grant holds the lock under its attempt's token with DIRECT
--- appended: a token no attempt sends, so no rollback of that attempt,
--- however late, can match it (docs/lock.md, "Why it is safe").
+-- appended. No attempt sends that token, so no rollback of the attempt
+-- can match it, however late (docs/lock.md, "Why it is safe").
 local DIRECT = '~d'
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, holder}
 
--- Type checks before any write. The two string keys are read with pcall (a
--- GET of another type is an error, not a raise); the six others usually do
--- not exist (no waiter, no owner mode), so one EXISTS spares their TYPEs.
--- (One MGET instead of the two GETs was measured dearer: its reply is a
--- table, and a nil in it does not tell a missing key from another type.)
+-- Type checks before any write. The two string keys are read with pcall:
+-- a GET of another type is an error, not a raise. The six others usually
+-- do not exist (no waiter, no owner mode), so one EXISTS spares their
+-- TYPEs. One MGET instead of the two GETs costs more: its reply is a
+-- table, and a nil in it does not tell a missing key from another type.
 local function checked(k)
-  -- another type is a WRONGTYPE error (ours, with the key); any other
-  -- error (an ACL refusal) is returned as it is
+  -- Another type is a WRONGTYPE error (ours, with the key). Any other
+  -- error (an ACL refusal) is returned as it is.
   local r = redis.pcall('GET', k)
   if type(r) == 'table' and r.err then
     if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return nil, wrong(k, 'lock key') end
@@ -79,13 +87,14 @@ local function bury(id)
   redis.call('PEXPIRE', GONE, TOMBSTONE_MS)
 end
 
--- A Lock waiter that takes direct grants keeps, next to its queue entry,
--- the state of its latest attempt here ('=' .. id): "W <seq> <ttl> <keep>
--- <skew> <proc> <token>" while it waits (free may grant the lock to that
--- token; proc names its process's channel), "G ..." once free granted it
--- (its later attempt takes the grant over, see acquire). direct_state
--- parses it: state, seq, ttl, keep, skew, proc, token, and the record as
--- read.
+-- A Lock waiter that takes direct grants keeps the state of its latest
+-- attempt here, next to its queue entry (field '=' .. id):
+--   "W <seq> <ttl> <keep> <skew> <proc> <token>" while it waits: free may
+--     grant the lock to that token, and proc names its process's channel.
+--   "G ..." once free granted it: its later attempt takes the grant over
+--     (see acquire).
+-- direct_state parses it: state, seq, ttl, keep, skew, proc, token, and
+-- the record as read.
 local function direct_state(id)
   local d = redis.call('HGET', QEXP, '=' .. id)
   if not d then return nil end
@@ -94,34 +103,34 @@ local function direct_state(id)
   return st, tonumber(seq), tonumber(ttl), keep, skew, proc, tok, d
 end
 
--- free ends a hold: it reserves the lock for the longest live waiter and
--- tells only that waiter (the SET overwrites the key: no `del` event wakes
--- anyone else); with no live waiter it deletes the key and, if a waiter that
--- does not queue is listening, tells one local waiter to re-check. Every
--- node orders its queue by the same (score, waiter id), the score being
--- chosen once by the waiter, so all nodes reserve for the same waiter. The
--- entry stays until the waiter's lease is released (or it leaves, or stops
--- heartbeating), so a split attempt does not lose its place.
+-- free ends a hold. It reserves the lock for the longest live waiter and
+-- tells only that waiter: the SET overwrites the key, so no `del` event
+-- wakes anyone else. With no live waiter it deletes the key. If a waiter
+-- that does not queue is listening, it then tells one local waiter to
+-- re-check.
+-- Every node orders its queue by the same (score, waiter id). The waiter
+-- chooses its score once, so all nodes reserve for the same waiter. The
+-- entry stays until the waiter's lease is released, it leaves, or it stops
+-- heartbeating, so a split attempt does not lose its place.
 -- self is the waiter whose own attempt is being rolled back ('' for a
--- release): it keeps waiting, so nothing it is told could let it progress.
--- If it is the longest live waiter, its grant becomes its reservation for
--- as long as its queue entry lives (no message: it keeps its place without
--- waking itself); otherwise the
--- re-check message names it, so that its router wakes another waiter.
+-- release). It keeps waiting, so nothing it is told could help it. If it
+-- is the longest live waiter, its grant becomes its reservation while its
+-- queue entry lives, without a message. Otherwise the re-check message
+-- names it, so that its router wakes another waiter.
 local function free(window, ch, self)
-  -- (extra == 0: no queue and no watch flag existed when the script began,
-  -- and no op creates either before it frees)
+  -- extra == 0: no queue and no watch flag existed when the script began,
+  -- and no op creates either before it frees.
   if extra > 0 then
     local id, exp = head(QUEUE, QEXP)
     if id then
-      -- Direct grant (docs/lock.md, "Direct grant"): a waiting Lock waiter
-      -- gets the lock under its latest attempt's token here, for that
-      -- attempt's TTL but never past its queue entry, with a stepped
-      -- fence; `g:<seq>:<fence>:<now>:<id>` on its process's channel tells
-      -- it, and it holds once a quorum of nodes granted the same attempt
-      -- (seq), without a round of its own. Only if its process listens
-      -- here (a process that died has no subscription left): else the
-      -- lock is reserved for it as for any waiter.
+      -- Direct grant (docs/lock.md, "Direct grant"). A waiting Lock
+      -- waiter gets the lock under its latest attempt's token, with a
+      -- stepped fence. The grant lasts that attempt's TTL, never past the
+      -- queue entry. `g:<seq>:<fence>:<now>:<id>` on its process's channel
+      -- tells it. It holds once a quorum of nodes granted the same attempt
+      -- (seq), without a round of its own. This needs its process to
+      -- listen here (a dead process has no subscription left). Otherwise
+      -- the lock is reserved for it as for any waiter.
       local st, seq, gttl, keep, skew, proc, gtok, rec = direct_state(id)
       if st == 'W' then
         -- use: fence_step fence_floor
@@ -161,19 +170,26 @@ end
 
 if op == 'acquire' then
   -- use: pexpire_max
-  -- token: new for every attempt; owner: '' or the reentrant owner; enqueue:
-  -- "1" for a blocked Acquire; entry_ttl: its queue entry's ttl; keep: the
-  -- fence keep; wid: the waiter id (stable across one Acquire's attempts:
-  -- the queue entry and a handoff reservation are for it); score: its
-  -- queue score (chosen once by the waiter from a server TIME, the same on
-  -- every node); fence_init: the fence for a missing counter (the caller's
-  -- hybrid clock, the same on every node; 0 = unknown); skew: a missing
-  -- counter starts at least at (TIME - skew) << 10; seq: the attempt's
-  -- number within its Acquire (1, 2, ...) if the waiter takes direct grants
-  -- (plain mode only), else 0; proc: its process id (direct grants)
-  -- (px: the ttl as sent, for SET … PX: a number argument to redis.call
-  -- costs a conversion); min_hold: ms the name stays held from a grant
-  -- (0: none; such a waiter takes no direct grants)
+  -- Arguments:
+  --   token: new for every attempt.
+  --   owner: '' or the reentrant owner.
+  --   enqueue: "1" for a blocked Acquire.
+  --   entry_ttl: its queue entry's ttl.
+  --   keep: the fence keep.
+  --   wid: the waiter id, stable across one Acquire's attempts. The queue
+  --     entry and a handoff reservation are for it.
+  --   score: its queue score, chosen once by the waiter from a server
+  --     TIME. It is the same on every node.
+  --   fence_init: the fence for a missing counter: the caller's hybrid
+  --     clock, the same on every node (0: unknown).
+  --   skew: a missing counter starts at least at (TIME - skew) << 10.
+  --   seq: the attempt's number within its Acquire (1, 2, ...) if the
+  --     waiter takes direct grants (plain mode only), else 0.
+  --   proc: its process id (direct grants).
+  --   min_hold: ms the name stays held from a grant (0: none). Such a
+  --     waiter takes no direct grants.
+  -- px is the ttl as sent, for SET … PX: a number argument to redis.call
+  -- costs a conversion.
   local tok, ttl, owner, enqueue, entry_ttl, keep, wid, score, fence_init, skew, seq, proc =
     ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[8],
     tonumber(ARGV[9] or '0') or 0, ARGV[10], ARGV[11], tonumber(ARGV[12] or '0') or 0, ARGV[13] or ''
@@ -189,8 +205,8 @@ if op == 'acquire' then
     dseq = dseq or 0
   end
   -- This node granted the lock directly to an earlier attempt of this
-  -- waiter (free), which the waiter did not take (too few nodes, or too
-  -- little validity left): a later attempt takes the grant over. An
+  -- waiter (free), which the waiter did not take: too few nodes, or too
+  -- little validity left. A later attempt takes the grant over. An
   -- earlier attempt arriving late never does (seq orders them).
   if dstate == 'G' and seq > dseq and v == HELD .. dtok .. DIRECT then v = rsv end
   local function buried(id)
@@ -208,9 +224,9 @@ if op == 'acquire' then
     return init
   end
   -- A waiter (enqueue) takes its place in the queue whether this node
-  -- grants or refuses: if the attempt fails elsewhere, its rollback here
-  -- finds it first in line and keeps its place without a message (see
-  -- free), instead of deleting the key (a `del` event would wake it).
+  -- grants or refuses. If the attempt fails elsewhere, its rollback here
+  -- finds it first in line. It then keeps its place without a message
+  -- (see free), instead of deleting the key (a `del` event would wake it).
   -- A refused waiter that takes direct grants records this attempt (if it
   -- is its latest here) for free; a grant drops that record.
   local function queue_up(granted)
@@ -228,9 +244,9 @@ if op == 'acquire' then
     end
   end
   -- A reservation follows the head of the queue: a waiter that is the live
-  -- head takes one made for a waiter behind it (a MultiLock waiter keeps a
-  -- name reserved while it waits for its other names; a waiter that joined
-  -- later with an earlier score goes first, on every node alike).
+  -- head takes one made for a waiter behind it. A MultiLock waiter keeps a
+  -- name reserved while it waits for its other names. A waiter that joined
+  -- later with an earlier score goes first, on every node alike.
   if v and v ~= rsv and enqueue and string.sub(v, 1, 6) == RESERVED then
     queue_up(false)
     if head(QUEUE, QEXP) == wid then v = rsv end
@@ -238,8 +254,8 @@ if op == 'acquire' then
   if owner == '' then
     local mine = HELD .. tok
     if v == mine then
-      -- the same attempt again (a resend, or a late copy after the lease
-      -- was extended or re-taken): never shorten the key
+      -- The same attempt again (a resend, or a late copy after the lease
+      -- was extended or re-taken): never shorten the key.
       pexpire_max(LOCK, ttl)
       return {GRANTED, fence_next(), now, 0}
     end
@@ -271,23 +287,24 @@ if op == 'acquire' then
   queue_up(false)
   -- holder tags the value refused for: the first 8 hex digits of its token
   -- or waiter id as a number (0 if not hex). One tag on a quorum is one
-  -- holder; different tags are a split vote, which TryAcquire retries.
+  -- holder. Different tags are a split vote, which TryAcquire retries.
   return {REFUSED, redis.call('PTTL', LOCK), now, tonumber(string.sub(v, 7, 14), 16) or 0}
 
 elseif op == 'release' or op == 'rollback' then
-  -- A rollback undoes one attempt's grant (its token is never reused) and
-  -- keeps the waiter's queue entry, so a split attempt keeps its place
-  -- (wid names the waiter, which free must not wake); a release ends a
-  -- lease: it drops the holder's entry (kept while it held) and frees a
-  -- reservation a late release made for it. Answers 1 released, 0 not ours
-  -- (the key missing, or nothing of ours left), and a release 2 where
-  -- another holder's key is (an overtaken lease).
+  -- A rollback undoes one attempt's grant (its token is never reused). It
+  -- keeps the waiter's queue entry, so a split attempt keeps its place; wid
+  -- names the waiter, which free must not wake. A release ends a lease. It
+  -- drops the holder's entry (kept while it held) and frees a reservation
+  -- that a late release made for it.
+  -- Answers: 1 released; 0 not ours (the key missing, or nothing of ours
+  -- left); for a release, 2 where another holder's key is (an overtaken
+  -- lease).
   local tok, owner, window, ch, wid = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
   if owner ~= '' or extra > 0 then clock() end
   local self = ''
   if op == 'rollback' then self = wid end
-  -- a release within the grant's min-hold leaves the key as a tail (no
-  -- handoff); a rollback frees as ever
+  -- A release within the grant's min-hold leaves the key as a tail (no
+  -- handoff). A rollback frees as ever.
   local function freed(val)
     if op == 'release' and extra > 0 then
       -- use: min_hold
@@ -296,9 +313,9 @@ elseif op == 'release' or op == 'rollback' then
     free(window, ch, self)
   end
   if op == 'release' and wid ~= '' and extra > 0 then
-    -- a lease of a waiter: its queue entry goes, buried so that an attempt
-    -- of it still in flight cannot queue it again (a dead waiter would be
-    -- granted the lock); a grant made for it meanwhile is freed
+    -- A lease of a waiter: its queue entry goes. A tombstone keeps an
+    -- attempt of it still in flight from queueing it again (a dead waiter
+    -- would be granted the lock). A grant made for it meanwhile is freed.
     local st, _, _, _, _, _, gtok = direct_state(wid)
     if dequeue(wid) then bury(wid) end
     if v == RESERVED .. wid or (st == 'G' and v == HELD .. gtok .. DIRECT and gtok .. DIRECT ~= tok) then
@@ -341,12 +358,12 @@ elseif op == 'leave' then
 
 elseif op == 'renew' then
   -- fence: the owner's fence, for a re-take. Only a follow-up call with
-  -- retake "1", sent after a renewal round confirmed the lease on a quorum,
-  -- re-creates a missing key (RETAKEN): a plain renewal that reaches a node
-  -- after the lease's release must never bring the key back.
+  -- retake "1" re-creates a missing key (RETAKEN). It is sent after a
+  -- renewal round confirmed the lease on a quorum. A plain renewal that
+  -- reaches a node after the lease's release must never bring it back.
   -- use: renew_hold
-  -- (a plain renewal passes ttl on as sent: a number argument to
-  -- redis.call costs a conversion)
+  -- A plain renewal passes ttl on as sent: a number argument to
+  -- redis.call costs a conversion.
   local tok, ttl, owner, fence, retake = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
   if owner ~= '' then clock(); ttl = tonumber(ttl) end
   return renew_hold(v, LOCK, HOLDS, EPOCH, HELD .. tok, owner ~= '' and OWNED .. owner, tok, ttl, fence, retake)
@@ -358,10 +375,10 @@ elseif op == 'fence' then
   return write_fence(FENCE, EPOCH, fv, v, owner ~= '' and OWNED .. owner, f, keep)
 
 elseif op == 'force' then
-  -- an operator's forced release (`redlock release --force`). Deletes the
-  -- hold whoever holds it (owner mode: every hold of the owner), steps the
-  -- fence counter (if any) so that every later grant's fence is above the
-  -- forced holder's, and hands the lock to the longest live waiter as a
+  -- An operator's forced release (`redlock release --force`). It deletes
+  -- the hold whoever holds it (owner mode: every hold of the owner). It
+  -- steps the fence counter (if any), so every later grant's fence is above
+  -- the forced holder's. It hands the lock to the longest live waiter, as a
   -- release does. The forced holder's renewals then find the key missing
   -- or another owner's.
   -- Reply: {1 deleted / 0 nothing held, the holder's value, fence counter}.
@@ -386,10 +403,10 @@ elseif op == 'force' then
   return {1, v, f}
 
 elseif op == 'status' then
-  -- read-only (run with EVALSHA_RO): for `redlock status`, {value, pttl,
-  -- fence, waiters, the first max_waiters waiters with their scores (queued
-  -- since, server ms), the latest hold (owner mode: its token carries the
-  -- holder's metadata)}
+  -- Read-only (run with EVALSHA_RO), for `redlock status`. Reply: {value,
+  -- pttl, fence, waiters, the first max_waiters waiters with their scores,
+  -- the latest hold}. A waiter's score is when it queued (server ms). In
+  -- owner mode the latest hold's token carries the holder's metadata.
   local max_waiters = tonumber(ARGV[2] or '0') or 0
   local q = {}
   if max_waiters > 0 then q = redis.call('ZRANGE', QUEUE, 0, max_waiters - 1, 'WITHSCORES') end

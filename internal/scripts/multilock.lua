@@ -1,11 +1,12 @@
 -- redlock MultiLock script, layout version 1 ("rl1"): all-or-nothing over a
--- sorted, de-duplicated set of Lock names. Its keys ARE the Lock keys, so a
--- MultiLock over {a, b} and a Lock on a exclude each other, and both kinds of
--- waiters share each name's queue (see lock.lua).
--- KEYS: per name i (1-based), 6 keys at 6*(i-1)+1 ..: lock, fence, q (waiter
--- order), qx (waiter expiry), watch flag, gone (tombstones of waiters that left)
--- ARGV[1] op, ARGV[2] token; then op-specific arguments; channels are the
--- last #names arguments (one per name, same order).
+-- sorted, de-duplicated set of Lock names. Its keys ARE the Lock keys. So a
+-- MultiLock over {a, b} and a Lock on a exclude each other, and both kinds
+-- of waiters share each name's queue (see lock.lua).
+-- KEYS: 6 per name i (1-based), at 6*(i-1)+1 ..:
+--   lock, fence, q (waiter order), qx (waiter expiry), watch flag,
+--   gone (tombstones of waiters that left).
+-- ARGV[1] op, ARGV[2] token, then op-specific arguments. The channels are
+-- the last #names arguments (one per name, same order).
 -- K(i, LOCK) is name i's lock key, and so on
 -- use: now grant_codes wrong pexpire_max head
 local LOCK, FENCE, QUEUE, QEXP, WATCH, GONE = 1, 2, 3, 4, 5, 6
@@ -19,13 +20,13 @@ local RESERVED = 'rl1:R:'
 -- acquire answers {GRANTED, fence, now, 0} or {REFUSED, pttl, now, 0}
 local want = {'string', 'string', 'zset', 'hash', 'string', 'zset'}
 
--- Type checks before any write. One MGET reads every string key (lock,
--- fence, watch flag of each name: nil for a missing key and for one of
--- another type) and one EXISTS counts all keys: when it counts only the
--- values MGET found, the other keys are missing and no TYPE is needed.
--- Otherwise each key but a string MGET found gets a TYPE, name by name in
--- the layout's order (the first wrong key is named). A refused MGET (an
--- ACL) falls back to a TYPE and GET of each key, as always.
+-- Type checks before any write. One MGET reads every string key: the
+-- lock, fence and watch flag of each name. It gives nil for a missing key
+-- and for one of another type. One EXISTS counts all keys. When it counts
+-- only the values MGET found, the other keys are missing and no TYPE is
+-- needed. Otherwise each key but a string MGET found gets a TYPE, name by
+-- name in the layout's order (the first wrong key is named). A refused
+-- MGET (an ACL) falls back to a TYPE and GET of each key, as always.
 local vals, fences = {}, {}
 local sk = {}
 for i = 1, n do
@@ -77,12 +78,12 @@ local function buried(i, id)
   return s and tonumber(s) > now
 end
 
--- free a name as lock.lua's free does: reserve it for its longest live
--- waiter (a Lock or a MultiLock waiter) and tell only that one (the SET
--- overwrites the key: no `del` event wakes anyone else); if that waiter is
--- self (whose own attempt is being rolled back) the reservation lasts as
--- long as its queue entry, without a message. With no live waiter: delete
--- the key and wake one listener if one watches.
+-- free frees a name as lock.lua's free does. It reserves the name for its
+-- longest live waiter (a Lock or a MultiLock waiter) and tells only that
+-- one: the SET overwrites the key, so no `del` event wakes anyone else.
+-- If that waiter is self (whose own attempt is being rolled back), the
+-- reservation lasts as long as its queue entry, without a message. With
+-- no live waiter it deletes the key and wakes one listener if one watches.
 local function free(i, window, self)
   local id, exp = head(K(i, QUEUE), K(i, QEXP))
   if id then
@@ -104,12 +105,16 @@ end
 
 if op == 'acquire' then
   -- use: fence_ttl fence_floor
-  -- waiting: a blocked Acquire (queue on every name and set the watch
-  -- flags); fence_init: the fence for missing counters (the caller's
-  -- hybrid clock); wid: the waiter id (stable across one Acquire's
-  -- attempts); score: its queue score (chosen once by the waiter, the same
-  -- on every node); floor: the fence already chosen by the slot groups
-  -- taken before this one on a Redis Cluster node (0 otherwise)
+  -- Arguments:
+  --   waiting: a blocked Acquire; it queues on every name and sets the
+  --     watch flags.
+  --   fence_init: the fence for missing counters (the caller's hybrid
+  --     clock).
+  --   wid: the waiter id, stable across one Acquire's attempts.
+  --   score: its queue score, chosen once by the waiter, the same on every
+  --     node.
+  --   floor: the fence already chosen by the slot groups taken before this
+  --     one on a Redis Cluster node (0 otherwise).
   local ttl, keep, waiting, fence_init, wid, score, entry_ttl, skew, floor =
     tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]) or 0, ARGV[7], tonumber(ARGV[8]) or 0,
     tonumber(ARGV[9]), ARGV[10], tonumber(ARGV[11]) or 0
@@ -129,10 +134,10 @@ if op == 'acquire' then
     end
   end
   -- A name is ours to take if free, ours (a resend), reserved for us, or
-  -- reserved for a waiter behind us: a reservation follows the head of its
-  -- name's queue, so that two waiters can never each keep a name the other
-  -- needs (one order of (score, id) on every name and node: the earliest
-  -- waiter is the head of every queue it is in).
+  -- reserved for a waiter behind us. A reservation follows the head of its
+  -- name's queue, so two waiters can never each keep a name the other
+  -- needs. There is one order of (score, id) on every name and node: the
+  -- earliest waiter is the head of every queue it is in.
   local blocked = 0
   for i = 1, n do
     local v = vals[i]
@@ -146,9 +151,9 @@ if op == 'acquire' then
   end
   if blocked > 0 then
     if waiting then
-      -- Keep every name reserved for us for as long as our queue entry
-      -- lives: waiters behind us wait (FIFO), and we are told when the
-      -- name that refused us is freed (we are in its queue).
+      -- Keep every name reserved for us while our queue entry lives.
+      -- Waiters behind us wait (FIFO). We are told when the name that
+      -- refused us is freed, since we are in its queue.
       for i = 1, n do
         if vals[i] == rsv and exp[i] then redis.call('SET', K(i, LOCK), rsv, 'PX', exp[i] - now) end
         redis.call('SET', K(i, WATCH), '1', 'PX', 3000)
@@ -161,9 +166,9 @@ if op == 'acquire' then
   for i = 1, n do
     if fences[i] then present = present + 1; m = math.max(m, tonumber(fences[i])) end
   end
-  -- max + 1 over the names' counters; a missing counter is unknown (or
-  -- expired, and then below (TIME - skew) << 10), so with some missing the
-  -- caller's hybrid-clock value and that bound are floors
+  -- max + 1 over the names' counters. A missing counter is unknown, or
+  -- expired and then below (TIME - skew) << 10. So with some missing, the
+  -- caller's hybrid-clock value and that bound are floors.
   local f = 0
   if present > 0 then f = m + 1 end
   if present < n then f = math.max(f, fence_init, fence_floor(skew)) end
@@ -181,11 +186,11 @@ if op == 'acquire' then
   return {GRANTED, f, now, 0}
 
 elseif op == 'release' then
-  -- window: the handoff window ms; release: a lease's release (else an
-  -- attempt's rollback); wid: the waiter id ("" for a TryAcquire).
-  -- A rollback keeps the waiter's queue entries (a split attempt keeps its
-  -- place) and names it, so that free does not wake it; a release drops
-  -- them, and frees a name reserved for it.
+  -- window: the handoff window ms. release: a lease's release (else an
+  -- attempt's rollback). wid: the waiter id ("" for a TryAcquire).
+  -- A rollback keeps the waiter's queue entries, so a split attempt keeps
+  -- its place. It names the waiter, so that free does not wake it. A
+  -- release drops them and frees a name reserved for it.
   local window, release, wid = ARGV[3], ARGV[4] == '1', ARGV[5]
   local self = ''
   if not release then self = wid end

@@ -1,15 +1,15 @@
 -- redlock prelude: named parts that a script pulls in where it needs them.
 -- A script line `-- use: a b` is replaced by parts a and b (and the parts
--- they use), each on that one line, so a line number in a Redis error
--- ("user_script:N") is line N of the script's own file. A part pulled in at
--- the top of a script (no indent) is there for every op; one pulled in inside
--- an op's branch costs only that op (each function is one closure per call).
--- A part may use only parts above it. No comment after code in a part: its
--- lines are joined.
+-- they use), all on that one line. So a line number in a Redis error
+-- ("user_script:N") is line N of the script's own file. A part pulled in
+-- at the top of a script (no indent) is there for every op. One pulled in
+-- inside an op's branch costs only that op (each function is one closure
+-- per call). A part may use only parts above it. No comment after code in
+-- a part: its lines are joined.
 -- part: clock
--- now: this node's TIME in ms, read by clock(). The parts below read now:
--- a script that pulls them in without part now calls clock() on each path
--- that runs them before they run (a plain release or renewal needs no TIME).
+-- now: this node's TIME in ms, read by clock(). The parts below read now.
+-- A script that pulls them in without part now calls clock() before them,
+-- on each path that runs them. A plain release or renewal needs no TIME.
 local now
 local function clock()
   local t = redis.call('TIME')
@@ -19,9 +19,12 @@ end
 -- now, read at once for every op.
 clock()
 -- part: renew_codes
--- Renewal answers (Go: scripts.RenewNotOurs ...): another holder (or the
--- key is of another lease), renewed, a missing key re-created (retake),
--- the key missing (a restarted node; only a retake re-creates it).
+-- Renewal answers (Go: scripts.RenewNotOurs ...):
+--   NOT_OURS: another holder, or the key is of another lease.
+--   RENEWED: renewed.
+--   RETAKEN: a missing key re-created (retake).
+--   MISSING: the key is missing (a restarted node); only a retake
+--     re-creates it.
 local NOT_OURS, RENEWED, RETAKEN, MISSING = 0, 1, 2, 3
 -- part: grant_codes
 -- Acquire answers (Go: scripts.Granted, scripts.Refused): {GRANTED, fence,
@@ -55,11 +58,11 @@ local function zadd_max(k, s, m)
 end
 -- part: min_hold
 -- Min-hold ("at most once per period": lock.lua, fairlock.lua). A grant
--- with min-hold m ms records "<until> <value>" in hash QX, field '^'
--- (until = now + m, value = the lock key's value as granted), and the key
--- lives at least m. min_hold_tail is the release of value: before until,
--- it turns the key into tail, which expires at until (nobody is granted or
--- handed the lock before then), and answers true; else false.
+-- with min-hold m ms records "<until> <value>" in hash QX, field '^'.
+-- until is now + m; value is the lock key's value as granted. The key
+-- lives at least m. min_hold_tail is the release of value. Before until,
+-- it turns the key into tail, which expires at until, and answers true.
+-- Nobody is granted or handed the lock before then. Else it answers false.
 local function min_hold_grant(LOCK, QX, val, m)
   redis.call('HSET', QX, '^', string.format('%.0f', now + m) .. ' ' .. val)
   pexpire_max(QX, m)
@@ -76,15 +79,14 @@ local function min_hold_tail(LOCK, QX, val, tail)
   return true
 end
 -- part: fence_ttl
--- Fence counters (docs/lock.md, "Fencing (S2)"): a counter c is kept
--- `keep` ms after its last write and never expires before this node's clock
--- reads (c >> 10) + keep; a counter started fresh is at least
--- (TIME - skew) << 10 (fence_floor). With keep > skew a fresh counter is
--- above any counter that expired on this node (as long as its clock does
--- not step back by keep - skew), so a counter the hybrid clock has passed
--- can go.
--- When keep wins it is returned as given (an ARGV string is passed on to
--- PEXPIRE as is: a number argument costs a conversion in redis.call).
+-- Fence counters (docs/lock.md, "Fencing"). A counter c is kept `keep` ms
+-- after its last write. It never expires before this node's clock reads
+-- (c >> 10) + keep. A counter started fresh is at least (TIME - skew) << 10
+-- (fence_floor). With keep > skew a fresh counter is above any counter
+-- that expired on this node, as long as its clock does not step back by
+-- keep - skew. So a counter the hybrid clock has passed can go.
+-- When keep wins it is returned as given: an ARGV string is passed on to
+-- PEXPIRE as is, while a number argument costs a conversion in redis.call.
 local function fence_ttl(c, keep)
   local k = tonumber(keep)
   local t = math.floor(c / 1024) + k - now
@@ -93,8 +95,8 @@ local function fence_ttl(c, keep)
 end
 -- part: fence_step
 -- fence_step steps the counter FENCE (it exists) and keeps it as above.
--- (INCR and PEXPIRE: measured cheaper than one SET of the value + 1, whose
--- string.format and number argument cost more than the second command.)
+-- INCR and PEXPIRE cost less than one SET of the value + 1, whose
+-- string.format and number argument cost more than the second command.
 local function fence_step(FENCE, keep)
   local c = redis.call('INCR', FENCE)
   redis.call('PEXPIRE', FENCE, fence_ttl(c, keep))
@@ -105,10 +107,10 @@ local function fence_floor(skew)
   return (now - (tonumber(skew) or 0)) * 1024
 end
 -- part: head
--- head is the longest live waiter of queue q (zset waiter id -> score) with
--- entry expiries in hash qx (id, entry expiry; '=' .. id: a Lock waiter's
--- direct grant state, lock.lua), dropping dead entries on the way; nil when
--- none of the first 32 lives.
+-- head is the longest live waiter of queue q (zset waiter id -> score),
+-- with entry expiries in hash qx. Field '=' .. id of qx is a Lock waiter's
+-- direct grant state (lock.lua). It drops dead entries on the way and
+-- answers nil when none of the first 32 lives.
 local function head(q, qx)
   local ids = redis.call('ZRANGE', q, 0, 31)
   for _, id in ipairs(ids) do
@@ -121,7 +123,7 @@ local function head(q, qx)
 end
 -- part: live_queue
 -- live_queue lists the live waiters of queue q (expiries in hash qx) in
--- order, at most n ({id, score, ...}; n < 0: all), without writing: a
+-- order, at most n ({id, score, ...}; n < 0: all). It writes nothing: a
 -- read-only op skips the dead entries a writing op would drop.
 local function live_queue(q, qx, n)
   local out = {}
@@ -148,9 +150,10 @@ local function take_owned(LOCK, HOLDS, EPOCH, owned, tok, ttl, fence)
   redis.call('SET', EPOCH, fence, 'PX', ttl)
 end
 -- part: renew_hold
--- renew_hold is the renew op: the lease's value is plain (one token) or,
--- in owner mode (owned not false), owned with the hold tok. A missing key answers MISSING
--- unless retake: then it is re-created (with fence in EPOCH).
+-- renew_hold is the renew op. The lease's value is plain (one token), or in
+-- owner mode (owned not false) owned with the hold tok. A missing key
+-- answers MISSING unless retake: then it is re-created (with fence in
+-- EPOCH).
 local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, retake)
   if v == false and not retake then return MISSING end
   if not owned then
@@ -174,10 +177,10 @@ local function renew_hold(v, LOCK, HOLDS, EPOCH, plain, owned, tok, ttl, fence, 
   return NOT_OURS
 end
 -- part: drop_hold
--- drop_hold ends the owner's hold tok: nil if it is not one, true when it
--- was the last (HOLDS and EPOCH are deleted: the caller frees LOCK), false
--- when others remain (LOCK, HOLDS and EPOCH then live as long as the
--- longest of them).
+-- drop_hold ends the owner's hold tok. It answers nil if tok is not one.
+-- It answers true when it was the last: HOLDS and EPOCH are deleted, and
+-- the caller frees LOCK. It answers false when others remain: LOCK, HOLDS
+-- and EPOCH then live as long as the longest of them.
 local function drop_hold(LOCK, HOLDS, EPOCH, tok)
   if redis.call('ZREM', HOLDS, tok) == 0 then return nil end
   redis.call('ZREMRANGEBYSCORE', HOLDS, '-inf', now)
@@ -191,9 +194,9 @@ local function drop_hold(LOCK, HOLDS, EPOCH, tok)
   return false
 end
 -- part: write_fence
--- write_fence is the fence op: it writes back a fence f decided by the
--- coordinator to the counter FENCE (fv its value, never lowered) and, if
--- the key holds owned (owner mode; false: none), to the owner's EPOCH.
+-- write_fence is the fence op. It writes back a fence f decided by the
+-- coordinator to the counter FENCE (fv its value, never lowered). If the
+-- key holds owned (owner mode; false: none), it writes f to EPOCH too.
 local function write_fence(FENCE, EPOCH, fv, v, owned, f, keep)
   if not fv or tonumber(fv) < tonumber(f) then
     redis.call('SET', FENCE, f, 'PX', fence_ttl(tonumber(f), keep))

@@ -113,10 +113,12 @@ if op == 'racquire' then
 
 elseif op == 'wacquire' then
   -- use: fence_step
-  -- as racquire, and keep: the fence keep; score: the queue score (chosen
-  -- once by the waiter, the same on every node, so every node orders the
-  -- waiting writers alike; 0: not known yet, this node's now until the
-  -- waiter's next attempt carries one)
+  -- As racquire, and:
+  --   keep: the fence keep.
+  --   score: the queue score, chosen once by the waiter. It is the same on
+  --     every node, so every node orders the waiting writers alike. 0: not
+  --     known yet; this node's now stands in until the waiter's next
+  --     attempt carries one.
   local tok, ttl, enqueue, entry_ttl, wid, keep, score =
     ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8] or '0')
   if w == HELD .. tok then -- a repeated request (resent after a reconnect)

@@ -106,17 +106,21 @@ func partNamed(name string) (part, bool) {
 }
 
 // WithPrelude returns body with each of its "-- use: a b ..." lines
-// replaced by those prelude parts (prelude.lua: the node's TIME as now, the
-// renew answers, the type-check error, the never-shorten expiries, the
-// fence counters' TTL and floor, the queue head, a read-only queue view and
-// the owner-mode renew, release and fence bodies) and the parts they use,
-// in the prelude's order and on that one line: each body exists once,
-// a script stays one self-contained body for EVALSHA, and a line number in a
-// Redis error is the body's own. A "use" line without indent (the top of the
-// script) serves every op; an indented one (inside an op's branch) pulls in
-// only what the parts at the top did not, so an op pays only for the parts
-// it runs. An unknown part name panics (the bodies are embedded: a test
-// catches it). The benchmark's floor uses it on a lock.lua given with --lua.
+// replaced by those prelude parts and the parts they use. They come in the
+// prelude's order, all on that one line. The parts of prelude.lua are the
+// node's TIME as now, the renew answers, the type-check error, the
+// never-shorten expiries, the fence counters' TTL and floor, the queue
+// head, a read-only queue view, and the owner-mode renew, release and
+// fence bodies.
+//
+// So each body exists once, and a script stays one self-contained body
+// for EVALSHA. A line number in a Redis error is the body's own.
+//
+// A "use" line without indent (the top of the script) serves every op. An
+// indented one (inside an op's branch) pulls in only what the parts at the
+// top did not, so an op pays only for the parts it runs. An unknown part
+// name panics; the bodies are embedded, so a test catches it. The
+// benchmark's floor uses WithPrelude on a lock.lua given with --lua.
 func WithPrelude(body string) string {
 	top := map[string]bool{}
 	return useLine.ReplaceAllStringFunc(body, func(line string) string {
@@ -159,10 +163,11 @@ func WithPrelude(body string) string {
 
 // Key suffixes, in the order of each script's KEYS.
 var (
-	// LockKeys: lock value, fence counter, waiter order (zset), waiter
-	// expiry (hash), holds (zset, owner mode), epoch fence (owner mode),
-	// watch flag (a waiter that does not queue is listening), tombstones of
-	// waiters that left (see lock.lua's header).
+	// LockKeys are the lock value, the fence counter, the waiter order
+	// (zset) and the waiter expiry (hash). Then come the holds (zset) and
+	// the epoch fence of owner mode. Then the watch flag: a waiter that does
+	// not queue is listening. Last, the tombstones of waiters that left
+	// (see lock.lua's header).
 	LockKeys = []string{"lock", "fence", "q", "qx", "holds", "epoch", "w", "gone"}
 	// FairLockKeys: lock value, fence counter, queue, queue expiry, ticket
 	// counter, holds, epoch fence, tombstones (see fairlock.lua's header).

@@ -1,19 +1,25 @@
 -- redlock Semaphore script, layout version 1 ("rl1"). A semaphore of P
--- permits is P slots, each an exclusive quorum lock; one script, one round
--- trip per operation per node; ARGV[1] selects it, ARGV[2] is the slot key
--- prefix "<p>{name}:s:" (slot i is prefix .. i; every slot key shares the
--- hash tag of KEYS[1], so it lives in the same cluster slot).
--- KEYS: CFG config hash "<p>{name}:sem": t = "rl1:sem" (type marker),
---          p = permits, hi = slots that may still be held (> p while a
---          shrink drains), f<i> = fence counter of slot i.
--- QUEUE waiter order (zset: waiter id, score chosen by the waiter, the
---          same on every node)
--- QSTATE waiter state (hash: <id> -> entry expiry in server ms,
---          r:<id> -> the slot reserved for it here, a:<id> -> it made no
---          attempt since that reservation)
--- Slot values: "rl1:S:<token>" held, "rl1:R:<waiter id>" reserved for that
--- waiter by a handoff. Tokens and waiter ids carry the holder's metadata
--- (primitives/meta.go): they are compared whole, never parsed.
+-- permits is P slots, each an exclusive quorum lock. One script, one round
+-- trip per operation per node; ARGV[1] selects it. ARGV[2] is the slot key
+-- prefix "<p>{name}:s:". Slot i is prefix .. i. Every slot key shares the
+-- hash tag of KEYS[1], so it lives in the same cluster slot.
+-- KEYS:
+--   CFG config hash "<p>{name}:sem":
+--     t = "rl1:sem" (type marker)
+--     p = permits
+--     hi = slots that may still be held (> p while a shrink drains)
+--     f<i> = fence counter of slot i
+--   QUEUE waiter order (zset: waiter id, score chosen by the waiter, the
+--     same on every node)
+--   QSTATE waiter state (hash):
+--     <id> -> entry expiry in server ms
+--     r:<id> -> the slot reserved for it here
+--     a:<id> -> it made no attempt since that reservation
+-- Slot values:
+--   "rl1:S:<token>": held.
+--   "rl1:R:<waiter id>": reserved for that waiter by a handoff.
+-- Tokens and waiter ids carry the holder's metadata (primitives/meta.go).
+-- They are compared whole, never parsed.
 -- use: now grant_codes renew_codes wrong pexpire_max
 local CFG, QUEUE, QSTATE = KEYS[1], KEYS[2], KEYS[3]
 local op, prefix = ARGV[1], ARGV[2]
@@ -42,8 +48,8 @@ local function slot(i)
 end
 
 -- fence fields f<i>: the config hash is kept as a fence counter is (the
--- prelude's fence_ttl), so that the coordinator's hybrid clock is above
--- any fence that expired with it
+-- prelude's fence_ttl). So the coordinator's hybrid clock is above any
+-- fence that expired with it.
 
 -- touch creates the config where missing (or where it lost its permits)
 -- and keeps it alive for the idle time.
@@ -69,13 +75,13 @@ local function reserved(id)
 end
 
 -- handoff: slot i was freed. Reserve it for the longest live waiter that
--- holds no reservation here and tell that waiter; with none (or a slot a
+-- holds no reservation here, and tell that waiter. With none (or a slot a
 -- shrink removed), free the slot and tell one local waiter per process to
--- re-check. Every node orders the waiters by the same score (chosen by the
--- waiter), so the nodes reserve a freed slot for the same waiter. A waiter
--- keeps its place until it wins, leaves or expires; one that made no
--- attempt since its last reservation here lapsed is dropped (a dead waiter
--- costs one handoff window; a live one queues again under its score).
+-- re-check. Every node orders the waiters by the same score, chosen by the
+-- waiter, so the nodes reserve a freed slot for the same waiter. A waiter
+-- keeps its place until it wins, leaves or expires. One that made no
+-- attempt since its last reservation here lapsed is dropped. A dead waiter
+-- costs one handoff window; a live one queues again under its score.
 local function handoff(i, window, ch)
   if not cp or i < cp then
     local ids = redis.call('ZRANGE', QUEUE, 0, 31)
@@ -108,14 +114,27 @@ end
 
 if op == 'acquire' then
   -- use: fence_ttl
-  -- ARGV: 3 token (fresh per attempt), 4 slot, 5 permits, 6 resize "1"/"0",
-  -- 7 ttl ms, 8 idle ms (at least the fence keep), 9 scan start, 10 max free slots returned,
-  -- 11 waiter id (stable across one Acquire), 12 enqueue "1"/"0",
-  -- 13 queue entry ttl ms, 14 queue score (server ms the waiter first saw
-  -- refused; "0": this node's now), 15 handoff window ms, 16 channel.
-  -- Reply: {1, fence, now, 0} granted; {0, soonest expiry ms, now, drain,
-  -- n, slots...} refused, where the first n slots are reserved for this
-  -- waiter and the rest are free; {-2, stored permits, now, 0} mismatch.
+  -- ARGV:
+  --   3 token (fresh per attempt)
+  --   4 slot
+  --   5 permits
+  --   6 resize "1"/"0"
+  --   7 ttl ms
+  --   8 idle ms (at least the fence keep)
+  --   9 scan start
+  --   10 max free slots returned
+  --   11 waiter id (stable across one Acquire)
+  --   12 enqueue "1"/"0"
+  --   13 queue entry ttl ms
+  --   14 queue score: server ms the waiter first saw refused ("0": this
+  --     node's now)
+  --   15 handoff window ms
+  --   16 channel
+  -- Reply:
+  --   {1, fence, now, 0}: granted.
+  --   {0, soonest expiry ms, now, drain, n, slots...}: refused. The first
+  --     n slots are reserved for this waiter and the rest are free.
+  --   {-2, stored permits, now, 0}: another permit count is stored.
   -- Every check that can fail runs before the first write.
   local tok, s, p, resize, ttl, idle, start, maxfree, wid, enqueue, entry_ttl, score, window, ch =
     ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7], ARGV[8], tonumber(ARGV[9]),
@@ -143,9 +162,9 @@ if op == 'acquire' then
   elseif busy >= 0 then
     out = {REFUSED, busy, now, 1, 0} -- draining: no free list
   else
-    -- refused: this node's slots reserved for us, then its free slots,
-    -- scanned from the client's start so that every node returns the same
-    -- window, and the soonest expiry of the others
+    -- Refused: this node's slots reserved for us, then its free slots, and
+    -- the soonest expiry of the others. The scan starts at the client's
+    -- start, so that every node returns the same window.
     local soon, mineR, free = -1, {}, {}
     for j = 0, p - 1 do
       local i = (start + j) % p
@@ -196,8 +215,8 @@ elseif op == 'release' or op == 'rollback' then
   -- token frees the slot, so a stale or double release never adds a
   -- permit. A release hands the slot to the longest waiter. A rollback
   -- undoes one attempt's grant (its token is never reused) and frees the
-  -- slot for everyone: the attempt lost a contention (or a reservation it
-  -- could not use), and passing it to the next waiter here could repeat
+  -- slot for everyone. The attempt lost a contention (or a reservation it
+  -- could not use); passing the slot to the next waiter here could repeat
   -- that.
   local tok, s, window, ch = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
   local v, err = slot(s)
