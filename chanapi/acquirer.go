@@ -60,8 +60,8 @@ func Campaign(l primitives.Locker) *Acquirer {
 }
 
 // Acquired yields a lease each time one is acquired. The channel is
-// unbuffered: the loop acquires first, then holds the lease (renewed) until
-// someone receives it; a lease lost before it was received is not sent, and
+// unbuffered. The loop acquires first, then holds the lease (renewed) until
+// someone receives it. A lease lost before it was received is not sent.
 // Close releases one not yet received. After a received lease ends the loop
 // tries again, so a caller that wants to stop campaigning calls Close before
 // releasing its lease. The lease belongs to the receiver, who releases it.

@@ -40,11 +40,12 @@ type NodeStatus struct {
 }
 
 // New validates cfg, starts one actor per node and the router, and waits
-// until a quorum of nodes answered. It fails only if fewer than Quorum()
-// nodes answer within cfg.StartTimeout (or before ctx ends: the error then
-// wraps ctx.Err() too), if so many nodes refused our credentials that no
-// quorum can answer (at once, not after StartTimeout), or if cfg is
-// invalid (the error wraps ErrInvalidArgument).
+// until a quorum of nodes answered. It fails only in three cases:
+//   - fewer than Quorum() nodes answer within cfg.StartTimeout, or before
+//     ctx ends (the error then wraps ctx.Err() too);
+//   - so many nodes refused our credentials that no quorum can answer (it
+//     fails at once, not after StartTimeout);
+//   - cfg is invalid (the error wraps ErrInvalidArgument).
 func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if ctx == nil {
 		return nil, engine.NilCtx("coordinator.New")

@@ -22,10 +22,10 @@
 //
 // Behind it, New starts one node actor per master and the notify router,
 // and wires the push messages of the first to the second. The engine fans
-// each operation out to every node in parallel, tallies the quorum
-// (deciding as soon as it is won or can no longer be won), computes
-// validity, rolls back partial or abandoned grants, and runs one renewal
-// scheduler for every held lease, batching renewals per node. This package
+// each operation out to every node in parallel. It tallies the quorum and
+// decides as soon as it is won or can no longer be won. It computes
+// validity and rolls back partial or abandoned grants. One renewal
+// scheduler serves every held lease, batching renewals per node. This package
 // holds the configuration, the lifecycle (New, Close, Done), the node view
 // (Nodes, N, Quorum), the errors and the metric names.
 package coordinator

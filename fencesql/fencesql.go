@@ -68,8 +68,8 @@ func Schema(d Dialect) string {
 }
 
 // The guard statements. Postgres and SQLite: one upsert that updates the
-// row only where its fence is not above ours and returns it only then;
-// after waiting for a concurrent holder's row lock the WHERE is checked
+// row only where its fence is not above ours, and returns it only then.
+// After waiting for a concurrent holder's row lock, the WHERE is checked
 // against the row that holder committed. MySQL: an upsert that keeps the
 // greater fence, then a locking read of the row.
 const (
@@ -85,15 +85,16 @@ const (
 )
 
 // Guard records fence for resource in the caller's transaction tx, unless
-// a higher fence is recorded: then it returns an error that Is ErrStale,
+// a higher fence is recorded. Then it returns an error that Is ErrStale and
 // records nothing, and the caller must roll tx back. An equal fence passes.
 // The row stays locked until tx ends, so a concurrent guard on the same
-// resource waits for it (or, under REPEATABLE READ and SERIALIZABLE, fails
-// as ErrStale: see the package doc). The table is created by [Schema].
+// resource waits for it. Under REPEATABLE READ and SERIALIZABLE that guard
+// fails as ErrStale instead (see the package doc). The table is created by
+// [Schema].
 //
-// Bad input (an unknown dialect, a nil tx, an empty resource, a fence of 0
-// or above math.MaxInt64, a resource longer than MaxResourceMySQL on
-// MySQL) is an error that wraps ErrInvalidArgument, and nothing is sent.
+// Bad input is an error that wraps ErrInvalidArgument, and nothing is
+// sent: an unknown dialect, a nil tx, an empty resource, a fence of 0 or
+// above math.MaxInt64, or a resource longer than MaxResourceMySQL on MySQL.
 func Guard(ctx context.Context, tx *sql.Tx, d Dialect, resource string, fence uint64) error {
 	f, err := check(tx, d, resource, fence)
 	if err != nil {
@@ -127,10 +128,10 @@ func Guard(ctx context.Context, tx *sql.Tx, d Dialect, resource string, fence ui
 	return nil
 }
 
-// guardMy is Guard on MySQL: the upsert takes the row lock and keeps the
-// greater fence; the locking read then sees the latest committed row (a
+// guardMy is Guard on MySQL. The upsert takes the row lock and keeps the
+// greater fence. The locking read then sees the latest committed row; a
 // plain SELECT would read the transaction's snapshot under REPEATABLE
-// READ). The affected-rows count is not used: it is 0 for an upsert that
+// READ. The affected-rows count is not used: it is 0 for an upsert that
 // leaves the fence as it was, equal or higher.
 func guardMy(ctx context.Context, tx *sql.Tx, resource string, f int64) error {
 	if _, err := tx.ExecContext(ctx, guardMySQL, resource, f); err != nil {
@@ -170,11 +171,11 @@ func stale(resource string, f, rec int64) error {
 	return fmt.Errorf("%w: resource %q: fence %d, recorded %d", ErrStale, resource, f, rec)
 }
 
-// conflict wraps an error of the guard's statements: a serialization
+// conflict wraps an error of the guard's statements. A serialization
 // failure or a deadlock means a concurrent transaction changed or locked
-// the fence row first, so this transaction cannot record its fence; it Is
-// ErrStale and still Is (or As) the driver's error. Other errors are
-// returned wrapped as they are.
+// the fence row first, so this transaction cannot record its fence. The
+// error then Is ErrStale and still Is (or As) the driver's error. Other
+// errors are returned wrapped as they are.
 func conflict(d Dialect, resource string, f int64, err error) error {
 	if serialization(err) {
 		return fmt.Errorf("%w: resource %q: fence %d: a concurrent transaction won the fence row (retry the "+
@@ -184,9 +185,9 @@ func conflict(d Dialect, resource string, f int64, err error) error {
 }
 
 // serialization reports whether err is a serialization failure (SQLSTATE
-// 40001, also MySQL's deadlock) or a deadlock (40P01), as drivers report
-// them: a SQLState() method (pgx, lib/pq) or a SQLState field of five
-// bytes (go-sql-driver/mysql).
+// 40001, also MySQL's deadlock) or a deadlock (40P01). Drivers report them
+// with a SQLState() method (pgx, lib/pq) or a SQLState field of five bytes
+// (go-sql-driver/mysql).
 func serialization(err error) bool {
 	s := sqlState(err)
 	return s == "40001" || s == "40P01"
@@ -221,9 +222,9 @@ func sqlState(err error) string {
 }
 
 // Fenced checks the result of an UPDATE that carries its own fence check,
-// `UPDATE … WHERE … AND fence <= $n`: err is returned as it is; no row
-// affected is an error that Is ErrStale (the row has a higher fence, or no
-// such row exists). Write the statement so that it matches exactly the
+// `UPDATE … WHERE … AND fence <= $n`. It returns err as it is. No row
+// affected is an error that Is ErrStale: the row has a higher fence, or no
+// such row exists. Write the statement so that it matches exactly the
 // rows it must change.
 //
 // On MySQL, a matched row that the update leaves unchanged counts as

@@ -1,9 +1,9 @@
 // Package notify is the one router actor for the push messages of every
-// node. It keeps a FIFO list of waiters per topic (one topic per resource),
-// subscribes a topic only while it has waiters (reference counted, with a
-// short linger so a busy resource does not churn SUBSCRIBE/UNSUBSCRIBE), and
-// wakes exactly the waiters that can make progress. It never blocks on a slow
-// waiter or on the connection that delivered a message.
+// node. It keeps a FIFO list of waiters per topic (one topic per resource).
+// It subscribes a topic only while it has waiters: reference counted, with
+// a short linger so a busy resource does not churn SUBSCRIBE/UNSUBSCRIBE.
+// It wakes exactly the waiters that can make progress. It never blocks on
+// a slow waiter or on the connection that delivered a message.
 //
 // Payloads (published by the primitives' scripts on "<topic>:ch"):
 //
@@ -18,9 +18,10 @@
 //	g:<seq>:<fence>:<now>:<token>  a direct grant to the waiter holding that
 //	                               token: it reaches Waiter.Grants and wakes the waiter
 //
-// A waiter reached by an unnamed wake-up (n:, ks:, a reconnect) that cannot
-// progress calls Waiter.Pass: the router hands the wake-up on to the next
-// waiter of the topic, once per message, so that one that can is reached.
+// An unnamed wake-up (n:, ks:, a reconnect) may reach a waiter that cannot
+// progress. That waiter calls Waiter.Pass, and the router hands the wake-up
+// on to the next waiter of the topic, once per message. So one that can
+// progress is reached.
 //
 // The package knows nothing of quorums or nodes beyond their push messages.
 package notify

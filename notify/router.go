@@ -79,11 +79,11 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 // the window in which a release message could be missed.
 func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 
-// Pass reports that the waiter, woken by a message, could not progress: if
-// that wake-up was an unnamed one ("re-check", which reaches one waiter per
-// process), the router passes it on to the next waiter of the topic, in
-// FIFO order, so that a waiter that can progress is reached — once per
-// message, never back to the front. It never blocks.
+// Pass reports that the waiter, woken by a message, could not progress. An
+// unnamed wake-up ("re-check") reaches one waiter per process. If the
+// wake-up was one, the router passes it on to the next waiter of the topic,
+// in FIFO order, so that a waiter that can progress is reached. It does so
+// once per message, never back to the front. Pass never blocks.
 func (w *Waiter) Pass() { w.r.sendAsync(ctl{pass: w}) }
 
 // Close removes the waiter from its topic. It is idempotent and never blocks
@@ -108,7 +108,7 @@ type msg struct {
 type topic struct {
 	waiters []*Waiter
 	// baton is the waiter that an unnamed wake-up ("n:", a keyspace event,
-	// a reset) reached last: if it cannot progress it passes the wake-up on
+	// a reset) reached last. If it cannot progress, it passes the wake-up on
 	// to the next waiter (Waiter.Pass), so the one that can is reached.
 	baton     *Waiter
 	confirms  int
@@ -162,8 +162,8 @@ func (r *Router) Register(topic, token string) *Waiter {
 	return r.RegisterAll(token, topic)
 }
 
-// RegisterAll adds one waiter to the FIFO of every topic (a MultiLock waits
-// on each of its names); a message on any of them can wake it, and Ready is
+// RegisterAll adds one waiter to the FIFO of every topic: a MultiLock waits
+// on each of its names. A message on any of them can wake it. Ready is
 // closed when all of them are subscribed.
 func (r *Router) RegisterAll(token string, topics ...string) *Waiter {
 	w := &Waiter{topics: topics, token: token, c: make(chan struct{}, 1), ready: make(chan struct{}), r: r}

@@ -9,12 +9,15 @@ import (
 	"time"
 )
 
-// The safety checkers of FAULTS.md, one set for every test: CriticalSection
-// (two holders at once), LeaseSection (the same, asking whether both leases
-// were Valid), Concurrency and ReadWrite (how many holders, of which kind),
-// FencingStore (S2: stale or duplicate fences) and LostUpdate (the
-// read–pause–write probe). Each is safe for concurrent use and its zero
-// value is ready; checkers_test.go has the cases each must flag.
+// The safety checkers of FAULTS.md, one set for every test:
+//   - CriticalSection: two holders at once.
+//   - LeaseSection: the same, asking whether both leases were Valid.
+//   - Concurrency and ReadWrite: how many holders, of which kind.
+//   - FencingStore: stale or duplicate fences (fences must only grow).
+//   - LostUpdate: the read–pause–write probe.
+//
+// Each is safe for concurrent use and its zero value is ready.
+// checkers_test.go has the cases each must flag.
 
 // CriticalSection detects two holders inside a critical section at once
 // (the in-section flag of FAULTS.md). The zero value is ready to use and it
@@ -70,8 +73,8 @@ func (c *Concurrency) Current() int { c.mu.Lock(); defer c.mu.Unlock(); return c
 var ErrStaleFence = errors.New("testutil: stale fencing token")
 
 // ErrDuplicateFence is returned by FencingStore.WriteBy when two different
-// holders wrote with the same fence (an S2 violation: fences must strictly
-// increase from one holder to the next).
+// holders wrote with the same fence. That breaks fencing: fences must
+// strictly increase from one holder to the next.
 var ErrDuplicateFence = errors.New("testutil: one fencing token for two holders")
 
 // FencingStore is a storage double that keeps the highest fencing token it
@@ -205,13 +208,14 @@ type Lease interface {
 	Err() error
 }
 
-// LeaseSection is the S1 and S2 checker of the fault tests: an
-// in-critical-section flag that, when an entry finds it set, asks whether
-// the occupant's lease is still Valid. Both Valid at once is a violation
-// of mutual exclusion; an occupant whose lease is no longer Valid is an
-// overlap (a holder that went on after losing its lease — what fencing is
-// for). Run also writes each lease's fence to Fences and runs the
-// lost-update probe. The zero value is ready; safe for concurrent use.
+// LeaseSection is the fault tests' checker of mutual exclusion and
+// fencing. It is an in-critical-section flag. When an entry finds it set,
+// it asks whether the occupant's lease is still Valid. Both Valid at once
+// is a violation of mutual exclusion. An occupant whose lease is no longer
+// Valid is an overlap: a holder that went on after losing its lease, which
+// is what fencing is for. Run also writes each lease's fence to Fences and
+// runs the lost-update probe. The zero value is ready; safe for concurrent
+// use.
 type LeaseSection struct {
 	Fences FencingStore
 
@@ -260,7 +264,7 @@ func (c *LeaseSection) Enter(l Lease) (exit func(), ok bool) {
 	if !c.in.CompareAndSwap(false, true) {
 		if prev := c.holder.Load(); prev != nil && prev.l.Valid() && l.Valid() {
 			c.violations.Add(1)
-			c.Note("S1: lease %s (fence %d) entered while %s (fence %d) still Valid",
+			c.Note("mutual exclusion: lease %s (fence %d) entered while %s (fence %d) still Valid",
 				short(l.Token()), l.Fence(), short(prev.l.Token()), prev.l.Fence())
 		} else {
 			c.overlaps.Add(1)
@@ -311,7 +315,7 @@ func (c *LeaseSection) Report(t testing.TB) {
 		t.Log(m)
 	}
 	if n := c.Violations(); n > 0 {
-		t.Errorf("S1 violated %d times: two leases Valid at once", n)
+		t.Errorf("mutual exclusion violated %d times: two leases Valid at once", n)
 	}
 	if n := c.Overlaps(); n > 0 {
 		t.Errorf("%d critical sections overlapped after a lease was lost", n)
@@ -320,14 +324,15 @@ func (c *LeaseSection) Report(t testing.TB) {
 		t.Errorf("lost-update probe: counter %d after %d critical sections", got, want)
 	}
 	if _, rej := c.Fences.Counts(); rej > 0 || c.Fences.Duplicates() > 0 {
-		t.Errorf("S2: the fence store rejected %d writes, %d duplicate fences across leases", rej, c.Fences.Duplicates())
+		t.Errorf("fencing: the fence store rejected %d writes, %d duplicate fences across leases", rej, c.Fences.Duplicates())
 	}
 }
 
 // Eventually polls cond every 5 ms until it holds (true) or timeout has
-// passed (false). Tests use it instead of reading state right after a call
-// returned at a quorum, while a request to another node may be in flight:
-// give it a generous timeout, it returns as soon as cond holds.
+// passed (false). A call that returned at a quorum may leave a request to
+// another node in flight. Tests use Eventually instead of reading state
+// right after such a call. Give it a generous timeout: it returns as soon
+// as cond holds.
 func Eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {

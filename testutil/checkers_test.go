@@ -166,7 +166,7 @@ func TestLeaseSectionFlagsTwoValidHolders(t *testing.T) {
 	if c.Violations() != 1 || c.Overlaps() != 0 {
 		t.Fatalf("violations %d overlaps %d, want 1 and 0", c.Violations(), c.Overlaps())
 	}
-	if errs := report(&c); len(errs) != 1 || !strings.Contains(errs[0], "S1 violated 1 times") {
+	if errs := report(&c); len(errs) != 1 || !strings.Contains(errs[0], "mutual exclusion violated 1 times") {
 		t.Fatalf("Report: %v", errs)
 	}
 }
@@ -203,7 +203,7 @@ func TestLeaseSectionFlagsFenceAndLostUpdate(t *testing.T) {
 		wg.Go(func() { time.Sleep(time.Millisecond / 2); c.Run(lease(7, "eeeeeeeeee"), time.Millisecond) })
 		wg.Wait()
 		errs := strings.Join(report(&c), "\n")
-		for _, want := range []string{"S1 violated 1 times", "lost-update probe: counter 4 after 5", "rejected 1 writes, 1 duplicate"} {
+		for _, want := range []string{"mutual exclusion violated 1 times", "lost-update probe: counter 4 after 5", "rejected 1 writes, 1 duplicate"} {
 			if !strings.Contains(errs, want) {
 				t.Errorf("Report lacks %q:\n%s", want, errs)
 			}

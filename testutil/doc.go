@@ -16,14 +16,17 @@
 //   - miniredis nodes for fast in-process tests: [StartMinis] in a test,
 //     [Embedded] where there is no testing.TB (runnable examples).
 //
-// Checkers (the properties of FAULTS.md), each safe for concurrent use
-// with a ready zero value: [CriticalSection] and [LeaseSection] (two
-// holders at once; the latter asks whether both leases were Valid, checks
-// fences and runs a lost-update probe, and Reports to a test),
-// [Concurrency] and [ReadWrite] (how many holders, of which kind),
-// [FencingStore] (stale or shared fencing tokens), [LostUpdate]; and
-// [Eventually], the bounded wait for state a request still in flight may
-// change.
+// The checkers test the properties of FAULTS.md. Each is safe for
+// concurrent use, with a ready zero value:
+//   - [CriticalSection] and [LeaseSection]: two holders at once.
+//     LeaseSection also asks whether both leases were Valid, checks fences,
+//     runs a lost-update probe, and Reports to a test.
+//   - [Concurrency] and [ReadWrite]: how many holders, of which kind.
+//   - [FencingStore]: stale or shared fencing tokens.
+//   - [LostUpdate]: the read–pause–write probe.
+//
+// [Eventually] is the bounded wait for state that a request still in
+// flight may change.
 //
 // Every process and goroutine started in a test is stopped by a t.Cleanup,
 // so tests that use goleak stay clean ([LeakOptions] lists the goroutines

@@ -13,9 +13,9 @@ import (
 	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
-// The fault proxy is written here rather than taken from Toxiproxy: the Go
-// packages of Toxiproxy pull in its whole HTTP API server, while the few
-// faults the Redlock tests need fit in a couple of hundred lines that run
+// The fault proxy is written here rather than taken from Toxiproxy. The Go
+// packages of Toxiproxy pull in its whole HTTP API server. The few faults
+// the Redlock tests need fit in a couple of hundred lines that run
 // in-process, deterministically and without privileges.
 
 // Fault is the behaviour of a [Proxy].
@@ -109,8 +109,8 @@ func (h *Held) Caught() <-chan struct{} { return h.caught }
 // idempotent; a hold that never caught anything is disarmed.
 func (h *Held) Release() { h.once.Do(func() { close(h.released) }) }
 
-// Hold arms a hold of the next client→server chunk that contains every
-// one of subs (on any connection): that chunk and everything after it on
+// Hold arms a hold of the next client→server chunk, on any connection,
+// that contains every one of subs. That chunk and everything after it on
 // its connection wait until Release, as a request stuck in the network
 // would. Other connections flow. Close releases every hold.
 func (p *Proxy) Hold(subs ...string) *Held {
@@ -243,10 +243,10 @@ func (p *Proxy) Captured(contains ...string) [][]byte {
 	return out
 }
 
-// Replay sends data — typically a chunk from Captured — to the target on a
-// fresh connection, as a late copy of a request would arrive (a TCP
-// retransmission, a client's resend after a reconnect), and returns the
-// first reply line. The commands must not need the original connection's
+// Replay sends data to the target on a fresh connection and returns the
+// first reply line. data is typically a chunk from Captured. It arrives as
+// a late copy of a request would: a TCP retransmission, or a client's
+// resend after a reconnect. The commands must not need the original connection's
 // state (RESP2 is fine: EVALSHA of a loaded script is).
 func (p *Proxy) Replay(data []byte) (string, error) {
 	conn, err := net.DialTimeout("tcp", p.target, proxyDialTimeout)

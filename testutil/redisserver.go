@@ -17,15 +17,16 @@ import (
 const requireRedisEnv = "REDLOCK_REQUIRE_REDIS"
 
 // ServerEnv names the environment variable that selects the server binary
-// every test starts instead of redis-server from PATH: the path of any
-// redis-server-compatible executable or wrapper script (valkey-server, a
-// newer Redis run through its own loader; see scripts/servers.sh). It must
-// exec the server so that the process it starts is the server itself.
+// every test starts instead of redis-server from PATH. Its value is the
+// path of any redis-server-compatible executable or wrapper script:
+// valkey-server, or a newer Redis run through its own loader (see
+// scripts/servers.sh). A wrapper must exec the server, so that the process
+// it starts is the server itself.
 const ServerEnv = redisproc.ServerEnv
 
 // CLIEnv names the environment variable that selects the redis-cli the
 // Redis Cluster tests run (redis-cli --cluster create) instead of the one
-// in PATH; set it with [ServerEnv], to the server's own CLI.
+// in PATH. Set it with [ServerEnv], to the server's own CLI.
 const CLIEnv = "REDLOCK_REDIS_CLI"
 
 // NilReply is the string [Server.Do] returns for a RESP2 nil bulk string or
@@ -215,10 +216,10 @@ func (s *Server) Do(args ...string) (string, error) {
 	return s.p.Do(doTimeout, args...)
 }
 
-// TLSConfig returns a client TLS configuration that trusts the server's CA
-// (a new copy on each call; RootCAs set, ServerName left to the dialer, so
-// it verifies 127.0.0.1), or nil for a server started without
-// [ServerOptions] TLS.
+// TLSConfig returns a client TLS configuration that trusts the server's
+// CA, or nil for a server started without [ServerOptions] TLS. Each call
+// returns a new copy. RootCAs is set and ServerName is left to the dialer,
+// so it verifies 127.0.0.1.
 func (s *Server) TLSConfig() *tls.Config {
 	if s.certs == nil {
 		return nil
