@@ -12,7 +12,7 @@ import (
 // measures redlock and the floor only.
 const benchPeersNote = "Peers (redsync, bsm/redislock, rueidislock) are not in this binary: they are measured by `cd bench && go run ./cmd/redlock-bench` (same workloads, same flags) from a checkout of the repository."
 
-// bench is `redlock bench` (SPEC §7, §8): the benchmark workloads for
+// bench is `redlock bench`: the benchmark workloads for
 // redlock (WaitNotify; Lock also WaitPolling) and the plain-rueidis floor,
 // on redis-servers it starts itself (or --nodes; --embedded: miniredis,
 // not comparable), 3 nodes then 1. Nodes are taken from --nodes only, not

@@ -73,8 +73,8 @@ func trunc(s string, n int) string {
 }
 
 // Markdown renders the report: a header, one table per workload, the
-// SPEC §8 targets for redlock on the largest node set, and the peers'
-// settings.
+// benchmark targets (docs/benchmarks.md) for redlock on the largest node
+// set, and the peers' settings.
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	nc := ""
@@ -295,7 +295,7 @@ func yes(c bool) string {
 	return "**no**"
 }
 
-// primitiveTargets are the SPEC §8 targets of the other primitives.
+// primitiveTargets are the benchmark targets of the other primitives.
 func (r *Report) primitiveTargets(n int) []row {
 	var rows []row
 	const p300 = 300 * time.Millisecond
@@ -331,7 +331,7 @@ func (r *Report) primitiveTargets(n int) []row {
 	return rows
 }
 
-// targets writes the SPEC §8 targets for redlock (WaitNotify) on the
+// targets writes the benchmark targets for redlock (WaitNotify) on the
 // largest node set that was run.
 func (r *Report) targets(b *strings.Builder) {
 	if len(r.nodeSetOrder) == 0 {

@@ -27,7 +27,8 @@ const (
 	// not visible from outside: it completes one or two quorum rounds after
 	// the Acquire call, so calls closer together than this are not ordered.
 	fairSlack = 10 * time.Millisecond
-	// semPermits, rwReaders, rwWriters and the latch sizes are the SPEC §8 shapes.
+	// semPermits, rwReaders, rwWriters and the latch sizes are the shapes
+	// of the benchmark targets (docs/benchmarks.md).
 	semPermits    = 3
 	semClients    = 10
 	rwReaders     = 8
