@@ -62,10 +62,10 @@ func (r ChurnResult) Markdown() string {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// Churn locks and releases o.Names distinct Lock names once each, then
+// Churn locks and releases o.Names distinct Lock names once each. It then
 // samples every node's DBSIZE and used_memory until each is back to its
-// key count before the churn (fence counters expire about a minute after
-// their last write: docs/lock.md, "Fencing").
+// key count before the churn. Fence counters expire about a minute after
+// their last write (docs/lock.md, "Fencing").
 func Churn(ctx context.Context, o ChurnOptions) (ChurnResult, error) {
 	res := ChurnResult{Names: o.Names}
 	clients := make([]rueidis.Client, len(o.Addrs))

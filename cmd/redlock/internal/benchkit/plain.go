@@ -10,12 +10,12 @@ import (
 
 // ---- plain floor: SET NX PX at a quorum, compare-and-delete ----
 
-// The plain floor is the least any quorum lock can do: `SET key token NX PX
-// ttl` fanned out to every node and decided as soon as a quorum granted (or
-// can no longer grant), and a compare-and-delete on release, decided at a
-// quorum too. No fence, no queue, no renewal, no validity check: beside the
-// script floor it shows what our script costs on its own, and how far any
-// Redlock client on this machine can go.
+// The plain floor is the least any quorum lock can do. It fans `SET key
+// token NX PX ttl` out to every node and decides as soon as a quorum
+// granted, or can no longer grant. A release is a compare-and-delete,
+// decided at a quorum too. No fence, no queue, no renewal, no validity
+// check. Beside the script floor it shows what our script costs on its
+// own, and how far any Redlock client on this machine can go.
 
 // cadScript deletes the key only where it holds our token (Redis 7 has no
 // native compare-and-delete).
@@ -33,8 +33,8 @@ func newPlain(_ context.Context, addrs []string) (Client, error) {
 	return &plainClient{nodes: nodes}, nil
 }
 
-// quorum runs op on every node at once and returns as soon as q of them
-// answered ok (true) or that can no longer happen (false); the other
+// quorum runs op on every node at once. It returns true as soon as q of
+// them answered ok, or false once that can no longer happen. The other
 // replies are drained by their goroutines, and all is closed once every
 // node answered.
 func (p *plainClient) quorum(op func(c rueidis.Client) (bool, error)) (ok bool, all <-chan struct{}, err error) {
@@ -85,9 +85,9 @@ func (p *plainClient) Acquire(ctx context.Context, key string) (Release, error) 
 	var acquired <-chan struct{}
 	rel := func(ctx context.Context) error {
 		// A SET still in flight on a slow node would run after our
-		// compare-and-delete and leave the key for its TTL: send the
-		// deletes once every SET was answered (a real client keeps this
-		// order per connection; the floor has a goroutine per request).
+		// compare-and-delete and leave the key for its TTL. So send the
+		// deletes once every SET was answered. A real client keeps this
+		// order per connection; the floor has a goroutine per request.
 		<-acquired
 		_, _, err := p.quorum(func(c rueidis.Client) (bool, error) {
 			err := cadScript.Exec(bg, c, []string{k}, []string{tok}).Error()

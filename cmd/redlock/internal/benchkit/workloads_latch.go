@@ -10,10 +10,10 @@ import (
 	"github.com/redlock-go/redlock/primitives"
 )
 
-// runLatch: rounds of a fresh CountDownLatch of count 5. Each round the 5
-// waiters (each its own Coordinator) call Wait, and after e.settle (so that
-// they are waiting) 4 counting clients count down at once, then the fifth:
-// the latency runs from the start of that last CountDown call to each
+// runLatch runs rounds of a fresh CountDownLatch of count 5. Each round
+// the 5 waiters (each its own Coordinator) call Wait. After e.settle, when
+// they are waiting, 4 counting clients count down at once, then the fifth.
+// The latency runs from the start of that last CountDown call to each
 // waiter's Wait returning. A Wait that returns before the last CountDown
 // started is a safety violation.
 func runLatch(e *env) (Metrics, error) {

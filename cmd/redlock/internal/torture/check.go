@@ -31,10 +31,11 @@ type Hold struct {
 	AcquireNanos  int64 `json:"acquire_nanos"`
 	AutoRenew     bool  `json:"auto_renew"`
 	Downgrade     bool  `json:"downgrade,omitempty"` // a read lease obtained by Downgrade
-	// WorkerStall is, for a loss seen later than the deadline plus the
-	// slack, how late the worker's own 2 ms probe timer woke up between the
-	// deadline and the moment the loss was seen: the time the worker process
-	// itself could not run (machine overload), as opposed to a late Lost().
+	// WorkerStall is set for a loss seen later than the deadline plus the
+	// slack. It is how late the worker's own 2 ms probe timer woke up
+	// between the deadline and the moment the loss was seen. That is the
+	// time the worker process itself could not run (machine overload), as
+	// opposed to a late Lost().
 	WorkerStall int64 `json:"worker_stall_nanos,omitempty"`
 }
 

@@ -1,18 +1,22 @@
 // Package torture is the `redlock torture` soak on real redis-server
 // processes.
 //
-// The parent ([Run]) starts Config.Nodes redis-server processes of its own
-// (appendonly, appendfsync always, so a kill -9 and restart keeps the data),
-// re-executes the binary Config.Procs times as worker processes
-// (`redlock torture --worker`, [RunWorker]) that compete through Lock,
-// MultiLock, RWLock, FairLock and Semaphore, and while they do it runs a
-// fault schedule, derived from the seed, on a minority of the nodes at a
-// time: SIGSTOP/SIGCONT for 0.5–2 s, kill -9 and a restart on the same port
-// after more than the TTL, and short pauses that act as injected delays.
-// Workers print every critical section as a JSON line on their stdout
-// (wall-clock enter and exit; all processes share the machine's clock); the
-// parent collects them and [Check] decides, from the records alone, whether
-// any safety property was broken.
+// The parent ([Run]) starts Config.Nodes redis-server processes of its
+// own. They run with appendonly and appendfsync always, so a kill -9 and
+// restart keeps the data. It re-executes the binary Config.Procs times as
+// worker processes (`redlock torture --worker`, [RunWorker]). The workers
+// compete through Lock, MultiLock, RWLock, FairLock and Semaphore.
+//
+// Meanwhile the parent runs a fault schedule, derived from the seed, on a
+// minority of the nodes at a time:
+//   - SIGSTOP/SIGCONT for 0.5–2 s;
+//   - kill -9, and a restart on the same port after more than the TTL;
+//   - short pauses that act as injected delays.
+//
+// Workers print every critical section as a JSON line on their stdout,
+// with wall-clock enter and exit; all processes share the machine's
+// clock. The parent collects them, and [Check] decides from the records
+// alone whether any safety property was broken.
 //
 // Files by role: config (this file), worker (the worker process and its
 // loops), nodes (the redis-servers), faults (the schedule), collector (the

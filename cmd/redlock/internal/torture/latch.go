@@ -14,11 +14,12 @@ import (
 // The CountDownLatch workload runs in generations: generation g is the
 // latch named latchName:g, live during the wall-clock window
 // [g·latchPeriod, (g+1)·latchPeriod) that every process computes from the
-// shared machine clock. A generation's count is procs+1; in its window each
+// shared machine clock. A generation's count is procs+1. In its window each
 // worker counts down the ids w<id>-0 and w<id>-1, and w<id>-2 every other
-// generation (so 2·procs..3·procs distinct ids: every generation can open,
-// and opens part-way through), at random instants racing the faults, and
-// re-sends one of its ids now and then (an id counts once). Each worker
+// generation. That makes 2·procs..3·procs distinct ids, so every generation
+// can open, and opens part-way through. The count-downs come at random
+// instants, racing the faults. A worker re-sends one of its ids now and
+// then (an id counts once). Each worker
 // also waits for the current generation (Wait) and polls Count on the
 // current and the previous one.
 //

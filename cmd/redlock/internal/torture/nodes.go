@@ -53,10 +53,10 @@ func startNodes(bin, dir string, count int) ([]*node, error) {
 }
 
 // dataRoot is where the nodes keep their AOF: /dev/shm when it is a
-// writable tmpfs, so that fsync stalls of a shared disk (which hit every
-// node at once, a majority fault the schedule never intends) stay out of
-// the run; a kill -9 of a node still keeps its data there. Else the
-// system's temporary directory.
+// writable tmpfs, else the system's temporary directory. tmpfs keeps the
+// fsync stalls of a shared disk out of the run. Such a stall hits every
+// node at once: a majority fault the schedule never intends. A kill -9 of
+// a node still keeps its data there.
 func dataRoot() string {
 	const shm = "/dev/shm"
 	if st, err := os.Stat(shm); err == nil && st.IsDir() {

@@ -17,11 +17,11 @@ import (
 	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
-// Run is the parent of a soak: it starts the nodes and cfg.Procs worker
-// processes (self, the running binary, as `self torture --worker ...`),
-// injects the faults, prints the summary on stdout (on stderr with
-// cfg.JSON, which prints the summary as JSON on stdout) and returns nil
-// only if the run passed; [ErrInterrupted] when ctx ended first.
+// Run is the parent of a soak. It starts the nodes and cfg.Procs worker
+// processes: self, the running binary, as `self torture --worker ...`. It
+// injects the faults and prints the summary on stdout. With cfg.JSON the
+// summary goes to stdout as JSON and the text to stderr. Run returns nil
+// only if the run passed, and [ErrInterrupted] when ctx ended first.
 func Run(ctx context.Context, cfg Config, self string, stdout, stderr io.Writer) error {
 	bin, ok := redisproc.Binary()
 	if !ok {

@@ -113,10 +113,10 @@ func (w *worker) acquireError(prim string, err error) {
 	}
 }
 
-// RunWorker is the worker mode (`redlock torture --worker ARGS`): it runs
+// RunWorker is the worker mode (`redlock torture --worker ARGS`). It runs
 // the primitives' loops against the nodes named in args until the duration
-// in args has passed, printing a JSON line per critical section and a last
-// line with its counts on stdout. Bad args return a [*UsageError].
+// in args has passed. It prints a JSON line per critical section on
+// stdout, and a last line with its counts. Bad args return a [*UsageError].
 func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	baseline := runtime.NumGoroutine()
 	fs := flag.NewFlagSet("torture --worker", flag.ContinueOnError)
@@ -249,10 +249,10 @@ type holdPlan struct {
 	expire bool // use the non-renewing variant and hold until the lease is lost
 }
 
-// plan picks a hold: mostly 1–30 ms, with probability long longer than the
-// TTL (so that renewals must succeed through the faults), and with
-// probability expire a lease without auto-renewal held until it is lost (so
-// that losses are measured).
+// plan picks a hold, mostly 1–30 ms. With probability long it is longer
+// than the TTL, so that renewals must succeed through the faults. With
+// probability expire it is a lease without auto-renewal, held until it is
+// lost, so that losses are measured.
 func (w *worker) plan(r *rand.Rand, long, expire float64) holdPlan {
 	switch x := r.Float64(); {
 	case x < expire:
