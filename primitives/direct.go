@@ -71,7 +71,7 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		}
 	}
 	c := w.l.c
-	if len(w.got) >= c.Quorum() {
+	if c.OnQuorum(len(w.got)) {
 		votes := make([]engine.Vote, 0, len(w.got))
 		for _, g := range w.got {
 			votes = append(votes, engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now})
@@ -82,10 +82,7 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		token := w.token + directSuffix
 		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Grants: votes,
 			MinValidity: w.l.o.ttl / 2,
-			Fence:       func(f int64) func(int) nodeactor.Call { return perNode(w.l, w.l.fenceCall(f)) },
-			Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
-				return w.l.newHoldWid(token, w.wid, fence, start)
-			}})
+			Op:          newExclusiveOp(w.l, &waiter{queued: w.l, wid: w.wid}, token, nodeactor.Call{}, nodeactor.Call{})})
 		if err == nil {
 			c.Instruments().DirectGrants.Add(ctx, 1)
 			return newLease(h), 0

@@ -225,13 +225,13 @@ func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
 	return w.f.call(scripts.FairClaim{Waiter: wid})
 }
 
-func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+func (w *fairWaiter) holdSpec(token string, fence uint64) engine.HoldSpec {
 	f := w.f
-	return f.c.NewHold(engine.HoldSpec{
-		Keys: f.names, Token: bareToken(token), Fence: fence, TTL: f.o.ttl, Start: start,
+	return engine.HoldSpec{
+		Keys: f.names, Token: bareToken(token), TTL: f.o.ttl,
 		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat, KeepOnLoss: f.o.lockDelay > 0,
 		Protocol: newFairProto(f, token, fence, w.wid),
-	})
+	}
 }
 
 // fairProto renews and releases one FairLock lease.

@@ -67,7 +67,7 @@ type CountDownLatch struct {
 // is never reset, and one stored with another count is refused
 // (ErrInvalidArgument) at first use.
 func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	_, err := kindOptions(c, opts, kindLatch)
 	if err != nil {
 		return nil, err
@@ -376,14 +376,13 @@ func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latch
 // the ids reaches the count (made durable on a quorum, then the marker
 // written); otherwise initial − |union|.
 func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error) {
-	q := l.c.Quorum()
 	opened := 0
 	for _, st := range v.states {
 		if st.opened {
 			opened++
 		}
 	}
-	if opened >= q {
+	if l.c.OnQuorum(opened) {
 		return 0, nil
 	}
 	if opened > 0 {

@@ -81,7 +81,7 @@ type resource struct {
 // newResource validates opts (for kind) and name; the keys are suffixes
 // under the name's topic, the waiters' topic is it plus topicSuffix.
 func newResource(coord *coordinator.Coordinator, name string, opts []Option, k kind, topicSuffix string, suffixes []string) (resource, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	o, err := kindOptions(c, opts, k)
 	if err != nil {
 		return resource{}, err
@@ -183,16 +183,16 @@ func (l *Lock) fenceCall(f int64) nodeactor.Call {
 	return l.call(scripts.LockFence{Fence: f, Keep: fenceKeep, Owner: l.o.owner})
 }
 
-func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return l.newHoldWid(token, "", fence, start)
+func (l *Lock) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return l.holdSpecWid(token, "", fence)
 }
 
-func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return l.c.NewHold(engine.HoldSpec{
-		Keys: l.names, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
+func (l *Lock) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
+	return engine.HoldSpec{
+		Keys: l.names, Token: bareToken(token), TTL: l.o.ttl,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat, KeepOnLoss: l.o.lockDelay > 0,
 		Protocol: newLockProto(l, token, wid, fence),
-	})
+	}
 }
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
@@ -522,7 +522,7 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	// smallest, and its grant there steps past it.
 	slices.Sort(counters)
 	out.Fence = uint64(counters[l.c.Quorum()-1])
-	out.Held = out.Nodes >= l.c.Quorum()
+	out.Held = l.c.OnQuorum(out.Nodes)
 	host, _ := os.Hostname()
 	l.c.Settings().Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,
 		"holder", out.Holder, "fence", out.Fence, "nodes", out.Nodes, "reason", reason, "host", host, "pid", os.Getpid())

@@ -39,7 +39,7 @@ var _ Locker = (*MultiLock)(nil)
 // (errors wrap ErrInvalidArgument; WithOwner is not supported) and does no
 // network I/O.
 func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option) (*MultiLock, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	o, err := kindOptions(c, opts, kindMultiLock)
 	if err != nil {
 		return nil, err
@@ -176,16 +176,16 @@ func (m *MultiLock) attemptToken(wid string, enqueue bool) string {
 	return holdValue(m.meta, time.Now(), wid)
 }
 
-func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return m.newHoldWid(token, "", fence, start)
+func (m *MultiLock) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return m.holdSpecWid(token, "", fence)
 }
 
-func (m *MultiLock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return m.c.NewHold(engine.HoldSpec{
-		Keys: slices.Clone(m.names), Token: bareToken(token), Fence: fence, TTL: m.o.ttl, Start: start,
+func (m *MultiLock) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
+	return engine.HoldSpec{
+		Keys: slices.Clone(m.names), Token: bareToken(token), TTL: m.o.ttl,
 		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold, Heartbeat: m.o.heartbeat,
 		Protocol: &multiProto{m: m, token: token, wid: wid},
-	})
+	}
 }
 
 type multiProto struct {

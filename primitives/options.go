@@ -127,6 +127,14 @@ func WithOwner(id string) Option {
 	}
 }
 
+// engineOf returns the engine behind coord, or nil for a nil coord.
+func engineOf(coord *coordinator.Coordinator) *engine.Engine {
+	if coord == nil {
+		return nil
+	}
+	return engine.Of(coord)
+}
+
 func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 	if c == nil {
 		return options{}, fmt.Errorf("%w: nil coordinator", ErrInvalidArgument)

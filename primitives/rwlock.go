@@ -218,17 +218,17 @@ func (s *rwSide) attemptToken(wid string, enqueue bool) string {
 	return holdValue(s.rw.meta, time.Now(), wid)
 }
 
-func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return s.newHoldWid(token, "", fence, start)
+func (s *rwSide) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return s.holdSpecWid(token, "", fence)
 }
 
-func (s *rwSide) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
+func (s *rwSide) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
 	rw := s.rw
-	return rw.c.NewHold(engine.HoldSpec{
-		Keys: rw.names, Token: bareToken(token), Fence: fence, TTL: rw.o.ttl, Start: start,
+	return engine.HoldSpec{
+		Keys: rw.names, Token: bareToken(token), TTL: rw.o.ttl,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: token, wid: wid, write: s.write},
-	})
+	}
 }
 
 // rwProto renews and releases one read or write lease.

@@ -63,7 +63,7 @@ var _ Locker = (*Semaphore)(nil)
 // A semaphore stored with another permit count is refused at the first
 // attempt (ErrInvalidArgument) unless WithResize is given.
 func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts ...Option) (*Semaphore, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	o, err := kindOptions(c, opts, kindSemaphore)
 	if err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	q := s.c.Quorum()
+	t := s.c.NewTally()
 	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
 		return s.call(scripts.SemStatus{Permits: s.permits})
 	}, nil, nil)
@@ -166,7 +166,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	if answered < q {
+	if !t.Enough(answered) {
 		if mismatch > 0 {
 			return 0, s.mismatchErr(stored)
 		}
@@ -174,7 +174,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	}
 	free := 0
 	for _, h := range held {
-		if answered-h >= q {
+		if t.Enough(answered - h) {
 			free++
 		}
 	}
@@ -334,16 +334,9 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	// claim, and queued the waiter again).
 	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
 	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
-	spec := engine.AttemptSpec{
-		Acquire:  func(int) nodeactor.Call { return call },
-		Rollback: perNode(x, x.rollbackCall(token, wid)),
-		Classify: s.semVote,
-		TTL:      s.o.ttl,
-		Fence:    func(f int64) func(int) nodeactor.Call { return perNode(x, x.fenceCall(f)) },
-		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
-			return x.newHold(token, fence, start)
-		},
-	}
+	op := newExclusiveOp(x, x, token, call, x.rollbackCall(token, wid))
+	op.vote = s.semVote
+	spec := engine.AttemptSpec{Op: op, TTL: s.o.ttl}
 	if enqueue {
 		spec.Late = func(rep nodeactor.Reply) {
 			if g, err := parseSemReply(rep); err == nil && g.code != 1 {
@@ -412,13 +405,13 @@ func (x semSlot) fenceCall(f int64) nodeactor.Call {
 
 func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
 
-func (x semSlot) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+func (x semSlot) holdSpec(token string, fence uint64) engine.HoldSpec {
 	s := x.s
-	return s.c.NewHold(engine.HoldSpec{
-		Keys: []string{s.name}, Token: bareToken(token), Fence: fence, TTL: s.o.ttl, Start: start,
+	return engine.HoldSpec{
+		Keys: []string{s.name}, Token: bareToken(token), TTL: s.o.ttl,
 		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold, Heartbeat: s.o.heartbeat,
 		Protocol: &semProto{x: x, token: token},
-	})
+	}
 }
 
 // semProto renews and releases one permit (one slot).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
 )
 
@@ -94,13 +95,14 @@ func SemaphoreQuorumOf(states []NodeState, quorum int) SemaphoreQuorum {
 		}
 		queues = append(queues, st.Queue)
 	}
+	t := engine.Tally{N: len(states), Q: quorum}
 	for p, n := range stored {
-		if n >= quorum {
+		if t.Enough(n) {
 			out.Permits = p
 		}
 	}
 	for k, n := range count {
-		if n >= quorum {
+		if t.Enough(n) {
 			out.Holders = append(out.Holders, first[k])
 		}
 	}

@@ -112,7 +112,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	for {
 		if err := ctx.Err(); err != nil {
 			leave()
-			if cause := context.Cause(ctx); errors.Is(cause, coordinator.ErrClosed) {
+			if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
 				return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, cause)
 			}
 			return nil, ctxExit(w.topics, err, last, lastAt)
@@ -156,7 +156,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		var d time.Duration
 		wc := wake // nil in polling mode: never fires
-		if !push || res.split || !(res.held || errors.Is(res.err, coordinator.ErrNotAcquired)) {
+		if !push || res.split || !(res.held || errors.Is(res.err, ErrNotAcquired)) {
 			// Split vote or lost quorum with no refusal: back off with
 			// jitter so contenders converge; nothing will send a message.
 			d = jitter(backoff)
@@ -165,7 +165,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		} else {
 			backoff = cfg.RetryDelay
 			limit := recheckMax
-			if upNodes(c) < c.Quorum() {
+			if !c.OnQuorum(upNodes(c)) {
 				limit = min(limit, recheckCap)
 			}
 			d = limit // a message wakes us; the timer is the safety net
@@ -189,7 +189,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 // *NotAcquiredError with the holder's TTL left since then. A caller can so
 // tell "timed out waiting for a holder" from "timed out on the network".
 func ctxExit(topics []string, err error, last attemptResult, at time.Time) error {
-	if !errors.Is(last.err, coordinator.ErrNotAcquired) {
+	if !errors.Is(last.err, ErrNotAcquired) {
 		return fmt.Errorf("redlock: acquire %v: %w", topics, err)
 	}
 	ttl := max(last.hint-time.Since(at), 0)
@@ -208,7 +208,7 @@ func upNodes(c *engine.Engine) int {
 }
 
 func retryable(err error) bool {
-	return errors.Is(err, coordinator.ErrNotAcquired) || errors.Is(err, coordinator.ErrQuorumUnavailable)
+	return errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrQuorumUnavailable)
 }
 
 // jitter returns a random duration in [d/2, 3d/2).
