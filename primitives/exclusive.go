@@ -85,11 +85,11 @@ type claimer interface {
 }
 
 // fenceInit is the value a node with no fence counter starts it from: the
-// hybrid clock (estimated server ms << engine.HLCShift). Before any server
-// TIME has been seen the estimate is this process's own clock: one value
-// for every node, so that the nodes start alike (a node floors it at its
-// own (TIME − skew) << HLCShift, and the coordinator writes the max back
-// where they differ) — an owner's reentrant holds read the fence the nodes
+// hybrid clock, estimated server ms << engine.HLCShift. Before any server
+// TIME has been seen, the estimate is this process's own clock. It is one
+// value for every node, so that the nodes start alike. A node floors it at
+// its own (TIME − skew) << HLCShift, and the engine writes the max back
+// where they differ. An owner's reentrant holds read the fence the nodes
 // started, so a late node that started its own would give them another.
 func fenceInit(c *engine.Engine) string { return strconv.FormatInt(fenceInitValue(c), 10) }
 
@@ -102,11 +102,11 @@ func fenceInitValue(c *engine.Engine) int64 {
 }
 
 // attemptExclusive makes one quorum attempt of x through the engine's one
-// attempt (fan-out, decide at quorum, validity, rollback rule, late grants,
-// fence). wid identifies the waiter across one Acquire's attempts (its
-// queue entry and handoff reservations); every attempt writes a fresh token,
-// so a rollback of an earlier attempt that reaches a node late can never
-// delete a later attempt's grant.
+// attempt. The engine does the fan-out, the tally, validity, rollbacks,
+// late grants and the fence. wid identifies the waiter across one
+// Acquire's attempts: its queue entry and handoff reservations. Every
+// attempt writes a fresh token. So a rollback of an earlier attempt that
+// reaches a node late can never delete a later attempt's grant.
 func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue bool) attemptResult {
 	return attemptSplits(ctx, c, x, wid, enqueue, false)
 }

@@ -52,7 +52,7 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 		return nil, err
 	}
 	o := r.o
-	gap := heartbeatGap(r.c.Settings())
+	gap := heartbeatGap(o.set)
 	wt := max(DefaultMinWaiterTimeout, 2*gap)
 	if o.waiterTimeout != 0 {
 		if o.waiterTimeout < gap+gap/2 {

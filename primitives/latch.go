@@ -53,6 +53,7 @@ var errLatchLate = errors.New("redlock: latch call reached the node too late")
 // for concurrent use. See docs/latch.md.
 type CountDownLatch struct {
 	c       *engine.Engine
+	set     engine.Settings
 	name    string
 	count   int
 	keys    []string
@@ -68,7 +69,7 @@ type CountDownLatch struct {
 // (ErrInvalidArgument) at first use.
 func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
 	c := engineOf(coord)
-	_, err := kindOptions(c, opts, kindLatch)
+	o, err := kindOptions(c, opts, kindLatch)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, o
 	if count < 0 || count > MaxLatchCount {
 		return nil, fmt.Errorf("%w: latch count %d out of range [0, %d]", ErrInvalidArgument, count, MaxLatchCount)
 	}
-	return &CountDownLatch{c: c, name: name, count: count,
+	return &CountDownLatch{c: c, set: o.set, name: name, count: count,
 		keys:  scripts.Keys(c.Topic(name), scripts.LatchKeys),
 		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
 }
@@ -112,7 +113,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 	if l.count == 0 {
 		return nil
 	}
-	backoff := l.c.Settings().RetryDelay
+	backoff := l.set.RetryDelay
 	var err error
 	for try := 0; try < latchRetries; try++ {
 		if try > 0 {
@@ -123,7 +124,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 				t.Stop()
 				return fmt.Errorf("redlock: latch %q count-down: %w (%w)", l.name, ctx.Err(), err)
 			}
-			backoff = min(2*backoff, l.c.Settings().MaxRetryDelay)
+			backoff = min(2*backoff, l.set.MaxRetryDelay)
 		}
 		var v *latchRound
 		v, err = l.round(ctx, l.call(scripts.LatchCountDown{LatchHead: l.head(LatchIdleTTL), ID: id, Channel: l.channel, OpenTTL: LatchOpenTTL}))
@@ -169,7 +170,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if l.count == 0 {
 		return nil
 	}
-	cfg := l.c.Settings()
+	cfg := l.set
 	ctx, stop, err := l.c.Bind(ctx) // Close wakes it
 	if err != nil {
 		return err
@@ -382,7 +383,7 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 			opened++
 		}
 	}
-	if l.c.OnQuorum(opened) {
+	if l.c.NewTally().Enough(opened) {
 		return 0, nil
 	}
 	if opened > 0 {

@@ -21,13 +21,13 @@ import (
 
 var lockScript = nodeactor.NewScript("lock", scripts.Lock)
 
-// The fence counters' lifetime (docs/lock.md, "Fencing (S2)"): a counter
-// is kept fenceKeep after its last write, and never removed before its
-// node's clock reads (counter >> HLCShift) + fenceKeep; a counter started
-// fresh is at least (node TIME − fenceSkew) << HLCShift. fenceKeep >
-// fenceSkew makes a fresh counter exceed any expired one, so a counter the
-// hybrid clock has passed carries no information and can go. Variables
-// only so that tests can shorten them (export_test.go).
+// The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
+// kept fenceKeep after its last write. It is never removed before its
+// node's clock reads (counter >> HLCShift) + fenceKeep. A counter started
+// fresh is at least (node TIME − fenceSkew) << HLCShift. Since fenceKeep
+// exceeds fenceSkew, a fresh counter exceeds any expired one. So a counter
+// the hybrid clock has passed carries no information and can go. They are
+// variables only so that tests can shorten them (export_test.go).
 var (
 	fenceKeep = time.Minute
 	fenceSkew = 10 * time.Second
@@ -161,7 +161,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 		},
 		leave: func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return l.call(scripts.LockLeave{Waiter: token, Window: l.c.Settings().HandoffWindow, Channel: l.channel})
+				return l.call(scripts.LockLeave{Waiter: token, Window: l.o.set.HandoffWindow, Channel: l.channel})
 			})
 		}})
 }
@@ -451,7 +451,7 @@ func prefix8(tok string) string {
 
 func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
-	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
+	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.o.set.HandoffWindow,
 		Channel: l.channel, Waiter: wid})
 	p.high.note(l.o.keyTTL(l.o.ttl))
 	return p
@@ -495,7 +495,7 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
-	call := l.call(scripts.LockForce{Window: l.c.Settings().HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
+	call := l.call(scripts.LockForce{Window: l.o.set.HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
 	// Every answer counts (not only a quorum's): a holder on exactly a
 	// quorum is held, and the fence must be read from every node.
 	r, err := l.c.GatherAll(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
@@ -521,10 +521,11 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	// A later holder's quorum holds a counter of at least the Q-th
 	// smallest, and its grant there steps past it.
 	slices.Sort(counters)
-	out.Fence = uint64(counters[l.c.Quorum()-1])
-	out.Held = l.c.OnQuorum(out.Nodes)
+	t := l.c.NewTally()
+	out.Fence = uint64(counters[t.Q-1])
+	out.Held = t.Enough(out.Nodes)
 	host, _ := os.Hostname()
-	l.c.Settings().Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,
+	l.o.set.Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,
 		"holder", out.Holder, "fence", out.Fence, "nodes", out.Nodes, "reason", reason, "host", host, "pid", os.Getpid())
 	return out, nil
 }

@@ -45,7 +45,7 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 
 func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
 	return l.call(scripts.LockRelease{Rollback: true, Token: token, Owner: l.o.owner,
-		Window: l.c.Settings().HandoffWindow, Channel: l.channel, Waiter: wid})
+		Window: l.o.set.HandoffWindow, Channel: l.channel, Waiter: wid})
 }
 
 // grant is an acquire reply of lock.lua or multilock.lua.

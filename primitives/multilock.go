@@ -124,7 +124,7 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 			return r
 		},
 		leave: func() {
-			leave := m.call(scripts.MultiLeave{Waiter: token, Window: m.c.Settings().HandoffWindow})
+			leave := m.call(scripts.MultiLeave{Waiter: token, Window: m.o.set.HandoffWindow})
 			m.c.Broadcast(ctx, func(i int) nodeactor.Call { return m.forNode(i, leave) })
 		}})
 }
@@ -154,7 +154,7 @@ func (m *MultiLock) acquireOp(token, wid string, enqueue bool, score int64) scri
 // rollbackOp: wid is the waiter, which keeps its queue entries and whom
 // the re-check message of its own rollback must not wake.
 func (m *MultiLock) rollbackOp(token, wid string) scripts.MultiRelease {
-	return scripts.MultiRelease{Token: token, Window: m.c.Settings().HandoffWindow, Waiter: wid}
+	return scripts.MultiRelease{Token: token, Window: m.o.set.HandoffWindow, Waiter: wid}
 }
 
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
@@ -199,7 +199,7 @@ func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.
 }
 
 func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
-	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.c.Settings().HandoffWindow,
+	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.o.set.HandoffWindow,
 		Release: true, Waiter: p.wid}))
 }
 

@@ -12,6 +12,7 @@ import (
 type Option func(*options) error
 
 type options struct {
+	set       engine.Settings // the coordinator's, read once at construction
 	ttl       time.Duration
 	autoRenew bool
 	maxHold   time.Duration
@@ -139,7 +140,8 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 	if c == nil {
 		return options{}, fmt.Errorf("%w: nil coordinator", ErrInvalidArgument)
 	}
-	o := options{ttl: c.Settings().DefaultTTL, autoRenew: true}
+	set := c.Settings()
+	o := options{set: set, ttl: set.DefaultTTL, autoRenew: true}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("%w: nil option", ErrInvalidArgument)
@@ -148,7 +150,7 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 			return o, err
 		}
 	}
-	if nt := c.Settings().NodeTimeout; o.ttl <= nt {
+	if nt := set.NodeTimeout; o.ttl <= nt {
 		return o, fmt.Errorf("%w: TTL %s must exceed the coordinator's NodeTimeout %s (one slow node would outlive the lease)",
 			ErrInvalidArgument, o.ttl, nt)
 	}

@@ -47,7 +47,7 @@ func (rw *RWLock) Reader() Locker { return &rwSide{rw: rw, write: false} }
 // Writer returns the Locker of write leases (exclusive).
 func (rw *RWLock) Writer() Locker { return &rwSide{rw: rw, write: true} }
 
-func (rw *RWLock) window() time.Duration { return rw.c.Settings().HandoffWindow }
+func (rw *RWLock) window() time.Duration { return rw.o.set.HandoffWindow }
 
 // call is rwlock.lua's op on this lock's keys; a read-only op (status)
 // runs as a read-only script.

@@ -119,7 +119,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return s.call(scripts.SemUnqueue{Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+				return s.call(scripts.SemUnqueue{Waiter: wid, Window: s.o.set.HandoffWindow, Channel: s.channel})
 			})
 		}})
 }
@@ -170,7 +170,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		if mismatch > 0 {
 			return 0, s.mismatchErr(stored)
 		}
-		return 0, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, answered, s.c.N(), errors.Join(errs...))
+		return 0, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, answered, t.N, errors.Join(errs...))
 	}
 	free := 0
 	for _, h := range held {
@@ -320,10 +320,10 @@ func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 	return engine.Vote{Now: g.now, Hint: time.Duration(g.v) * time.Millisecond}, nil
 }
 
-// propose makes one quorum attempt on slot through the engine's one attempt
-// (the Lock's: fresh token, early decision, rollback of partial and late
-// grants, validity, S2 fence per slot), with the refusals' free lists fed
-// to pr. retry reports that another proposal may succeed at once.
+// propose makes one quorum attempt on slot through the engine's one
+// attempt, the Lock's. Each has a fresh token and a fence per slot. The
+// refusals' free lists are fed to pr. retry reports that another proposal
+// may succeed at once.
 func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid string, enqueue bool) (attemptResult, bool) {
 	x := semSlot{s: s, slot: slot, score: pr.score}
 	// a granted waiter leaves the queue at once: no waiter in the token
@@ -332,7 +332,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	// A won waiter's claim also goes to the nodes whose refusal arrives
 	// after the attempt was decided (their request ran after the first
 	// claim, and queued the waiter again).
-	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.o.set.HandoffWindow, Channel: s.channel})
 	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
 	op := newExclusiveOp(x, x, token, call, x.rollbackCall(token, wid))
 	op.vote = s.semVote
@@ -360,7 +360,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 				lists = append(lists, g)
 			}
 		}
-		pr.learn(lists, slot, s.c.Quorum())
+		pr.learn(lists, slot, s.c.NewTally().Q)
 		return result(res), true
 	}
 	if enqueue {
@@ -392,11 +392,11 @@ func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	return s.call(scripts.SemAcquire{Token: token, Slot: x.slot, Permits: s.permits, Resize: s.resize,
 		TTL: s.o.ttl, Idle: max(fenceKeep, s.o.ttl), Start: rand.IntN(s.permits), MaxFree: semMaxFree,
 		Waiter: wid, Enqueue: enqueue, EntryTTL: max(2*s.o.ttl, 2*time.Second), Score: x.score,
-		Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+		Window: s.o.set.HandoffWindow, Channel: s.channel})
 }
 
 func (x semSlot) rollbackCall(token, _ string) nodeactor.Call {
-	return x.s.call(scripts.SemRelease{Rollback: true, Token: token, Slot: x.slot, Window: x.s.c.Settings().HandoffWindow, Channel: x.s.channel})
+	return x.s.call(scripts.SemRelease{Rollback: true, Token: token, Slot: x.slot, Window: x.s.o.set.HandoffWindow, Channel: x.s.channel})
 }
 
 func (x semSlot) fenceCall(f int64) nodeactor.Call {
@@ -427,7 +427,7 @@ func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Ca
 
 func (p *semProto) ReleaseCall(int) nodeactor.Call {
 	s := p.x.s
-	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.o.set.HandoffWindow, Channel: s.channel})
 }
 
 func (p *semProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

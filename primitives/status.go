@@ -12,12 +12,12 @@ import (
 	"github.com/redlock-go/redlock/internal/scripts"
 )
 
-// Status reads the semaphore's state on every node (one read-only script
-// each): State is "taken k/p [slots]" (a slot reserved by a handoff counts
-// as taken), "free 0/p", or "missing" where the semaphore is not stored;
-// Permits lists each taken slot's holder as recorded with it (or the
-// waiter a handoff reserved it for); Waiters is the node's queue length and
-// Queue its first MaxStatusWaiters live waiters, longest waiting first.
+// Status reads the semaphore's state on every node, with one read-only
+// script each. State is "taken k/p [slots]", "free 0/p", or "missing"
+// where the semaphore is not stored. A slot reserved by a handoff counts as
+// taken. Permits lists each taken slot's holder as recorded with it, or the
+// waiter a handoff reserved it for. Waiters is the node's queue length.
+// Queue holds its first MaxStatusWaiters live waiters, longest waiting first.
 // SemaphoreQuorumOf gives the quorum's view. It does not check the permit
 // count this Semaphore was created with, so any count will do for reading.
 func (s *Semaphore) Status(ctx context.Context) []NodeState {

@@ -43,19 +43,21 @@ type waitSpec struct {
 }
 
 // waitLoop is the blocking acquire shared by the exclusive primitives. The
-// first attempt goes out at once (no subscription cost when uncontended);
-// on refusal, in WaitNotify mode the waiter registers with the router and
-// waits for the subscription before the attempt that may fail again, then
-// sleeps until a message for it, the holder's remaining TTL (at most
-// recheckMax; recheckCap while fewer than a quorum of nodes are up), or ctx:
-// a message is what wakes it, the timer is the safety net, so idle waiters
-// cost the nodes next to nothing. Split votes back off with jitter. On ctx
-// end leave removes the waiter's queue entry on every node.
+// first attempt goes out at once, so an uncontended acquire pays for no
+// subscription. On refusal in WaitNotify mode, the waiter registers with
+// the router. It waits for the subscription before the attempt that may
+// fail again. Then it sleeps until a message for it, the holder's
+// remaining TTL, or the end of ctx. That sleep is at most recheckMax, or
+// recheckCap while fewer than a quorum of nodes are up. A message is what
+// wakes it, and the timer is the safety net, so idle waiters cost the
+// nodes next to nothing. Split votes back off with jitter. When ctx ends,
+// leave removes the waiter's queue entry on every node.
 func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error) {
 	refused := time.Now()
 	var last attemptResult // the latest attempt, for the ctx exit's error
 	lastAt := refused
-	if !w.queued || c.Settings().Polling {
+	cfg := c.Settings()
+	if !w.queued || cfg.Polling {
 		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
@@ -72,7 +74,6 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		return nil, err
 	}
 	defer stop()
-	cfg := c.Settings()
 	push := !cfg.Polling
 	recheckMax := w.recheckMax
 	if recheckMax <= 0 {
@@ -165,7 +166,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		} else {
 			backoff = cfg.RetryDelay
 			limit := recheckMax
-			if !c.OnQuorum(upNodes(c)) {
+			if !c.NewTally().Enough(upNodes(c)) {
 				limit = min(limit, recheckCap)
 			}
 			d = limit // a message wakes us; the timer is the safety net

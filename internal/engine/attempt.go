@@ -76,9 +76,9 @@ type Result struct {
 	Err       error
 }
 
-// Attempt makes one quorum attempt: it fans the acquire out, decides as soon
-// as its Tally's verdict is known, checks validity, decides the fence (S2),
-// and creates the hold. A refused round is a *NotAcquiredError with the
+// Attempt makes one quorum attempt. It fans the op's acquire out, decides
+// as soon as its Tally's verdict is known, and checks validity. Then it
+// decides the fence by the fencing rule and registers the hold. A refused round is a *NotAcquiredError with the
 // holder's TTL; ErrQuorumUnavailable means fewer than a quorum answered and
 // their refusals did not veto it. A failed attempt rolls back by the one
 // rule of rollbackAttempt, and grants that arrive after the decision are
@@ -320,21 +320,22 @@ func refusedFor(r *Round, votes []Vote, verrs []error, holder int64) int {
 	return n
 }
 
-// rollbackAttempt is the one rollback rule of a failed quorum attempt
-// (every primitive's): it drops the requests still queued unsent (unless
-// queue: a waiter's enqueue must reach every node while it still waits;
-// those replies come to the late handler, which rolls back a grant) and rolls
-// back every node that answered a reply that may hold something (mayHold:
-// a grant, an error — a script error can follow a write, a program on a
-// Redis Cluster node can fail after taking some slot groups — or a
-// malformed reply; only a clean refusal, or a request dropped unsent, holds
-// nothing). A node that had not answered is rolled back by the attempt's
-// late handler if its reply turns out to hold something (the same rule): a
-// refused attempt sends no rollback at all. When the caller gave up (ctx
-// ended: Acquire's ctx, Acquirer.Close) the rollback is sent to every node
-// and awaited, bounded by NodeTimeout, so that nothing of the attempt is
-// left when the call returns (a rollback where the attempt holds nothing is
-// a no-op; this path is rare).
+// rollbackAttempt is the one rollback rule of a failed quorum attempt,
+// for every primitive. It drops the requests still queued unsent, unless
+// queue is set. A waiter's enqueue must reach every node while it waits;
+// those replies go to the late handler, which rolls back a grant.
+//
+// It rolls back every node whose reply may hold something (mayHold). That
+// is a grant, an error or a malformed reply. A script error can follow a
+// write, and a Redis Cluster program can fail after taking some slot
+// groups. Only a clean refusal, or a request dropped unsent, holds nothing.
+// A node that had not answered is handled by the late handler, by the same
+// rule. So a refused attempt sends no rollback at all.
+//
+// When the caller gave up (its ctx ended), the rollback goes to every node
+// and is awaited, bounded by NodeTimeout. Nothing of the attempt is left
+// when the call returns. A rollback where nothing is held is a no-op, and
+// this path is rare.
 func (c *Engine) rollbackAttempt(ctx context.Context, r *Round,
 	rollback func(node int) nodeactor.Call, mayHold func(nodeactor.Reply) bool, queue bool) {
 	if !queue || ctx.Err() != nil {

@@ -28,15 +28,14 @@ type DirectSpec struct {
 var ErrGrantTooLate = errors.New("redlock: direct grant leaves too little validity")
 
 // TakeGrants turns a quorum of direct grants into a hold without a round
-// trip: the validity is counted from the granted attempt's send time, which
-// precedes every node's grant (each node set its key with PX ≥ TTL after
-// receiving that attempt), and the fence is decided as an attempt's is
-// (S2: the largest of the quorum's, written back where fewer than a quorum
-// hold it). It fails, holding nothing, with fewer than a quorum of grants,
-// ErrGrantTooLate, or the fence write-back's error; the waiter then makes
-// an attempt, which takes its own grants over.
+// trip. The validity is counted from the granted attempt's send time. That
+// precedes every node's grant: each node set its key with PX ≥ TTL after
+// receiving that attempt. The fence is decided as an attempt's is, by the
+// fencing rule (decideFence). It fails, holding nothing, with fewer than a
+// quorum of grants, ErrGrantTooLate, or the fence write-back's error. The
+// waiter then makes an attempt, which takes its own grants over.
 func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
-	if !c.OnQuorum(len(s.Grants)) {
+	if !c.NewTally().Enough(len(s.Grants)) {
 		return nil, fmt.Errorf("%w: %d of %d nodes granted", ErrQuorumUnavailable, len(s.Grants), len(c.nodes))
 	}
 	left := func() time.Duration { return s.TTL - time.Since(s.Start) - c.Drift(s.TTL) }

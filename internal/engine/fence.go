@@ -41,10 +41,10 @@ func (l *lateFences) differs(node int) (int64, bool) {
 	return l.decided, l.decided > 0 && l.fences[node] != l.decided
 }
 
-// decideFence applies S2: the fence is max over the granting nodes'
-// counters; it is written back when fewer than a quorum of them held that
-// max, and when fewer than a quorum had a counter at all the hybrid logical
-// clock (server TIME in ms << HLCShift) takes over.
+// decideFence applies the fencing rule. The fence is the max over the
+// granting nodes' counters. It is written back when fewer than a quorum of
+// them held that max. When fewer than a quorum had a counter at all, the
+// hybrid logical clock takes over: server TIME in ms << HLCShift.
 func (c *Engine) decideFence(ctx context.Context, op Op, grants []Vote) (uint64, error) {
 	t := c.NewTally()
 	var m, maxNow int64

@@ -119,16 +119,17 @@ func (c *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 }
 
 // failures sorts the failed replies of one round by what is known to be
-// transient (nodeactor.Transient: connection errors, timeouts, LOADING,
-// BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN, MASTERDOWN, ...): an ACL refusal
-// ends the round for good (retrying cannot help, and it is the same on
-// every node we were configured for); a wrong type at our keys ends it
-// when more than N−Q nodes answered one (a user's key on a minority of the
-// nodes leaves that node out, with a warning: warnWrongType); any other
-// error that is not transient (OOM, MISCONF, a script error) ends it when it
-// came from more than N−Q nodes — a minority of such nodes is treated as
-// down, so one node out of memory does not take the lock away from a
-// quorum that works.
+// transient. Transient errors are those of nodeactor.Transient: connection
+// errors, timeouts, LOADING, BUSY, TRYAGAIN, MOVED/ASK, CLUSTERDOWN and
+// the like. The other errors end the round for good in three cases.
+//   - An ACL refusal always ends it. Retrying cannot help, and every node
+//     we were configured for answers the same.
+//   - A wrong type at our keys ends it when it vetoes the round. A user's
+//     key on a minority of the nodes leaves that node out, with a warning
+//     (warnWrongType).
+//   - Another error that is not transient (OOM, MISCONF, a script error)
+//     ends it when it vetoes the round. A minority of such nodes counts as
+//     down, so one node out of memory does not stop a quorum that works.
 type failures struct {
 	errs   []error // every failure, for the error message
 	wrong  error   // a WRONGTYPE reply

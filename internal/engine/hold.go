@@ -181,13 +181,14 @@ func (h *Hold) Valid() bool {
 	return h.state == stateHeld && time.Now().Before(h.deadline)
 }
 
-// lateGrantNeedsRollback reports whether a grant of the hold's own attempt
-// that arrives now, after the attempt decided, must be rolled back: not
-// while the hold is valid (the grant is simply ours), nor once Release
-// started — its release to that node was queued behind the acquire (the
-// node actor keeps each resource's order, across lanes) and deletes the
-// grant, so a rollback would only cost the node one more script — but when
-// the hold ended otherwise (lost, or past its Deadline: no release comes).
+// lateGrantNeedsRollback reports whether a late grant of the hold's own
+// attempt must be rolled back. Such a grant arrives after the attempt
+// decided. While the hold is valid the grant is simply ours. Once Release
+// started, its release to that node was queued behind the acquire, since
+// the node actor keeps each resource's order across lanes. That release
+// deletes the grant, and a rollback would only cost one more script. A
+// rollback is needed when the hold ended otherwise: lost, or past its
+// Deadline, when no release comes.
 func (h *Hold) lateGrantNeedsRollback() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -131,15 +131,15 @@ func (c *Engine) release(p Protocol, deadline time.Time) error {
 		}
 		return t
 	}
-	// Done once the verdict is known: usually a quorum confirmed. The other
-	// nodes' requests stay queued and are still sent (urgent requests
-	// outlive their ctx), after everything this client sent before for the
-	// resource (the node actor keeps each resource's order), so they delete
-	// there too — at once on a node that is up, when it comes back
-	// otherwise (or the key expires by its TTL). Waiting for them would
-	// cost a sequential client the third node's round trip on every release
-	// (W3: 94 % of the floor instead of 109 %); another client that tries
-	// meanwhile is at worst refused by that one node.
+	// Done once the verdict is known: usually a quorum confirmed. The
+	// other nodes' requests stay queued and are still sent, since urgent
+	// requests outlive their ctx. They go after everything this client sent
+	// before for the resource, as the node actor keeps each resource's
+	// order. So they delete there too: at once on a node that is up, or
+	// when it comes back, or the key expires by its TTL. Waiting for them
+	// would cost a sequential client one more round trip on every release
+	// (docs/benchmarks.md, the sequential workload). Another client that
+	// tries meanwhile is at worst refused by that one node.
 	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
 		return count(r).Verdict() != Undecided
 	}, nil)

@@ -28,9 +28,6 @@ func Majority(n int) int { return n/2 + 1 }
 // NewTally returns an empty tally over the engine's nodes.
 func (c *Engine) NewTally() Tally { return Tally{N: len(c.nodes), Q: c.quorum} }
 
-// OnQuorum reports whether k of the engine's nodes make a quorum.
-func (c *Engine) OnQuorum(k int) bool { return c.NewTally().Enough(k) }
-
 func (t Tally) pending() int { return t.N - t.Yes - t.No - t.Other }
 
 // Enough reports whether k nodes make a quorum: at least Q.
