@@ -80,6 +80,8 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		// directSuffix (lock.lua's DIRECT): no rollback of the attempt can
 		// match it.
 		token := w.token + directSuffix
+		// The op only writes the fence back and describes the hold: no
+		// acquire or rollback call of its own.
 		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Grants: votes,
 			MinValidity: w.l.o.ttl / 2,
 			Op:          newExclusiveOp(w.l, &waiter{queued: w.l, wid: w.wid}, token, nodeactor.Call{}, nodeactor.Call{})})

@@ -261,8 +261,6 @@ func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 	return f.call(scripts.FairRelease{Token: p.token, Owner: f.o.owner, Channel: f.channel, Waiter: p.wid})
 }
 
-func (p *fairProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
-
 // Status reads the fair lock's state on every node (one read-only script
 // each): the holder as recorded with it (Info) and the first
 // MaxStatusWaiters live waiters in ticket order (Queue; Since is when each

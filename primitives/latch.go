@@ -22,13 +22,13 @@ const (
 	// LatchOpenTTL is how long an opened latch stays (open) after it opened;
 	// after that its name starts a new latch.
 	LatchOpenTTL = 24 * time.Hour
-	// LatchMaxLate is how late a latch call may reach a node: one that
-	// arrives more than this after it was sent (by the client's estimate of
-	// the servers' TIME against the node's own) changes nothing there, as if
-	// it had been lost, since it may belong to an earlier latch of the name
-	// that has expired since. Every expiry a call sets is absolute (sent +
-	// TTL), so a call that runs late never makes a node keep the latch
-	// longer than the nodes that ran it on time. See docs/latch.md.
+	// LatchMaxLate is how late a latch call may reach a node. Lateness is
+	// the client's estimate of the servers' TIME against the node's own. A
+	// later call changes nothing there, as if it had been lost: it may
+	// belong to an earlier latch of the name that has expired since. Every
+	// expiry a call sets is absolute (sent + TTL). So a call that runs late
+	// never makes a node keep the latch longer than the nodes that ran it on
+	// time. See docs/latch.md.
 	LatchMaxLate = 2 * time.Second
 	// MaxLatchCount is the largest initial count. Each count-down is an id
 	// kept on every node until the latch opens, and a read-repair moves
@@ -410,10 +410,10 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 }
 
 // union returns |union of the ids| over a quorum. When every state agrees
-// (same size and digest) that is the size; otherwise it reads the members
-// of a quorum and writes the union back (read-repair) to a quorum, so the
-// count it reports does not go up again while those nodes keep their state
-// (docs/latch.md says what a node restarted empty can do to it).
+// (same size and digest), that is the size. Otherwise it reads the members
+// of a quorum and writes the union back to a quorum (read-repair). So the
+// count it reports does not go up again while those nodes keep their
+// state. docs/latch.md says what a node restarted empty can do to it.
 func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) {
 	same := true
 	for _, st := range v.states[1:] {

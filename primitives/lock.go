@@ -35,9 +35,9 @@ var (
 
 const (
 	// queueEntryTTL is how long a waiter's queue entry outlives the
-	// waiter's longest sleep (its lock's TTL: it re-attempts at least that
-	// often, and every attempt refreshes the entry), so a crashed waiter
-	// holds its place at most TTL + queueEntryTTL; a release that reserves
+	// waiter's longest sleep, its lock's TTL. A waiter re-attempts at least
+	// that often, and every attempt refreshes the entry. So a crashed waiter
+	// holds its place at most TTL + queueEntryTTL. A release that reserves
 	// for it meanwhile costs the next waiter one HandoffWindow.
 	queueEntryTTL = 3 * time.Second
 )
@@ -271,10 +271,6 @@ func flag(b bool) string { return scripts.Flag(b) }
 
 func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
 
-func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
-	return classifyRenew(rep)
-}
-
 // ReleaseOutcome reads a release reply (lock.lua): released, nothing of
 // ours (missing), or another holder's key (not the owner).
 func (p *lockProto) ReleaseOutcome(rep nodeactor.Reply) engine.Outcome {
@@ -473,12 +469,12 @@ type ForcedRelease struct {
 // MaxReasonLen bounds the reason given to ForceRelease.
 const MaxReasonLen = 256
 
-// ForceRelease deletes the lock's hold on every node whoever holds it — a
-// way out of a stuck holder for an operator (`redlock release --force`) —
-// steps the fence counter past the forced holder's fence, and hands the
-// lock to the longest waiter, as a release does. It logs one audit line
-// (at Warn: the name, the forced holder, the fence, the reason, this host
-// and pid).
+// ForceRelease deletes the lock's hold on every node, whoever holds it.
+// It is an operator's way out of a stuck holder (`redlock release
+// --force`). It steps the fence counter past the forced holder's fence,
+// and hands the lock to the longest waiter, as a release does. It logs one
+// audit line at Warn: the name, the forced holder, the fence, the reason,
+// this host and pid.
 //
 // The forced holder is not told directly: its next renewal finds the key
 // missing or another owner's on a quorum and its Lost() closes then (at the

@@ -104,9 +104,9 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // Acquire blocks until every name is held or ctx ends (then it returns an
 // error that Is ctx.Err() and holds nothing, and its queue entries are
 // removed). A MultiLock waiter queues on each of its names beside the Lock
-// waiters of that name, in one order on every name (its score is chosen
-// once); a name handed to it stays reserved for it while it waits for its
-// other names, so waiters that came later wait behind it.
+// waiters of that name. Its score is chosen once, so it has one order on
+// every name. A name handed to it stays reserved for it while it waits for
+// its other names, so waiters that came later wait behind it.
 func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	if err := checkCtx(ctx, "MultiLock.Acquire"); err != nil {
 		return nil, err
@@ -202,5 +202,3 @@ func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
 	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.o.set.HandoffWindow,
 		Release: true, Waiter: p.wid}))
 }
-
-func (p *multiProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -61,10 +61,10 @@ func WithMaxHold(d time.Duration) Option {
 // lease's Context, or Extend) at least every d. A holder that is alive but
 // wedged — a deadlocked goroutine, stuck I/O — stops heartbeating, and its
 // lease runs out at its Deadline like any other loss: Lost closes and Err
-// wraps ErrLeaseLost and ErrNoHeartbeat. A heartbeat that comes after a
-// renewal was skipped but before the Deadline resumes the renewals. d must
-// be positive; pick it above the longest pause between two steps of the
-// work (a lease can outlive the last heartbeat by up to d plus one TTL).
+// wraps ErrLeaseLost and ErrNoHeartbeat. A heartbeat after a skipped
+// renewal but before the Deadline resumes the renewals. d must be
+// positive. Pick it above the longest pause between two steps of the work.
+// A lease can outlive the last heartbeat by up to d plus one TTL.
 // It composes with WithMaxHold (renewal stops at whichever comes first)
 // and needs auto-renewal on.
 func WithHeartbeat(d time.Duration) Option {

@@ -99,7 +99,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 
 // confirmed accepts a reply that confirmed our token (OutcomeOK).
 func confirmed(rep nodeactor.Reply) error {
-	switch classifyRenew(rep) {
+	switch engine.RenewOutcome(rep) {
 	case engine.OutcomeOK:
 		return nil
 	case engine.OutcomeNotOwner:
@@ -246,8 +246,6 @@ func (p *rwProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Cal
 func (p *rwProto) ReleaseCall(int) nodeactor.Call {
 	return (&rwSide{rw: p.rw, write: p.write}).releaseCall(p.token, p.wid)
 }
-
-func (p *rwProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
 
 // RWNodeState is one node's view of an RWLock, for operators (`redlock
 // status --kind rwlock`). Writer is a token prefix only.

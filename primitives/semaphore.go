@@ -76,7 +76,7 @@ func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts
 		return nil, fmt.Errorf("%w: permits %d out of range [1, %d]", ErrInvalidArgument, permits, MaxPermits)
 	}
 	return &Semaphore{c: c, name: name, permits: permits, o: o, resize: resize,
-		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Key(name, scripts.SemaphoreSlotPrefix),
+		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Topic(name) + ":" + scripts.SemaphoreSlotPrefix,
 		topic: c.Topic(name), channel: c.Topic(name) + ":ch", meta: holderMeta(o.label)}, nil
 }
 
@@ -219,10 +219,10 @@ func (pr *proposer) next() int {
 	return s
 }
 
-// learn keeps, except tried, the slots reserved for us on some node (a
-// handoff: proposing one either wins it or its rollback frees it there)
-// or, if there are none, the slots that enough refusals show free (a
-// quorum of them, or all of them when fewer answered).
+// learn keeps, except tried, the slots reserved for us on some node by a
+// handoff. Proposing one either wins it, or its rollback frees it there.
+// If there are none, it keeps the slots that enough refusals show free:
+// a quorum of them, or all of them when fewer answered.
 func (pr *proposer) learn(refusals []semReply, tried int, q int) {
 	pr.cand = pr.cand[:0]
 	need := min(q, len(refusals))
@@ -429,5 +429,3 @@ func (p *semProto) ReleaseCall(int) nodeactor.Call {
 	s := p.x.s
 	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.o.set.HandoffWindow, Channel: s.channel})
 }
-
-func (p *semProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

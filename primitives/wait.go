@@ -27,10 +27,10 @@ type waitSpec struct {
 	// leave removes the waiter's queue entries on every node (nil: none).
 	leave func()
 	// queued skips the first attempt without a subscription and queues at
-	// once (for a caller that expects contention, e.g. a client that just
-	// handed the lock to a waiter: that attempt would only be refused by
-	// the reservation, costing a round on every node while the handoff is
-	// in flight).
+	// once. It is for a caller that expects contention, such as a client
+	// that just handed the lock to a waiter. There that attempt would only
+	// be refused by the reservation, and cost a round on every node while
+	// the handoff is in flight.
 	queued bool
 	// recheckMax is the longest a refused waiter sleeps without a message
 	// (0: recheckCap). Its queue entry, if any, must outlive it.
@@ -98,10 +98,10 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		t.Stop()
 	}
-	// Once an attempt failed the waiter may hold queue entries (a first try
-	// of some primitives enqueues too): leave on every way out but success,
-	// and once more after NodeTimeout, when an attempt that was still in
-	// flight (and may enqueue again) has been executed or dropped.
+	// Once an attempt failed, the waiter may hold queue entries: a first
+	// try of some primitives enqueues too. So it leaves on every way out
+	// but success. It leaves once more after NodeTimeout, when an attempt
+	// still in flight, which may enqueue again, has run or been dropped.
 	leave := func() {}
 	if w.leave != nil {
 		leave = func() {

@@ -55,8 +55,8 @@ type AttemptSpec struct {
 	// (at most NodeTimeout) instead of stopping at the veto (TryAcquire).
 	Splits bool
 	// Queue marks a waiter's attempt that takes its place in the nodes'
-	// queues: when it fails, its requests still queued unsent are sent
-	// anyway (their replies handled as late ones), so that the waiter is
+	// queues. When it fails, its requests still queued unsent are sent
+	// anyway, and their replies are handled as late ones. So the waiter is
 	// queued on every node, not only on those that answered in time.
 	Queue bool
 }
@@ -111,15 +111,15 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		return votes[i], verrs[i]
 	}
 	// Grants that arrive after the attempt stopped waiting for them are kept
-	// while it is undecided, then rolled back unless the attempt produced a
-	// hold that is still valid or being released (its Release covers every
-	// node, after the grant; a late grant under a live hold is simply ours).
-	// A rollback is per token and safe to repeat.
+	// while it is undecided. Then they are rolled back, unless the attempt
+	// produced a hold that is still valid or being released. Its Release
+	// covers every node, after the grant, and a late grant under a live hold
+	// is simply ours. A rollback is per token and safe to repeat.
 	lg := NewPending(func(node int) { c.SendLate(node, s.Op.Rollback(node)) })
-	// A late grant under a live hold whose node answered another fence gets
-	// the hold's fence written back: its counter is raised if lower, and an
-	// owner's epoch fence (which later reentrant holds return) becomes the
-	// hold's, so that every hold of one owner has one fence.
+	// A late grant under a live hold may answer another fence. Its node
+	// gets the hold's fence written back, and its counter is raised if
+	// lower. An owner's epoch fence, which later reentrant holds return,
+	// becomes the hold's. So every hold of one owner has one fence.
 	lf := &lateFences{fences: map[int]int64{}}
 	fw := NewPending(func(node int) {
 		if f, ok := lf.differs(node); ok {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/mock"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 	"go.uber.org/goleak"
 )
@@ -221,13 +222,13 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			v = 2 // another holder's key (lock.lua's ReleaseTaken)
 		}
 		rep.Msg = mock.RedisInt64(v)
-	case "renew":
-		v := int64(0) // another owner
+	case "renew": // answered as the scripts' prelude does (RenewOutcome)
+		v := int64(scripts.RenewNotOurs)
 		switch f.owner {
 		case arg:
-			v = 1
+			v = scripts.RenewRenewed
 		case "":
-			v = 3 // missing: a node restarted empty, or a forced release
+			v = scripts.RenewMissing // a node restarted empty, or a forced release
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "fence":
@@ -281,18 +282,6 @@ func (p fakeProto) RenewCall(int, time.Duration, bool) nodeactor.Call {
 }
 func (p fakeProto) ReleaseCall(int) nodeactor.Call {
 	return nodeactor.Call{Args: []string{"release", p.token}}
-}
-func (p fakeProto) Classify(rep nodeactor.Reply) Outcome {
-	if rep.Err != nil {
-		return OutcomeError
-	}
-	switch v, _ := rep.Msg.AsInt64(); v {
-	case 1:
-		return OutcomeOK
-	case 3:
-		return OutcomeMissing
-	}
-	return OutcomeNotOwner
 }
 
 func vote(rep nodeactor.Reply) (Vote, error) {

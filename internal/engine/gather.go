@@ -13,15 +13,18 @@ import (
 )
 
 // Gather is the quorum round of every primitive that reads or writes
-// without taking a hold (FairLock tickets, latch rounds, fence write-backs,
-// RWLock downgrades): it sends call(i) to every node on lane and returns
-// once its Tally's verdict is known. A reply that accept takes (accept
-// returns nil) is a yes, a rejection wrapping ErrInvalidArgument a no.
-// Then it returns the round (read the replies where Answered and accept is
-// nil) and nil; or an error: a WRONGTYPE or an ACL refusal from any node
-// (retrying cannot help); the rejection, when more than N−Q nodes rejected
-// (no quorum can agree); ctx's error; or ErrQuorumUnavailable wrapping the
-// per-node errors.
+// without taking a hold: FairLock tickets, latch rounds, fence write-backs
+// and RWLock downgrades. It sends call(i) to every node on lane, and
+// returns once its Tally's verdict is known. A reply that accept takes
+// (accept returns nil) is a yes. A rejection wrapping ErrInvalidArgument
+// is a no.
+//
+// When won, it returns the round and nil. Read the replies where Answered
+// and accept is nil. Otherwise the error is one of these:
+//   - a failure that retrying cannot help (see failures.fatal);
+//   - the rejection, when the rejections veto the round;
+//   - ctx's error;
+//   - ErrQuorumUnavailable wrapping the per-node errors.
 func (c *Engine) Gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error) (*Round, error) {
 	return c.gather(ctx, lane, call, accept, false)

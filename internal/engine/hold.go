@@ -32,8 +32,6 @@ type Protocol interface {
 	RenewCall(node int, ttl time.Duration, retake bool) nodeactor.Call
 	// ReleaseCall deletes the hold on node i, only where it is ours.
 	ReleaseCall(node int) nodeactor.Call
-	// Classify maps a renewal reply to an Outcome.
-	Classify(rep nodeactor.Reply) Outcome
 }
 
 type holdState int

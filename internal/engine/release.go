@@ -25,14 +25,16 @@ func (c *Engine) releaseTimeout() time.Duration {
 }
 
 // Release deletes the hold on every node that answers. Nothing of ctx
-// cancels it (as if run with context.WithoutCancel(ctx)), so a deferred
-// Release after the request's ctx ended still deletes the keys, and waits
-// for a busy node until the hold's Deadline at most (never less than a
-// short bound); a node that is down or
-// not answering does not hold it up once a quorum confirmed. It returns nil when a
-// quorum confirmed (and nil again on a second call), an error wrapping the
-// per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
-// hold had been lost, and ErrClosed if Coordinator.Close released it.
+// cancels it, as if run with context.WithoutCancel(ctx). So a deferred
+// Release after the request's ctx ended still deletes the keys. It waits
+// for a busy node until the hold's Deadline at most, and never less than a
+// short bound. A node that is down or not answering does not hold it up
+// once a quorum confirmed.
+//
+// It returns nil when a quorum confirmed, and nil again on a second call.
+// Otherwise it returns an error wrapping the per-node errors, and the rest
+// expire by TTL. It returns ErrLeaseLost if the hold had been lost, and
+// ErrClosed if Coordinator.Close released it.
 func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	switch h.state {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -85,7 +86,7 @@ func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (Tally, *Round
 		t := h.c.NewTally()
 		for i, rep := range r.Replies {
 			if r.Answered[i] {
-				t.addRenewal(h.spec.Protocol.Classify(rep))
+				t.addRenewal(RenewOutcome(rep))
 			}
 		}
 		return t
@@ -169,7 +170,7 @@ func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, t Tally, r *Roun
 func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Round) {
 	var missing []int
 	for i, rep := range r.Replies {
-		if r.Answered[i] && h.spec.Protocol.Classify(rep) == OutcomeMissing {
+		if r.Answered[i] && RenewOutcome(rep) == OutcomeMissing {
 			missing = append(missing, i)
 		}
 	}
@@ -192,4 +193,36 @@ func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Roun
 			return
 		}
 	}
+}
+
+// RenewOutcome reads a renewal reply. Every primitive's renewal script
+// answers alike: the shared prelude's NOT_OURS, RENEWED, RETAKEN and
+// MISSING (scripts.Renew*). RENEWED, or "OK" from a native SET IFEQ,
+// confirms. MISSING and RETAKEN count toward no quorum: a key that vanished
+// from a majority is lost. NOT_OURS, nil or WRONGTYPE mean another owner.
+func RenewOutcome(rep nodeactor.Reply) Outcome {
+	if rep.Err != nil {
+		if IsWrongType(rep.Err) {
+			return OutcomeNotOwner
+		}
+		return OutcomeError
+	}
+	if rep.Msg.IsNil() {
+		return OutcomeNotOwner
+	}
+	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
+		return OutcomeOK
+	}
+	if v, err := rep.Msg.AsInt64(); err == nil {
+		switch v {
+		case scripts.RenewMissing:
+			return OutcomeMissing
+		case scripts.RenewRetaken:
+			return OutcomeRetaken
+		case scripts.RenewRenewed:
+			return OutcomeOK
+		}
+		return OutcomeNotOwner
+	}
+	return OutcomeError
 }

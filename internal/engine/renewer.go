@@ -238,7 +238,7 @@ func (r *renewer) renewRound(due []*Hold) {
 					continue // a duplicate counts once
 				}
 				round.record(rep)
-				t.addRenewal(p.h.spec.Protocol.Classify(rep))
+				t.addRenewal(RenewOutcome(rep))
 			case <-ctx.Done():
 				break collect
 			}
