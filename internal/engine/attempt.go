@@ -11,7 +11,7 @@ import (
 
 // Vote is one node's answer to an acquire, as the primitive's classifier
 // reads it. Exactly one of three: granted, refused (held or reserved by
-// someone else), or abstained (a definite answer that is neither, c.g. a
+// someone else), or abstained (a definite answer that is neither, e.g. a
 // semaphore whose stored permit count differs).
 type Vote struct {
 	Granted   bool
