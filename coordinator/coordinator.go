@@ -16,19 +16,13 @@ import (
 type Coordinator struct {
 	cfg Config
 	eng *engine.Engine
+	// handle lets package primitives reach eng through engine.Of. Its one
+	// method is unexported, so nothing of the engine shows here.
+	handle
 }
 
-func init() {
-	// The one way the primitives reach the engine behind a Coordinator: an
-	// internal hook, so the engine's plumbing is not part of this package's
-	// API (see docs/architecture.md, "The engine behind the facade").
-	engine.SetFront(func(v any) *engine.Engine {
-		if c, ok := v.(*Coordinator); ok && c != nil {
-			return c.eng
-		}
-		return nil
-	})
-}
+// handle names the embedded engine.Handle with an unexported field name.
+type handle = engine.Handle
 
 // NodeStatus describes one node.
 type NodeStatus struct {
@@ -81,7 +75,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Coordinator{cfg: cfg, eng: eng}, nil
+	return &Coordinator{cfg: cfg, eng: eng, handle: engine.NewHandle(eng)}, nil
 }
 
 // Quorum returns N/2+1.

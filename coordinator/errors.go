@@ -1,13 +1,17 @@
 package coordinator
 
 import (
+	"github.com/redlock-go/redlock/internal/argerr"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
+// The errors of New and of every operation, re-exported from the package
+// that defines each. Package primitives re-exports the same values; test
+// with errors.Is.
 var (
 	// ErrInvalidArgument means an argument or option was rejected; nothing was sent to Redis.
-	ErrInvalidArgument = engine.ErrInvalidArgument
+	ErrInvalidArgument = argerr.ErrInvalidArgument
 	// ErrNotAcquired means the resource is held by someone else.
 	ErrNotAcquired = engine.ErrNotAcquired
 	// ErrQuorumUnavailable means fewer than a quorum of nodes answered in time.
@@ -18,7 +22,7 @@ var (
 	// ErrReleased means the lease was released by its holder.
 	ErrReleased = engine.ErrReleased
 	// ErrClosed means the coordinator has been closed.
-	ErrClosed = engine.ErrClosed
+	ErrClosed = nodeactor.ErrClosed
 	// ErrWrongType means a key at one of our names belongs to another type or
 	// primitive (for example a user's key); it was left untouched.
 	ErrWrongType = engine.ErrWrongType

@@ -10,11 +10,11 @@ import (
 )
 
 // lockWaiter is one blocked Lock.Acquire that takes direct grants
-// (docs/lock.md, "Direct grant"): its enqueuing attempts are numbered, a
-// release on a node where it is the longest waiter gives it the lock under
-// its latest attempt's token there and tells it (`g:` message), and once a
-// quorum of nodes did so for the same attempt it holds the lock without an
-// acquire round of its own. Only its Acquire goroutine touches it.
+// (docs/lock.md, "Direct grant"). Its enqueuing attempts are numbered. A
+// release on a node where it is the longest waiter gives it the lock there,
+// under its latest attempt's token, and tells it with a `g:` message. Once
+// a quorum of nodes did so for the same attempt, it holds the lock without
+// an acquire round of its own. Only its Acquire goroutine touches it.
 type lockWaiter struct {
 	waiter
 	l *Lock
@@ -71,7 +71,7 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		}
 	}
 	c := w.l.c
-	if len(w.got) >= c.Quorum() {
+	if c.NewTally().Enough(len(w.got)) {
 		votes := make([]engine.Vote, 0, len(w.got))
 		for _, g := range w.got {
 			votes = append(votes, engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now})
@@ -80,12 +80,11 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		// directSuffix (lock.lua's DIRECT): no rollback of the attempt can
 		// match it.
 		token := w.token + directSuffix
+		// The op only writes the fence back and describes the hold: no
+		// acquire or rollback call of its own.
 		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Grants: votes,
 			MinValidity: w.l.o.ttl / 2,
-			Fence:       func(f int64) func(int) nodeactor.Call { return perNode(w.l, w.l.fenceCall(f)) },
-			Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
-				return w.l.newHoldWid(token, w.wid, fence, start)
-			}})
+			Op:          newExclusiveOp(w.l, &waiter{queued: w.l, wid: w.wid}, token, nodeactor.Call{}, nodeactor.Call{})})
 		if err == nil {
 			c.Instruments().DirectGrants.Add(ctx, 1)
 			return newLease(h), 0
@@ -96,5 +95,5 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 	if len(w.got) == 0 || w.stale {
 		return nil, 0
 	}
-	return nil, max(0, c.Settings().NodeTimeout-time.Since(w.since))
+	return nil, max(0, w.l.o.set.NodeTimeout-time.Since(w.since))
 }

@@ -1,12 +1,12 @@
-// Package primitives holds redlock's distributed primitives, each held on a
-// quorum of the Coordinator's nodes (or on its one node):
+// Package primitives holds redlock's distributed primitives. Each is held
+// on a quorum of the Coordinator's nodes, or on its one node.
 //
-//   - [Lock]: exclusive; a release hands it to the longest waiter; reentrant
-//     only with [WithOwner].
+//   - [Lock]: exclusive. A release hands it to the longest waiter. It is
+//     reentrant only with [WithOwner].
 //   - [FairLock]: exclusive, granted in enqueue order across processes.
-//   - [MultiLock]: several Lock names at once or none, with no deadlock
+//   - [MultiLock]: several Lock names at once or none. It cannot deadlock,
 //     whatever the order callers list them in.
-//   - [RWLock]: phase-fair readers–writer lock; [RWLock.Downgrade].
+//   - [RWLock]: a phase-fair readers–writer lock, with [RWLock.Downgrade].
 //   - [Semaphore]: at most n holders at once.
 //   - [CountDownLatch]: opens once n distinct count-downs were made.
 //
@@ -38,12 +38,15 @@
 //
 // # Errors
 //
-// Errors are matched with errors.Is: [ErrNotAcquired] (held by someone
-// else), [ErrQuorumUnavailable] (fewer than a quorum of nodes answered),
-// [ErrLeaseLost] (the lease ended before the call), [ErrWrongType] (a key of
-// the primitive holds a value of another type), [ErrInvalidArgument],
-// [ErrClosed] (the Coordinator was closed); [*NotAcquiredError] and
-// [*NodeError] give the details per node.
+// Errors are matched with errors.Is.
+//   - [ErrNotAcquired]: held by someone else.
+//   - [ErrQuorumUnavailable]: fewer than a quorum of nodes answered.
+//   - [ErrLeaseLost]: the lease ended before the call.
+//   - [ErrWrongType]: a key of the primitive holds a value of another type.
+//   - [ErrInvalidArgument]: an argument or option was rejected.
+//   - [ErrClosed]: the Coordinator was closed.
+//
+// [*NotAcquiredError] and [*NodeError] give the details per node.
 //
 // The design and the exact guarantees of each primitive are in the
 // repository's docs/ (lock.md, fairlock.md, multilock.md, rwlock.md,

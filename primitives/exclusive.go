@@ -6,21 +6,19 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
 // exclusive is what the shared quorum attempt needs from an exclusive
-// primitive (Lock, MultiLock): its calls and how to turn a won quorum into a
-// lease.
+// primitive (Lock, MultiLock): its calls, and the hold a won quorum makes.
 type exclusive interface {
 	acquireCall(token, wid string, enqueue bool) nodeactor.Call
-	// rollbackCall undoes one attempt's grant; wid is the waiter that
+	// rollbackCall undoes one attempt's grant. wid is the waiter that
 	// made it, which the rollback must not wake.
 	rollbackCall(token, wid string) nodeactor.Call
 	fenceCall(fence int64) nodeactor.Call
-	newHold(token string, fence uint64, start time.Time) (*engine.Hold, error)
+	holdSpec(token string, fence uint64) engine.HoldSpec
 	leaseTTL() time.Duration
 }
 
@@ -30,7 +28,7 @@ type exclusive interface {
 type queued interface {
 	exclusive
 	acquireCallScore(token, wid string, enqueue bool, score int64) nodeactor.Call
-	newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error)
+	holdSpecWid(token, wid string, fence uint64) engine.HoldSpec
 }
 
 // waiter is one blocked Acquire of a Lock, MultiLock or RWLock side: the
@@ -48,8 +46,8 @@ func (w *waiter) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	return w.acquireCallScore(token, wid, enqueue, w.score)
 }
 
-func (w *waiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return w.newHoldWid(token, w.wid, fence, start)
+func (w *waiter) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return w.holdSpecWid(token, w.wid, fence)
 }
 
 // primitive returns the waiting primitive (for its optional interfaces).
@@ -87,11 +85,11 @@ type claimer interface {
 }
 
 // fenceInit is the value a node with no fence counter starts it from: the
-// hybrid clock (estimated server ms << engine.HLCShift). Before any server
-// TIME has been seen the estimate is this process's own clock: one value
-// for every node, so that the nodes start alike (a node floors it at its
-// own (TIME − skew) << HLCShift, and the coordinator writes the max back
-// where they differ) — an owner's reentrant holds read the fence the nodes
+// hybrid clock, estimated server ms << engine.HLCShift. Before any server
+// TIME has been seen, the estimate is this process's own clock. It is one
+// value for every node, so that the nodes start alike. A node floors it at
+// its own (TIME − skew) << HLCShift, and the engine writes the max back
+// where they differ. An owner's reentrant holds read the fence the nodes
 // started, so a late node that started its own would give them another.
 func fenceInit(c *engine.Engine) string { return strconv.FormatInt(fenceInitValue(c), 10) }
 
@@ -104,11 +102,11 @@ func fenceInitValue(c *engine.Engine) int64 {
 }
 
 // attemptExclusive makes one quorum attempt of x through the engine's one
-// attempt (fan-out, decide at quorum, validity, rollback rule, late grants,
-// fence). wid identifies the waiter across one Acquire's attempts (its
-// queue entry and handoff reservations); every attempt writes a fresh token,
-// so a rollback of an earlier attempt that reaches a node late can never
-// delete a later attempt's grant.
+// attempt. The engine does the fan-out, the tally, validity, rollbacks,
+// late grants and the fence. wid identifies the waiter across one
+// Acquire's attempts: its queue entry and handoff reservations. Every
+// attempt writes a fresh token. So a rollback of an earlier attempt that
+// reaches a node late can never delete a later attempt's grant.
 func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue bool) attemptResult {
 	return attemptSplits(ctx, c, x, wid, enqueue, false)
 }
@@ -127,14 +125,8 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 		token = newToken()
 	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
-		Acquire:  perNode(base, x.acquireCall(token, wid, enqueue)),
-		Rollback: perNode(base, x.rollbackCall(token, wid)),
-		Classify: lockVote,
-		TTL:      x.leaseTTL(),
-		Fence:    func(f int64) func(int) nodeactor.Call { return perNode(base, x.fenceCall(f)) },
-		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
-			return x.newHold(token, fence, start)
-		},
+		Op:     newExclusiveOp(base, x, token, x.acquireCall(token, wid, enqueue), x.rollbackCall(token, wid)),
+		TTL:    x.leaseTTL(),
 		Queue:  enqueue, // a waiter's place on every node, also a slow one
 		Splits: splits,
 	})
@@ -148,6 +140,31 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 	}
 	return result(res)
 }
+
+// exclusiveOp is one attempt of an exclusive primitive x under token: its
+// calls (adapted per node by base, the primitive), the Lock family's vote,
+// and x's hold. It is the engine.Op of Lock, MultiLock, RWLock, FairLock
+// and a Semaphore slot.
+type exclusiveOp struct {
+	base              any
+	x                 exclusive
+	token             string
+	acquire, rollback func(int) nodeactor.Call
+	vote              func(nodeactor.Reply) (engine.Vote, error)
+}
+
+func newExclusiveOp(base any, x exclusive, token string, acquire, rollback nodeactor.Call) *exclusiveOp {
+	return &exclusiveOp{base: base, x: x, token: token,
+		acquire: perNode(base, acquire), rollback: perNode(base, rollback), vote: lockVote}
+}
+
+func (o *exclusiveOp) Acquire(i int) nodeactor.Call                  { return o.acquire(i) }
+func (o *exclusiveOp) Rollback(i int) nodeactor.Call                 { return o.rollback(i) }
+func (o *exclusiveOp) Vote(rep nodeactor.Reply) (engine.Vote, error) { return o.vote(rep) }
+func (o *exclusiveOp) Fence(f int64, i int) nodeactor.Call {
+	return perNode(o.base, o.x.fenceCall(f))(i)
+}
+func (o *exclusiveOp) Hold(fence uint64) engine.HoldSpec { return o.x.holdSpec(o.token, fence) }
 
 // splitRetries bounds the extra attempts of a TryAcquire after split votes.
 const splitRetries = 3
@@ -165,7 +182,7 @@ func tryExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid string
 	start := time.Now()
 	set := c.Settings()
 	r := attemptSplits(ctx, c, x, wid, false, true)
-	for k := 0; k < splitRetries && r.lease == nil && r.contended && errors.Is(r.err, coordinator.ErrNotAcquired); k++ {
+	for k := 0; k < splitRetries && r.lease == nil && r.contended && errors.Is(r.err, ErrNotAcquired); k++ {
 		d := jitter(set.RetryDelay << k)
 		if time.Since(start)+d > set.NodeTimeout {
 			break

@@ -3,6 +3,7 @@ package primitives
 import (
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 )
 
@@ -17,4 +18,4 @@ func SetFenceLifetime(keep, skew time.Duration) (restore func()) {
 
 // ProcOf returns the process id that c's direct grants are addressed to
 // (the `<topic>:ch:<proc>` channel; its enqueuing attempts carry it).
-func ProcOf(c any) string { return engine.Of(c).Proc() }
+func ProcOf(c *coordinator.Coordinator) string { return engine.Of(c).Proc() }

@@ -52,7 +52,7 @@ func NewFairLock(coord *coordinator.Coordinator, name string, opts ...Option) (*
 		return nil, err
 	}
 	o := r.o
-	gap := heartbeatGap(r.c.Settings())
+	gap := heartbeatGap(o.set)
 	wt := max(DefaultMinWaiterTimeout, 2*gap)
 	if o.waiterTimeout != 0 {
 		if o.waiterTimeout < gap+gap/2 {
@@ -225,13 +225,13 @@ func (w *fairWaiter) claimCall(_, wid string) nodeactor.Call {
 	return w.f.call(scripts.FairClaim{Waiter: wid})
 }
 
-func (w *fairWaiter) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+func (w *fairWaiter) holdSpec(token string, fence uint64) engine.HoldSpec {
 	f := w.f
-	return f.c.NewHold(engine.HoldSpec{
-		Keys: f.names, Token: bareToken(token), Fence: fence, TTL: f.o.ttl, Start: start,
+	return engine.HoldSpec{
+		Keys: f.names, Token: bareToken(token), TTL: f.o.ttl,
 		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat, KeepOnLoss: f.o.lockDelay > 0,
 		Protocol: newFairProto(f, token, fence, w.wid),
-	})
+	}
 }
 
 // fairProto renews and releases one FairLock lease.
@@ -260,8 +260,6 @@ func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 	f := p.f
 	return f.call(scripts.FairRelease{Token: p.token, Owner: f.o.owner, Channel: f.channel, Waiter: p.wid})
 }
-
-func (p *fairProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
 
 // Status reads the fair lock's state on every node (one read-only script
 // each): the holder as recorded with it (Info) and the first

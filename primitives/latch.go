@@ -22,13 +22,13 @@ const (
 	// LatchOpenTTL is how long an opened latch stays (open) after it opened;
 	// after that its name starts a new latch.
 	LatchOpenTTL = 24 * time.Hour
-	// LatchMaxLate is how late a latch call may reach a node: one that
-	// arrives more than this after it was sent (by the client's estimate of
-	// the servers' TIME against the node's own) changes nothing there, as if
-	// it had been lost, since it may belong to an earlier latch of the name
-	// that has expired since. Every expiry a call sets is absolute (sent +
-	// TTL), so a call that runs late never makes a node keep the latch
-	// longer than the nodes that ran it on time. See docs/latch.md.
+	// LatchMaxLate is how late a latch call may reach a node. Lateness is
+	// the client's estimate of the servers' TIME against the node's own. A
+	// later call changes nothing there, as if it had been lost: it may
+	// belong to an earlier latch of the name that has expired since. Every
+	// expiry a call sets is absolute (sent + TTL). So a call that runs late
+	// never makes a node keep the latch longer than the nodes that ran it on
+	// time. See docs/latch.md.
 	LatchMaxLate = 2 * time.Second
 	// MaxLatchCount is the largest initial count. Each count-down is an id
 	// kept on every node until the latch opens, and a read-repair moves
@@ -53,6 +53,7 @@ var errLatchLate = errors.New("redlock: latch call reached the node too late")
 // for concurrent use. See docs/latch.md.
 type CountDownLatch struct {
 	c       *engine.Engine
+	set     engine.Settings
 	name    string
 	count   int
 	keys    []string
@@ -67,8 +68,8 @@ type CountDownLatch struct {
 // is never reset, and one stored with another count is refused
 // (ErrInvalidArgument) at first use.
 func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, opts ...Option) (*CountDownLatch, error) {
-	c := engine.Of(coord)
-	_, err := kindOptions(c, opts, kindLatch)
+	c := engineOf(coord)
+	o, err := kindOptions(c, opts, kindLatch)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func NewCountDownLatch(coord *coordinator.Coordinator, name string, count int, o
 	if count < 0 || count > MaxLatchCount {
 		return nil, fmt.Errorf("%w: latch count %d out of range [0, %d]", ErrInvalidArgument, count, MaxLatchCount)
 	}
-	return &CountDownLatch{c: c, name: name, count: count,
+	return &CountDownLatch{c: c, set: o.set, name: name, count: count,
 		keys:  scripts.Keys(c.Topic(name), scripts.LatchKeys),
 		topic: c.Topic(name), channel: c.Topic(name) + ":ch"}, nil
 }
@@ -112,7 +113,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 	if l.count == 0 {
 		return nil
 	}
-	backoff := l.c.Settings().RetryDelay
+	backoff := l.set.RetryDelay
 	var err error
 	for try := 0; try < latchRetries; try++ {
 		if try > 0 {
@@ -123,7 +124,7 @@ func (l *CountDownLatch) CountDownID(ctx context.Context, id string) error {
 				t.Stop()
 				return fmt.Errorf("redlock: latch %q count-down: %w (%w)", l.name, ctx.Err(), err)
 			}
-			backoff = min(2*backoff, l.c.Settings().MaxRetryDelay)
+			backoff = min(2*backoff, l.set.MaxRetryDelay)
 		}
 		var v *latchRound
 		v, err = l.round(ctx, l.call(scripts.LatchCountDown{LatchHead: l.head(LatchIdleTTL), ID: id, Channel: l.channel, OpenTTL: LatchOpenTTL}))
@@ -169,7 +170,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if l.count == 0 {
 		return nil
 	}
-	cfg := l.c.Settings()
+	cfg := l.set
 	ctx, stop, err := l.c.Bind(ctx) // Close wakes it
 	if err != nil {
 		return err
@@ -376,14 +377,13 @@ func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latch
 // the ids reaches the count (made durable on a quorum, then the marker
 // written); otherwise initial − |union|.
 func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error) {
-	q := l.c.Quorum()
 	opened := 0
 	for _, st := range v.states {
 		if st.opened {
 			opened++
 		}
 	}
-	if opened >= q {
+	if l.c.NewTally().Enough(opened) {
 		return 0, nil
 	}
 	if opened > 0 {
@@ -410,10 +410,10 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 }
 
 // union returns |union of the ids| over a quorum. When every state agrees
-// (same size and digest) that is the size; otherwise it reads the members
-// of a quorum and writes the union back (read-repair) to a quorum, so the
-// count it reports does not go up again while those nodes keep their state
-// (docs/latch.md says what a node restarted empty can do to it).
+// (same size and digest), that is the size. Otherwise it reads the members
+// of a quorum and writes the union back to a quorum (read-repair). So the
+// count it reports does not go up again while those nodes keep their
+// state. docs/latch.md says what a node restarted empty can do to it.
 func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) {
 	same := true
 	for _, st := range v.states[1:] {

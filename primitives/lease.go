@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/sourcegraph/conc/panics"
 )
@@ -242,5 +241,3 @@ func appendToken(b []byte) []byte {
 	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
 	return hex.AppendEncode(b, r[:])
 }
-
-var _ = coordinator.ErrClosed

@@ -21,13 +21,13 @@ import (
 
 var lockScript = nodeactor.NewScript("lock", scripts.Lock)
 
-// The fence counters' lifetime (docs/lock.md, "Fencing (S2)"): a counter
-// is kept fenceKeep after its last write, and never removed before its
-// node's clock reads (counter >> HLCShift) + fenceKeep; a counter started
-// fresh is at least (node TIME − fenceSkew) << HLCShift. fenceKeep >
-// fenceSkew makes a fresh counter exceed any expired one, so a counter the
-// hybrid clock has passed carries no information and can go. Variables
-// only so that tests can shorten them (export_test.go).
+// The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
+// kept fenceKeep after its last write. It is never removed before its
+// node's clock reads (counter >> HLCShift) + fenceKeep. A counter started
+// fresh is at least (node TIME − fenceSkew) << HLCShift. Since fenceKeep
+// exceeds fenceSkew, a fresh counter exceeds any expired one. So a counter
+// the hybrid clock has passed carries no information and can go. They are
+// variables only so that tests can shorten them (export_test.go).
 var (
 	fenceKeep = time.Minute
 	fenceSkew = 10 * time.Second
@@ -35,9 +35,9 @@ var (
 
 const (
 	// queueEntryTTL is how long a waiter's queue entry outlives the
-	// waiter's longest sleep (its lock's TTL: it re-attempts at least that
-	// often, and every attempt refreshes the entry), so a crashed waiter
-	// holds its place at most TTL + queueEntryTTL; a release that reserves
+	// waiter's longest sleep, its lock's TTL. A waiter re-attempts at least
+	// that often, and every attempt refreshes the entry. So a crashed waiter
+	// holds its place at most TTL + queueEntryTTL. A release that reserves
 	// for it meanwhile costs the next waiter one HandoffWindow.
 	queueEntryTTL = 3 * time.Second
 )
@@ -81,7 +81,7 @@ type resource struct {
 // newResource validates opts (for kind) and name; the keys are suffixes
 // under the name's topic, the waiters' topic is it plus topicSuffix.
 func newResource(coord *coordinator.Coordinator, name string, opts []Option, k kind, topicSuffix string, suffixes []string) (resource, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	o, err := kindOptions(c, opts, k)
 	if err != nil {
 		return resource{}, err
@@ -161,7 +161,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 		},
 		leave: func() {
 			l.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return l.call(scripts.LockLeave{Waiter: token, Window: l.c.Settings().HandoffWindow, Channel: l.channel})
+				return l.call(scripts.LockLeave{Waiter: token, Window: l.o.set.HandoffWindow, Channel: l.channel})
 			})
 		}})
 }
@@ -183,16 +183,16 @@ func (l *Lock) fenceCall(f int64) nodeactor.Call {
 	return l.call(scripts.LockFence{Fence: f, Keep: fenceKeep, Owner: l.o.owner})
 }
 
-func (l *Lock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return l.newHoldWid(token, "", fence, start)
+func (l *Lock) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return l.holdSpecWid(token, "", fence)
 }
 
-func (l *Lock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return l.c.NewHold(engine.HoldSpec{
-		Keys: l.names, Token: bareToken(token), Fence: fence, TTL: l.o.ttl, Start: start,
+func (l *Lock) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
+	return engine.HoldSpec{
+		Keys: l.names, Token: bareToken(token), TTL: l.o.ttl,
 		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat, KeepOnLoss: l.o.lockDelay > 0,
 		Protocol: newLockProto(l, token, wid, fence),
-	})
+	}
 }
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
@@ -270,10 +270,6 @@ func (t *ttlHigh) nativeOK(ttl time.Duration) bool {
 func flag(b bool) string { return scripts.Flag(b) }
 
 func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
-
-func (p *lockProto) Classify(rep nodeactor.Reply) engine.Outcome {
-	return classifyRenew(rep)
-}
 
 // ReleaseOutcome reads a release reply (lock.lua): released, nothing of
 // ours (missing), or another holder's key (not the owner).
@@ -451,7 +447,7 @@ func prefix8(tok string) string {
 
 func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
-	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.c.Settings().HandoffWindow,
+	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.o.set.HandoffWindow,
 		Channel: l.channel, Waiter: wid})
 	p.high.note(l.o.keyTTL(l.o.ttl))
 	return p
@@ -473,12 +469,12 @@ type ForcedRelease struct {
 // MaxReasonLen bounds the reason given to ForceRelease.
 const MaxReasonLen = 256
 
-// ForceRelease deletes the lock's hold on every node whoever holds it — a
-// way out of a stuck holder for an operator (`redlock release --force`) —
-// steps the fence counter past the forced holder's fence, and hands the
-// lock to the longest waiter, as a release does. It logs one audit line
-// (at Warn: the name, the forced holder, the fence, the reason, this host
-// and pid).
+// ForceRelease deletes the lock's hold on every node, whoever holds it.
+// It is an operator's way out of a stuck holder (`redlock release
+// --force`). It steps the fence counter past the forced holder's fence,
+// and hands the lock to the longest waiter, as a release does. It logs one
+// audit line at Warn: the name, the forced holder, the fence, the reason,
+// this host and pid.
 //
 // The forced holder is not told directly: its next renewal finds the key
 // missing or another owner's on a quorum and its Lost() closes then (at the
@@ -495,7 +491,7 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
-	call := l.call(scripts.LockForce{Window: l.c.Settings().HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
+	call := l.call(scripts.LockForce{Window: l.o.set.HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
 	// Every answer counts (not only a quorum's): a holder on exactly a
 	// quorum is held, and the fence must be read from every node.
 	r, err := l.c.GatherAll(ctx, nodeactor.Urgent, func(int) nodeactor.Call { return call },
@@ -521,10 +517,11 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, 
 	// A later holder's quorum holds a counter of at least the Q-th
 	// smallest, and its grant there steps past it.
 	slices.Sort(counters)
-	out.Fence = uint64(counters[l.c.Quorum()-1])
-	out.Held = out.Nodes >= l.c.Quorum()
+	t := l.c.NewTally()
+	out.Fence = uint64(counters[t.Q-1])
+	out.Held = t.Enough(out.Nodes)
 	host, _ := os.Hostname()
-	l.c.Settings().Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,
+	l.o.set.Logger.Warn("redlock: lock force-released", "name", l.name, "held", out.Held,
 		"holder", out.Holder, "fence", out.Fence, "nodes", out.Nodes, "reason", reason, "host", host, "pid", os.Getpid())
 	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
-	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -45,7 +44,7 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 
 func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
 	return l.call(scripts.LockRelease{Rollback: true, Token: token, Owner: l.o.owner,
-		Window: l.c.Settings().HandoffWindow, Channel: l.channel, Waiter: wid})
+		Window: l.o.set.HandoffWindow, Channel: l.channel, Waiter: wid})
 }
 
 // grant is an acquire reply of lock.lua or multilock.lua.
@@ -79,38 +78,6 @@ func parseGrant(rep nodeactor.Reply) (grant, error) {
 		g.pttl, g.holder = v[1], v[3]
 	}
 	return g, nil
-}
-
-// classifyRenew maps a renewal reply: RenewRenewed or "OK" (native SET
-// IFEQ) confirm; RenewMissing means the key is missing and RenewRetaken that
-// a missing key was re-taken (neither counts toward the quorum: a key that
-// vanished from a majority is lost); RenewNotOurs, nil or WRONGTYPE mean
-// another owner.
-func classifyRenew(rep nodeactor.Reply) engine.Outcome {
-	if rep.Err != nil {
-		if isWrongType(rep.Err) {
-			return engine.OutcomeNotOwner
-		}
-		return engine.OutcomeError
-	}
-	if rep.Msg.IsNil() {
-		return engine.OutcomeNotOwner
-	}
-	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
-		return engine.OutcomeOK
-	}
-	if v, err := rep.Msg.AsInt64(); err == nil {
-		switch v {
-		case scripts.RenewMissing:
-			return engine.OutcomeMissing
-		case scripts.RenewRetaken:
-			return engine.OutcomeRetaken
-		case scripts.RenewRenewed:
-			return engine.OutcomeOK
-		}
-		return engine.OutcomeNotOwner
-	}
-	return engine.OutcomeError
 }
 
 // forced is one node's answer to a forced release.

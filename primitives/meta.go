@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/engine"
 )
 
 // Holder metadata (docs/operations.md, "Who holds it"): a Lock, MultiLock,
@@ -214,15 +216,16 @@ func QuorumOf(states []NodeState, quorum int) QuorumState {
 			fences = append(fences, f)
 		}
 	}
+	t := engine.Tally{N: len(states), Q: quorum}
 	out := QuorumState{State: "no quorum"}
 	for _, g := range groups {
-		if g.n >= quorum {
+		if t.Enough(g.n) {
 			out.State, out.Holder, out.Nodes = g.st.State, g.st.Info, g.n
 		}
 	}
 	// the counter a quorum has reached: a node whose grant came after the
 	// decision may have started its counter a little higher
-	if quorum > 0 && len(fences) >= quorum {
+	if quorum > 0 && t.Enough(len(fences)) {
 		slices.Sort(fences)
 		out.Fence = strconv.FormatInt(fences[len(fences)-quorum], 10)
 	}
@@ -251,10 +254,11 @@ func onQuorum(lists [][]HolderInfo, quorum int, skip string) []HolderInfo {
 			}
 		}
 	}
+	t := engine.Tally{N: len(lists), Q: quorum}
 	var out []HolderInfo
 	for raw, n := range count {
 		w := first[raw]
-		if n >= quorum && (skip == "" || prefixN(w.raw, 8) != skip) {
+		if t.Enough(n) && (skip == "" || prefixN(w.raw, 8) != skip) {
 			out = append(out, w)
 		}
 	}

@@ -39,7 +39,7 @@ var _ Locker = (*MultiLock)(nil)
 // (errors wrap ErrInvalidArgument; WithOwner is not supported) and does no
 // network I/O.
 func NewMultiLock(coord *coordinator.Coordinator, names []string, opts ...Option) (*MultiLock, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	o, err := kindOptions(c, opts, kindMultiLock)
 	if err != nil {
 		return nil, err
@@ -104,9 +104,9 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 // Acquire blocks until every name is held or ctx ends (then it returns an
 // error that Is ctx.Err() and holds nothing, and its queue entries are
 // removed). A MultiLock waiter queues on each of its names beside the Lock
-// waiters of that name, in one order on every name (its score is chosen
-// once); a name handed to it stays reserved for it while it waits for its
-// other names, so waiters that came later wait behind it.
+// waiters of that name. Its score is chosen once, so it has one order on
+// every name. A name handed to it stays reserved for it while it waits for
+// its other names, so waiters that came later wait behind it.
 func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	if err := checkCtx(ctx, "MultiLock.Acquire"); err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 			return r
 		},
 		leave: func() {
-			leave := m.call(scripts.MultiLeave{Waiter: token, Window: m.c.Settings().HandoffWindow})
+			leave := m.call(scripts.MultiLeave{Waiter: token, Window: m.o.set.HandoffWindow})
 			m.c.Broadcast(ctx, func(i int) nodeactor.Call { return m.forNode(i, leave) })
 		}})
 }
@@ -154,7 +154,7 @@ func (m *MultiLock) acquireOp(token, wid string, enqueue bool, score int64) scri
 // rollbackOp: wid is the waiter, which keeps its queue entries and whom
 // the re-check message of its own rollback must not wake.
 func (m *MultiLock) rollbackOp(token, wid string) scripts.MultiRelease {
-	return scripts.MultiRelease{Token: token, Window: m.c.Settings().HandoffWindow, Waiter: wid}
+	return scripts.MultiRelease{Token: token, Window: m.o.set.HandoffWindow, Waiter: wid}
 }
 
 func (m *MultiLock) rollbackCall(token, wid string) nodeactor.Call {
@@ -176,16 +176,16 @@ func (m *MultiLock) attemptToken(wid string, enqueue bool) string {
 	return holdValue(m.meta, time.Now(), wid)
 }
 
-func (m *MultiLock) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return m.newHoldWid(token, "", fence, start)
+func (m *MultiLock) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return m.holdSpecWid(token, "", fence)
 }
 
-func (m *MultiLock) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return m.c.NewHold(engine.HoldSpec{
-		Keys: slices.Clone(m.names), Token: bareToken(token), Fence: fence, TTL: m.o.ttl, Start: start,
+func (m *MultiLock) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
+	return engine.HoldSpec{
+		Keys: slices.Clone(m.names), Token: bareToken(token), TTL: m.o.ttl,
 		AutoRenew: m.o.autoRenew, MaxHold: m.o.maxHold, Heartbeat: m.o.heartbeat,
 		Protocol: &multiProto{m: m, token: token, wid: wid},
-	})
+	}
 }
 
 type multiProto struct {
@@ -199,8 +199,6 @@ func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.
 }
 
 func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
-	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.c.Settings().HandoffWindow,
+	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.o.set.HandoffWindow,
 		Release: true, Waiter: p.wid}))
 }
-
-func (p *multiProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -10,13 +10,13 @@ import (
 
 // On a Redis Cluster node a script may only touch keys of one hash slot, and
 // every name of a MultiLock has its own hash tag. There the set is taken one
-// slot group at a time, in slot order (a fixed order, so two overlapping
-// sets cannot each hold a group the other waits for), as a program of steps
-// run by the node's actor (nodeactor.Call.Next): a refused or failed group
-// rolls back every group before it, and the node answers as one script
-// would have. The fence is carried from group to group (ARGV floor) so the
-// last group's answer is max+1 over all names' counters; groups that chose
-// less are then raised to it.
+// slot group at a time, in slot order. The order is fixed, so two
+// overlapping sets cannot each hold a group the other waits for. The steps
+// are a program run by the node's actor (nodeactor.Call.Next). A refused or
+// failed group rolls back every group before it, and the node answers as
+// one script would have. The fence is carried from group to group (ARGV
+// floor), so the last group's answer is max+1 over all names' counters.
+// Groups that chose less are then raised to it.
 
 // forNode adapts call (one script over the whole set) to node i.
 func (m *MultiLock) forNode(i int, call nodeactor.Call) nodeactor.Call {

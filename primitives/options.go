@@ -12,6 +12,7 @@ import (
 type Option func(*options) error
 
 type options struct {
+	set       engine.Settings // the coordinator's, read once at construction
 	ttl       time.Duration
 	autoRenew bool
 	maxHold   time.Duration
@@ -60,10 +61,10 @@ func WithMaxHold(d time.Duration) Option {
 // lease's Context, or Extend) at least every d. A holder that is alive but
 // wedged — a deadlocked goroutine, stuck I/O — stops heartbeating, and its
 // lease runs out at its Deadline like any other loss: Lost closes and Err
-// wraps ErrLeaseLost and ErrNoHeartbeat. A heartbeat that comes after a
-// renewal was skipped but before the Deadline resumes the renewals. d must
-// be positive; pick it above the longest pause between two steps of the
-// work (a lease can outlive the last heartbeat by up to d plus one TTL).
+// wraps ErrLeaseLost and ErrNoHeartbeat. A heartbeat after a skipped
+// renewal but before the Deadline resumes the renewals. d must be
+// positive. Pick it above the longest pause between two steps of the work.
+// A lease can outlive the last heartbeat by up to d plus one TTL.
 // It composes with WithMaxHold (renewal stops at whichever comes first)
 // and needs auto-renewal on.
 func WithHeartbeat(d time.Duration) Option {
@@ -127,11 +128,20 @@ func WithOwner(id string) Option {
 	}
 }
 
+// engineOf returns the engine behind coord, or nil for a nil coord.
+func engineOf(coord *coordinator.Coordinator) *engine.Engine {
+	if coord == nil {
+		return nil
+	}
+	return engine.Of(coord)
+}
+
 func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 	if c == nil {
 		return options{}, fmt.Errorf("%w: nil coordinator", ErrInvalidArgument)
 	}
-	o := options{ttl: c.Settings().DefaultTTL, autoRenew: true}
+	set := c.Settings()
+	o := options{set: set, ttl: set.DefaultTTL, autoRenew: true}
 	for _, opt := range opts {
 		if opt == nil {
 			return o, fmt.Errorf("%w: nil option", ErrInvalidArgument)
@@ -140,7 +150,7 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 			return o, err
 		}
 	}
-	if nt := c.Settings().NodeTimeout; o.ttl <= nt {
+	if nt := set.NodeTimeout; o.ttl <= nt {
 		return o, fmt.Errorf("%w: TTL %s must exceed the coordinator's NodeTimeout %s (one slow node would outlive the lease)",
 			ErrInvalidArgument, o.ttl, nt)
 	}

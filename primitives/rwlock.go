@@ -47,7 +47,7 @@ func (rw *RWLock) Reader() Locker { return &rwSide{rw: rw, write: false} }
 // Writer returns the Locker of write leases (exclusive).
 func (rw *RWLock) Writer() Locker { return &rwSide{rw: rw, write: true} }
 
-func (rw *RWLock) window() time.Duration { return rw.c.Settings().HandoffWindow }
+func (rw *RWLock) window() time.Duration { return rw.o.set.HandoffWindow }
 
 // call is rwlock.lua's op on this lock's keys; a read-only op (status)
 // runs as a read-only script.
@@ -99,7 +99,7 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 
 // confirmed accepts a reply that confirmed our token (OutcomeOK).
 func confirmed(rep nodeactor.Reply) error {
-	switch classifyRenew(rep) {
+	switch engine.RenewOutcome(rep) {
 	case engine.OutcomeOK:
 		return nil
 	case engine.OutcomeNotOwner:
@@ -218,17 +218,17 @@ func (s *rwSide) attemptToken(wid string, enqueue bool) string {
 	return holdValue(s.rw.meta, time.Now(), wid)
 }
 
-func (s *rwSide) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
-	return s.newHoldWid(token, "", fence, start)
+func (s *rwSide) holdSpec(token string, fence uint64) engine.HoldSpec {
+	return s.holdSpecWid(token, "", fence)
 }
 
-func (s *rwSide) newHoldWid(token, wid string, fence uint64, start time.Time) (*engine.Hold, error) {
+func (s *rwSide) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
 	rw := s.rw
-	return rw.c.NewHold(engine.HoldSpec{
-		Keys: rw.names, Token: bareToken(token), Fence: fence, TTL: rw.o.ttl, Start: start,
+	return engine.HoldSpec{
+		Keys: rw.names, Token: bareToken(token), TTL: rw.o.ttl,
 		AutoRenew: rw.o.autoRenew, MaxHold: rw.o.maxHold, Heartbeat: rw.o.heartbeat,
 		Protocol: &rwProto{rw: rw, token: token, wid: wid, write: s.write},
-	})
+	}
 }
 
 // rwProto renews and releases one read or write lease.
@@ -246,8 +246,6 @@ func (p *rwProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Cal
 func (p *rwProto) ReleaseCall(int) nodeactor.Call {
 	return (&rwSide{rw: p.rw, write: p.write}).releaseCall(p.token, p.wid)
 }
-
-func (p *rwProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }
 
 // RWNodeState is one node's view of an RWLock, for operators (`redlock
 // status --kind rwlock`). Writer is a token prefix only.

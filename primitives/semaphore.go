@@ -63,7 +63,7 @@ var _ Locker = (*Semaphore)(nil)
 // A semaphore stored with another permit count is refused at the first
 // attempt (ErrInvalidArgument) unless WithResize is given.
 func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts ...Option) (*Semaphore, error) {
-	c := engine.Of(coord)
+	c := engineOf(coord)
 	o, err := kindOptions(c, opts, kindSemaphore)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func NewSemaphore(coord *coordinator.Coordinator, name string, permits int, opts
 		return nil, fmt.Errorf("%w: permits %d out of range [1, %d]", ErrInvalidArgument, permits, MaxPermits)
 	}
 	return &Semaphore{c: c, name: name, permits: permits, o: o, resize: resize,
-		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Key(name, scripts.SemaphoreSlotPrefix),
+		keys: scripts.Keys(c.Topic(name), scripts.SemaphoreKeys), prefix: c.Topic(name) + ":" + scripts.SemaphoreSlotPrefix,
 		topic: c.Topic(name), channel: c.Topic(name) + ":ch", meta: holderMeta(o.label)}, nil
 }
 
@@ -119,7 +119,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {
-				return s.call(scripts.SemUnqueue{Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+				return s.call(scripts.SemUnqueue{Waiter: wid, Window: s.o.set.HandoffWindow, Channel: s.channel})
 			})
 		}})
 }
@@ -134,7 +134,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	q := s.c.Quorum()
+	t := s.c.NewTally()
 	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
 		return s.call(scripts.SemStatus{Permits: s.permits})
 	}, nil, nil)
@@ -166,15 +166,15 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	if answered < q {
+	if !t.Enough(answered) {
 		if mismatch > 0 {
 			return 0, s.mismatchErr(stored)
 		}
-		return 0, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, answered, s.c.N(), errors.Join(errs...))
+		return 0, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, answered, t.N, errors.Join(errs...))
 	}
 	free := 0
 	for _, h := range held {
-		if answered-h >= q {
+		if t.Enough(answered - h) {
 			free++
 		}
 	}
@@ -219,10 +219,10 @@ func (pr *proposer) next() int {
 	return s
 }
 
-// learn keeps, except tried, the slots reserved for us on some node (a
-// handoff: proposing one either wins it or its rollback frees it there)
-// or, if there are none, the slots that enough refusals show free (a
-// quorum of them, or all of them when fewer answered).
+// learn keeps, except tried, the slots reserved for us on some node by a
+// handoff. Proposing one either wins it, or its rollback frees it there.
+// If there are none, it keeps the slots that enough refusals show free:
+// a quorum of them, or all of them when fewer answered.
 func (pr *proposer) learn(refusals []semReply, tried int, q int) {
 	pr.cand = pr.cand[:0]
 	need := min(q, len(refusals))
@@ -320,10 +320,10 @@ func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 	return engine.Vote{Now: g.now, Hint: time.Duration(g.v) * time.Millisecond}, nil
 }
 
-// propose makes one quorum attempt on slot through the engine's one attempt
-// (the Lock's: fresh token, early decision, rollback of partial and late
-// grants, validity, S2 fence per slot), with the refusals' free lists fed
-// to pr. retry reports that another proposal may succeed at once.
+// propose makes one quorum attempt on slot through the engine's one
+// attempt, the Lock's. Each has a fresh token and a fence per slot. The
+// refusals' free lists are fed to pr. retry reports that another proposal
+// may succeed at once.
 func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid string, enqueue bool) (attemptResult, bool) {
 	x := semSlot{s: s, slot: slot, score: pr.score}
 	// a granted waiter leaves the queue at once: no waiter in the token
@@ -332,18 +332,11 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	// A won waiter's claim also goes to the nodes whose refusal arrives
 	// after the attempt was decided (their request ran after the first
 	// claim, and queued the waiter again).
-	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.o.set.HandoffWindow, Channel: s.channel})
 	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
-	spec := engine.AttemptSpec{
-		Acquire:  func(int) nodeactor.Call { return call },
-		Rollback: perNode(x, x.rollbackCall(token, wid)),
-		Classify: s.semVote,
-		TTL:      s.o.ttl,
-		Fence:    func(f int64) func(int) nodeactor.Call { return perNode(x, x.fenceCall(f)) },
-		Hold: func(fence uint64, start time.Time) (*engine.Hold, error) {
-			return x.newHold(token, fence, start)
-		},
-	}
+	op := newExclusiveOp(x, x, token, call, x.rollbackCall(token, wid))
+	op.vote = s.semVote
+	spec := engine.AttemptSpec{Op: op, TTL: s.o.ttl}
 	if enqueue {
 		spec.Late = func(rep nodeactor.Reply) {
 			if g, err := parseSemReply(rep); err == nil && g.code != 1 {
@@ -367,7 +360,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 				lists = append(lists, g)
 			}
 		}
-		pr.learn(lists, slot, s.c.Quorum())
+		pr.learn(lists, slot, s.c.NewTally().Q)
 		return result(res), true
 	}
 	if enqueue {
@@ -399,11 +392,11 @@ func (x semSlot) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	return s.call(scripts.SemAcquire{Token: token, Slot: x.slot, Permits: s.permits, Resize: s.resize,
 		TTL: s.o.ttl, Idle: max(fenceKeep, s.o.ttl), Start: rand.IntN(s.permits), MaxFree: semMaxFree,
 		Waiter: wid, Enqueue: enqueue, EntryTTL: max(2*s.o.ttl, 2*time.Second), Score: x.score,
-		Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+		Window: s.o.set.HandoffWindow, Channel: s.channel})
 }
 
 func (x semSlot) rollbackCall(token, _ string) nodeactor.Call {
-	return x.s.call(scripts.SemRelease{Rollback: true, Token: token, Slot: x.slot, Window: x.s.c.Settings().HandoffWindow, Channel: x.s.channel})
+	return x.s.call(scripts.SemRelease{Rollback: true, Token: token, Slot: x.slot, Window: x.s.o.set.HandoffWindow, Channel: x.s.channel})
 }
 
 func (x semSlot) fenceCall(f int64) nodeactor.Call {
@@ -412,13 +405,13 @@ func (x semSlot) fenceCall(f int64) nodeactor.Call {
 
 func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
 
-func (x semSlot) newHold(token string, fence uint64, start time.Time) (*engine.Hold, error) {
+func (x semSlot) holdSpec(token string, fence uint64) engine.HoldSpec {
 	s := x.s
-	return s.c.NewHold(engine.HoldSpec{
-		Keys: []string{s.name}, Token: bareToken(token), Fence: fence, TTL: s.o.ttl, Start: start,
+	return engine.HoldSpec{
+		Keys: []string{s.name}, Token: bareToken(token), TTL: s.o.ttl,
 		AutoRenew: s.o.autoRenew, MaxHold: s.o.maxHold, Heartbeat: s.o.heartbeat,
 		Protocol: &semProto{x: x, token: token},
-	})
+	}
 }
 
 // semProto renews and releases one permit (one slot).
@@ -434,7 +427,5 @@ func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Ca
 
 func (p *semProto) ReleaseCall(int) nodeactor.Call {
 	s := p.x.s
-	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.c.Settings().HandoffWindow, Channel: s.channel})
+	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.o.set.HandoffWindow, Channel: s.channel})
 }
-
-func (p *semProto) Classify(rep nodeactor.Reply) engine.Outcome { return classifyRenew(rep) }

@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
 )
 
-// Status reads the semaphore's state on every node (one read-only script
-// each): State is "taken k/p [slots]" (a slot reserved by a handoff counts
-// as taken), "free 0/p", or "missing" where the semaphore is not stored;
-// Permits lists each taken slot's holder as recorded with it (or the
-// waiter a handoff reserved it for); Waiters is the node's queue length and
-// Queue its first MaxStatusWaiters live waiters, longest waiting first.
+// Status reads the semaphore's state on every node, with one read-only
+// script each. State is "taken k/p [slots]", "free 0/p", or "missing"
+// where the semaphore is not stored. A slot reserved by a handoff counts as
+// taken. Permits lists each taken slot's holder as recorded with it, or the
+// waiter a handoff reserved it for. Waiters is the node's queue length.
+// Queue holds its first MaxStatusWaiters live waiters, longest waiting first.
 // SemaphoreQuorumOf gives the quorum's view. It does not check the permit
 // count this Semaphore was created with, so any count will do for reading.
 func (s *Semaphore) Status(ctx context.Context) []NodeState {
@@ -94,13 +95,14 @@ func SemaphoreQuorumOf(states []NodeState, quorum int) SemaphoreQuorum {
 		}
 		queues = append(queues, st.Queue)
 	}
+	t := engine.Tally{N: len(states), Q: quorum}
 	for p, n := range stored {
-		if n >= quorum {
+		if t.Enough(n) {
 			out.Permits = p
 		}
 	}
 	for k, n := range count {
-		if n >= quorum {
+		if t.Enough(n) {
 			out.Holders = append(out.Holders, first[k])
 		}
 	}

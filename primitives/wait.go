@@ -27,10 +27,10 @@ type waitSpec struct {
 	// leave removes the waiter's queue entries on every node (nil: none).
 	leave func()
 	// queued skips the first attempt without a subscription and queues at
-	// once (for a caller that expects contention, e.g. a client that just
-	// handed the lock to a waiter: that attempt would only be refused by
-	// the reservation, costing a round on every node while the handoff is
-	// in flight).
+	// once. It is for a caller that expects contention, such as a client
+	// that just handed the lock to a waiter. There that attempt would only
+	// be refused by the reservation, and cost a round on every node while
+	// the handoff is in flight.
 	queued bool
 	// recheckMax is the longest a refused waiter sleeps without a message
 	// (0: recheckCap). Its queue entry, if any, must outlive it.
@@ -43,19 +43,21 @@ type waitSpec struct {
 }
 
 // waitLoop is the blocking acquire shared by the exclusive primitives. The
-// first attempt goes out at once (no subscription cost when uncontended);
-// on refusal, in WaitNotify mode the waiter registers with the router and
-// waits for the subscription before the attempt that may fail again, then
-// sleeps until a message for it, the holder's remaining TTL (at most
-// recheckMax; recheckCap while fewer than a quorum of nodes are up), or ctx:
-// a message is what wakes it, the timer is the safety net, so idle waiters
-// cost the nodes next to nothing. Split votes back off with jitter. On ctx
-// end leave removes the waiter's queue entry on every node.
+// first attempt goes out at once, so an uncontended acquire pays for no
+// subscription. On refusal in WaitNotify mode, the waiter registers with
+// the router. It waits for the subscription before the attempt that may
+// fail again. Then it sleeps until a message for it, the holder's
+// remaining TTL, or the end of ctx. That sleep is at most recheckMax, or
+// recheckCap while fewer than a quorum of nodes are up. A message is what
+// wakes it, and the timer is the safety net, so idle waiters cost the
+// nodes next to nothing. Split votes back off with jitter. When ctx ends,
+// leave removes the waiter's queue entry on every node.
 func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error) {
 	refused := time.Now()
 	var last attemptResult // the latest attempt, for the ctx exit's error
 	lastAt := refused
-	if !w.queued || c.Settings().Polling {
+	cfg := c.Settings()
+	if !w.queued || cfg.Polling {
 		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
@@ -72,7 +74,6 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		return nil, err
 	}
 	defer stop()
-	cfg := c.Settings()
 	push := !cfg.Polling
 	recheckMax := w.recheckMax
 	if recheckMax <= 0 {
@@ -97,10 +98,10 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		t.Stop()
 	}
-	// Once an attempt failed the waiter may hold queue entries (a first try
-	// of some primitives enqueues too): leave on every way out but success,
-	// and once more after NodeTimeout, when an attempt that was still in
-	// flight (and may enqueue again) has been executed or dropped.
+	// Once an attempt failed, the waiter may hold queue entries: a first
+	// try of some primitives enqueues too. So it leaves on every way out
+	// but success. It leaves once more after NodeTimeout, when an attempt
+	// still in flight, which may enqueue again, has run or been dropped.
 	leave := func() {}
 	if w.leave != nil {
 		leave = func() {
@@ -112,7 +113,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	for {
 		if err := ctx.Err(); err != nil {
 			leave()
-			if cause := context.Cause(ctx); errors.Is(cause, coordinator.ErrClosed) {
+			if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
 				return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, cause)
 			}
 			return nil, ctxExit(w.topics, err, last, lastAt)
@@ -156,7 +157,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		var d time.Duration
 		wc := wake // nil in polling mode: never fires
-		if !push || res.split || !(res.held || errors.Is(res.err, coordinator.ErrNotAcquired)) {
+		if !push || res.split || !(res.held || errors.Is(res.err, ErrNotAcquired)) {
 			// Split vote or lost quorum with no refusal: back off with
 			// jitter so contenders converge; nothing will send a message.
 			d = jitter(backoff)
@@ -165,7 +166,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		} else {
 			backoff = cfg.RetryDelay
 			limit := recheckMax
-			if upNodes(c) < c.Quorum() {
+			if !c.NewTally().Enough(upNodes(c)) {
 				limit = min(limit, recheckCap)
 			}
 			d = limit // a message wakes us; the timer is the safety net
@@ -189,7 +190,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 // *NotAcquiredError with the holder's TTL left since then. A caller can so
 // tell "timed out waiting for a holder" from "timed out on the network".
 func ctxExit(topics []string, err error, last attemptResult, at time.Time) error {
-	if !errors.Is(last.err, coordinator.ErrNotAcquired) {
+	if !errors.Is(last.err, ErrNotAcquired) {
 		return fmt.Errorf("redlock: acquire %v: %w", topics, err)
 	}
 	ttl := max(last.hint-time.Since(at), 0)
@@ -208,7 +209,7 @@ func upNodes(c *engine.Engine) int {
 }
 
 func retryable(err error) bool {
-	return errors.Is(err, coordinator.ErrNotAcquired) || errors.Is(err, coordinator.ErrQuorumUnavailable)
+	return errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrQuorumUnavailable)
 }
 
 // jitter returns a random duration in [d/2, 3d/2).

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redlock-go/redlock/nodeactor"
 )
 
 // DirectSpec is a waiter's direct grant (docs/lock.md, "Direct grant"): a
@@ -20,8 +18,9 @@ type DirectSpec struct {
 	// MinValidity: take the grants only if at least this much validity is
 	// left (else the waiter makes an attempt, which gives it a fresh one).
 	MinValidity time.Duration
-	Fence       func(f int64) func(node int) nodeactor.Call // writes fence f back (S2)
-	Hold        func(fence uint64, start time.Time) (*Hold, error)
+	// Op writes the fence back and describes the hold. Its Acquire,
+	// Rollback and Vote are not used.
+	Op Op
 }
 
 // ErrGrantTooLate is TakeGrants' answer when the grants leave less
@@ -29,30 +28,29 @@ type DirectSpec struct {
 var ErrGrantTooLate = errors.New("redlock: direct grant leaves too little validity")
 
 // TakeGrants turns a quorum of direct grants into a hold without a round
-// trip: the validity is counted from the granted attempt's send time, which
-// precedes every node's grant (each node set its key with PX ≥ TTL after
-// receiving that attempt), and the fence is decided as an attempt's is
-// (S2: the largest of the quorum's, written back where fewer than a quorum
-// hold it). It fails, holding nothing, with fewer than a quorum of grants,
-// ErrGrantTooLate, or the fence write-back's error; the waiter then makes
-// an attempt, which takes its own grants over.
-func (e *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
-	if len(s.Grants) < e.quorum {
-		return nil, fmt.Errorf("%w: %d of %d nodes granted", ErrQuorumUnavailable, len(s.Grants), len(e.nodes))
+// trip. The validity is counted from the granted attempt's send time. That
+// precedes every node's grant: each node set its key with PX ≥ TTL after
+// receiving that attempt. The fence is decided as an attempt's is, by the
+// fencing rule (decideFence). It fails, holding nothing, with fewer than a
+// quorum of grants, ErrGrantTooLate, or the fence write-back's error. The
+// waiter then makes an attempt, which takes its own grants over.
+func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
+	if !c.NewTally().Enough(len(s.Grants)) {
+		return nil, fmt.Errorf("%w: %d of %d nodes granted", ErrQuorumUnavailable, len(s.Grants), len(c.nodes))
 	}
-	left := func() time.Duration { return s.TTL - time.Since(s.Start) - e.Drift(s.TTL) }
+	left := func() time.Duration { return s.TTL - time.Since(s.Start) - c.Drift(s.TTL) }
 	if left() < s.MinValidity {
 		return nil, ErrGrantTooLate
 	}
 	for _, g := range s.Grants {
-		e.ObserveServerTime(g.Now)
+		c.ObserveServerTime(g.Now)
 	}
-	fence, err := e.decideFence(ctx, s.Fence, s.Grants)
+	fence, err := c.decideFence(ctx, s.Op, s.Grants)
 	if err != nil {
 		return nil, err
 	}
 	if left() <= 0 {
 		return nil, ErrGrantTooLate
 	}
-	return s.Hold(fence, s.Start)
+	return c.holdOf(s.Op, fence, s.Start)
 }

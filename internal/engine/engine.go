@@ -114,10 +114,11 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 
 	wctx, cancel := context.WithTimeout(ctx, set.StartTimeout)
 	defer cancel()
+	tl := c.NewTally()
 	ready, fatal := c.countReady()
 	// Nodes that refused our credentials (or a required capability) will
 	// not answer in time: stop waiting once they leave no quorum.
-	for ready < c.quorum && wctx.Err() == nil && len(fatal) <= len(c.nodes)-c.quorum {
+	for !tl.Enough(ready) && wctx.Err() == nil && !tl.Veto(len(fatal)) {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-wctx.Done():
@@ -130,7 +131,7 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	// moment behind), so that the first operation does not find a healthy
 	// node still connecting.
 	grace, gcancel := context.WithTimeout(wctx, max(100*time.Millisecond, set.NodeTimeout))
-	for ready >= c.quorum && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
+	for tl.Enough(ready) && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-grace.Done():
@@ -140,7 +141,7 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 		ready, fatal = c.countReady()
 	}
 	gcancel()
-	if ready < c.quorum {
+	if !tl.Enough(ready) {
 		errs := fatal
 		for _, n := range c.nodes {
 			if st := n.Status(); !st.Up && st.Fatal == nil {
@@ -149,12 +150,12 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 				case err != nil:
 				case ctx.Err() != nil:
 					err = errors.New("no answer before ctx ended")
-				case len(fatal) > len(c.nodes)-c.quorum:
+				case tl.Veto(len(fatal)):
 					err = errors.New("no answer yet")
 				default:
 					err = fmt.Errorf("no answer within %s", set.StartTimeout)
 				}
-				errs = append(errs, &NodeError{Addr: n.Addr(), Err: err})
+				errs = append(errs, &nodeactor.NodeError{Addr: n.Addr(), Err: err})
 			}
 		}
 		c.Close()
@@ -187,7 +188,7 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 	c := &Engine{
 		set:    set,
 		specs:  specs,
-		quorum: len(specs)/2 + 1,
+		quorum: Majority(len(specs)),
 		holds:  map[*Hold]struct{}{},
 		done:   make(chan struct{}),
 		proc:   newProcID(),
@@ -218,7 +219,7 @@ func (c *Engine) countReady() (int, []error) {
 		select {
 		case <-n.Ready():
 			if st := n.Status(); st.Fatal != nil {
-				fatal = append(fatal, &NodeError{Addr: n.Addr(), Err: st.Fatal})
+				fatal = append(fatal, &nodeactor.NodeError{Addr: n.Addr(), Err: st.Fatal})
 			} else {
 				ready++
 			}
@@ -228,7 +229,7 @@ func (c *Engine) countReady() (int, []error) {
 	return ready, fatal
 }
 
-// Quorum returns N/2+1.
+// Quorum returns the quorum, N/2+1 (Majority).
 func (c *Engine) Quorum() int { return c.quorum }
 
 // N returns the number of nodes.
@@ -274,7 +275,7 @@ func (c *Engine) Close() error {
 		close(c.done)
 		// Wake every blocked call; each leaves the queues and rolls back
 		// what it holds of an attempt before it returns.
-		c.stopAll(ErrClosed)
+		c.stopAll(nodeactor.ErrClosed)
 		c.calls.wait(c.releaseTimeout() + c.set.NodeTimeout)
 		var wg sync.WaitGroup
 		for _, h := range holds {
@@ -409,20 +410,20 @@ func (c *Engine) EstimateServerMs() int64 {
 	return c.clock.ms + time.Since(c.clock.at).Milliseconds()
 }
 
-// front maps a *coordinator.Coordinator to its engine; package coordinator
-// sets it in its init (it imports this package, not the other way round).
-var front func(any) *Engine
+// Handle carries an engine inside a public type without showing it. A
+// struct that embeds a Handle is a Front, and Of reads its engine back.
+// Package coordinator embeds one in Coordinator.
+type Handle struct{ eng *Engine }
 
-// SetFront installs the function that Of uses. Only package coordinator
-// calls it.
-func SetFront(f func(any) *Engine) { front = f }
+// NewHandle returns the Handle of c.
+func NewHandle(c *Engine) Handle { return Handle{eng: c} }
 
-// Of returns the engine behind c, a *coordinator.Coordinator, or nil (c is
-// nil or not a Coordinator). It is how package primitives reaches the
+func (h Handle) engine() *Engine { return h.eng }
+
+// Front is a type that embeds a Handle: *coordinator.Coordinator. Its one
+// method is unexported, so only a Handle provides it.
+type Front interface{ engine() *Engine }
+
+// Of returns the engine behind f. It is how package primitives reaches the
 // engine without the engine being part of coordinator's API.
-func Of(c any) *Engine {
-	if front == nil {
-		return nil
-	}
-	return front(c)
-}
+func Of(f Front) *Engine { return f.engine() }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/mock"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 	"go.uber.org/goleak"
 )
@@ -221,13 +222,13 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			v = 2 // another holder's key (lock.lua's ReleaseTaken)
 		}
 		rep.Msg = mock.RedisInt64(v)
-	case "renew":
-		v := int64(0) // another owner
+	case "renew": // answered as the scripts' prelude does (RenewOutcome)
+		v := int64(scripts.RenewNotOurs)
 		switch f.owner {
 		case arg:
-			v = 1
+			v = scripts.RenewRenewed
 		case "":
-			v = 3 // missing: a node restarted empty, or a forced release
+			v = scripts.RenewMissing // a node restarted empty, or a forced release
 		}
 		rep.Msg = mock.RedisInt64(v)
 	case "fence":
@@ -282,18 +283,6 @@ func (p fakeProto) RenewCall(int, time.Duration, bool) nodeactor.Call {
 func (p fakeProto) ReleaseCall(int) nodeactor.Call {
 	return nodeactor.Call{Args: []string{"release", p.token}}
 }
-func (p fakeProto) Classify(rep nodeactor.Reply) Outcome {
-	if rep.Err != nil {
-		return OutcomeError
-	}
-	switch v, _ := rep.Msg.AsInt64(); v {
-	case 1:
-		return OutcomeOK
-	case 3:
-		return OutcomeMissing
-	}
-	return OutcomeNotOwner
-}
 
 func vote(rep nodeactor.Reply) (Vote, error) {
 	if rep.Err != nil {
@@ -324,20 +313,27 @@ func (w *world) spec(token string, ttl time.Duration) AttemptSpec { return w.spe
 
 // specHB is spec with a heartbeat requirement on the hold.
 func (w *world) specHB(token string, ttl, heartbeat time.Duration) AttemptSpec {
-	call := func(op, arg string) func(int) nodeactor.Call {
-		return func(int) nodeactor.Call { return nodeactor.Call{Args: []string{op, arg}} }
-	}
-	return AttemptSpec{
-		Acquire:  call("acquire", token),
-		Rollback: call("rollback", token),
-		Classify: vote,
-		TTL:      ttl,
-		Fence:    func(f int64) func(int) nodeactor.Call { return call("fence", strconv.FormatInt(f, 10)) },
-		Hold: func(fence uint64, start time.Time) (*Hold, error) {
-			return w.e.NewHold(HoldSpec{Keys: []string{"r"}, Token: token, Fence: fence, TTL: ttl, Start: start,
-				AutoRenew: true, Heartbeat: heartbeat, Protocol: fakeProto{token}})
-		},
-	}
+	return AttemptSpec{Op: fakeOp{token: token, ttl: ttl, heartbeat: heartbeat}, TTL: ttl}
+}
+
+// fakeOp is the fake nodes' attempt for token.
+type fakeOp struct {
+	token          string
+	ttl, heartbeat time.Duration
+}
+
+func (o fakeOp) Acquire(int) nodeactor.Call {
+	return nodeactor.Call{Args: []string{"acquire", o.token}}
+}
+func (o fakeOp) Rollback(int) nodeactor.Call {
+	return nodeactor.Call{Args: []string{"rollback", o.token}}
+}
+func (o fakeOp) Vote(rep nodeactor.Reply) (Vote, error) { return vote(rep) }
+func (o fakeOp) Fence(f int64, _ int) nodeactor.Call {
+	return nodeactor.Call{Args: []string{"fence", strconv.FormatInt(f, 10)}}
+}
+func (o fakeOp) Hold(uint64) HoldSpec {
+	return HoldSpec{Keys: []string{"r"}, Token: o.token, TTL: o.ttl, AutoRenew: true, Heartbeat: o.heartbeat, Protocol: fakeProto{o.token}}
 }
 
 // mustHold makes one attempt for token and returns its hold.
@@ -860,7 +856,7 @@ func TestTakeGrantsCountsFromTheAttemptAndDecidesTheFence(t *testing.T) {
 		w := newWorld(t, 3)
 		s := w.spec("A", time.Second)
 		spec := func(start time.Time, fences ...int64) DirectSpec {
-			d := DirectSpec{Start: start, TTL: time.Second, MinValidity: 500 * time.Millisecond, Fence: s.Fence, Hold: s.Hold}
+			d := DirectSpec{Start: start, TTL: time.Second, MinValidity: 500 * time.Millisecond, Op: s.Op}
 			for _, f := range fences {
 				d.Grants = append(d.Grants, Vote{Granted: true, Fence: f, Now: 1})
 			}

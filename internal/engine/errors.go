@@ -7,27 +7,22 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/internal/argerr"
-	"github.com/redlock-go/redlock/nodeactor"
 )
 
-// The errors the engine raises; package coordinator re-exports each (the
-// same values), and primitives re-exports them again.
+// The errors the engine raises, defined here once. Packages coordinator and
+// primitives each re-export them, the same values. ErrClosed and NodeError
+// come from package nodeactor, ErrInvalidArgument from internal/argerr.
 var (
-	ErrInvalidArgument   = argerr.ErrInvalidArgument
 	ErrNotAcquired       = errors.New("redlock: not acquired")
 	ErrQuorumUnavailable = errors.New("redlock: quorum unavailable")
 	ErrLeaseLost         = errors.New("redlock: lease lost")
 	ErrReleased          = errors.New("redlock: released")
-	ErrClosed            = nodeactor.ErrClosed
 	ErrWrongType         = errors.New("redlock: wrong type at key")
 	// ErrNoHeartbeat is the cause of a lease lost because its holder
-	// stopped calling Heartbeat (HoldSpec.Heartbeat); Err wraps it inside
+	// stopped calling Heartbeat (HoldSpec.Heartbeat). Err wraps it inside
 	// ErrLeaseLost.
 	ErrNoHeartbeat = errors.New("redlock: no heartbeat")
 )
-
-// NodeError records the failure of one node.
-type NodeError = nodeactor.NodeError
 
 // NotAcquiredError is returned when the resource is held by another owner.
 // It Is ErrNotAcquired and carries the holder's remaining TTL as reported by
@@ -48,7 +43,7 @@ func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquir
 
 // Invalid returns an error wrapping ErrInvalidArgument.
 func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{argerr.ErrInvalidArgument}, args...)...)
 }
 
 // TTL bounds and resource-name limits (re-exported by coordinator).

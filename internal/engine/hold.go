@@ -2,16 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/nodeactor"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // Outcome classifies one node's answer to a renewal or release.
@@ -25,15 +21,6 @@ const (
 	OutcomeMissing                 // the key is missing on the node (restarted empty): not a confirmation
 )
 
-// ReleaseReader is a Protocol whose release replies tell another holder's
-// key (OutcomeNotOwner) from a missing one (OutcomeMissing), so that a
-// release can report an overtaken lease. LogValue names the lease in that
-// report's log line (never its whole token).
-type ReleaseReader interface {
-	ReleaseOutcome(rep nodeactor.Reply) Outcome
-	slog.LogValuer
-}
-
 // Protocol is what a held primitive gives the coordinator so that the one
 // renewal scheduler can renew it and the lease can release it.
 type Protocol interface {
@@ -45,8 +32,6 @@ type Protocol interface {
 	RenewCall(node int, ttl time.Duration, retake bool) nodeactor.Call
 	// ReleaseCall deletes the hold on node i, only where it is ours.
 	ReleaseCall(node int) nodeactor.Call
-	// Classify maps a renewal reply to an Outcome.
-	Classify(rep nodeactor.Reply) Outcome
 }
 
 type holdState int
@@ -149,14 +134,21 @@ func (c *Engine) NewHold(spec HoldSpec) (*Hold, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, ErrClosed))
+		h.finish(stateReleased, fmt.Errorf("%w: %w", ErrReleased, nodeactor.ErrClosed))
 		c.Broadcast(context.Background(), spec.Protocol.ReleaseCall)
-		return nil, ErrClosed
+		return nil, nodeactor.ErrClosed
 	}
 	c.holds[h] = struct{}{}
 	c.mu.Unlock()
 	c.rn.add(h)
 	return h, nil
+}
+
+// holdOf registers the hold that op describes, with fence and start.
+func (c *Engine) holdOf(op Op, fence uint64, start time.Time) (*Hold, error) {
+	spec := op.Hold(fence)
+	spec.Fence, spec.Start = fence, start
+	return c.NewHold(spec)
 }
 
 // Keys returns the resource names the hold covers.
@@ -187,13 +179,14 @@ func (h *Hold) Valid() bool {
 	return h.state == stateHeld && time.Now().Before(h.deadline)
 }
 
-// lateGrantNeedsRollback reports whether a grant of the hold's own attempt
-// that arrives now, after the attempt decided, must be rolled back: not
-// while the hold is valid (the grant is simply ours), nor once Release
-// started — its release to that node was queued behind the acquire (the
-// node actor keeps each resource's order, across lanes) and deletes the
-// grant, so a rollback would only cost the node one more script — but when
-// the hold ended otherwise (lost, or past its Deadline: no release comes).
+// lateGrantNeedsRollback reports whether a late grant of the hold's own
+// attempt must be rolled back. Such a grant arrives after the attempt
+// decided. While the hold is valid the grant is simply ours. Once Release
+// started, its release to that node was queued behind the acquire, since
+// the node actor keeps each resource's order across lanes. That release
+// deletes the grant, and a rollback would only cost one more script. A
+// rollback is needed when the hold ended otherwise: lost, or past its
+// Deadline, when no release comes.
 func (h *Hold) lateGrantNeedsRollback() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -328,368 +321,7 @@ func (h *Hold) lose(cause error) {
 	}
 }
 
-// releaseTimeout bounds Release and rollbacks.
-func (c *Engine) releaseTimeout() time.Duration {
-	return 4*c.set.NodeTimeout + 100*time.Millisecond
-}
-
-// Release deletes the hold on every node that answers. Nothing of ctx
-// cancels it (as if run with context.WithoutCancel(ctx)), so a deferred
-// Release after the request's ctx ended still deletes the keys, and waits
-// for a busy node until the hold's Deadline at most (never less than a
-// short bound); a node that is down or
-// not answering does not hold it up once a quorum confirmed. It returns nil when a
-// quorum confirmed (and nil again on a second call), an error wrapping the
-// per-node errors otherwise (the rest expire by TTL), ErrLeaseLost if the
-// hold had been lost, and ErrClosed if Coordinator.Close released it.
-func (h *Hold) Release(ctx context.Context) error {
-	h.mu.Lock()
-	switch h.state {
-	case stateReleased:
-		err := h.err
-		h.mu.Unlock()
-		if errors.Is(err, ErrClosed) {
-			return ErrClosed
-		}
-		return nil
-	case stateLost:
-		err := h.err
-		h.mu.Unlock()
-		return err
-	case stateReleasing:
-		released := h.released
-		h.mu.Unlock()
-		<-released
-		return h.Release(ctx)
-	}
-	idle := h.endLocally(ErrReleased)
-	h.c.rn.remove(h)
-	h.waitRound(idle)
-	err := h.c.release(h.spec.Protocol, h.Deadline())
-	h.finish(stateReleased, ErrReleased)
-	return err
-}
-
-// endLocally starts a release with h.mu held (it unlocks it): the hold
-// ends here before any node is asked to free it. Done closes and Context
-// is cancelled with cause err, so work under the lease stops before the
-// next holder can start. It returns the renewal rounds' idle channel.
-func (h *Hold) endLocally(err error) chan struct{} {
-	h.state, h.err = stateReleasing, err
-	idle := h.idle
-	cancel, done := h.cancel, h.done
-	h.done = closed
-	h.released = make(chan struct{})
-	h.mu.Unlock()
-	if cancel != nil {
-		cancel(err)
-	}
-	if done != nil {
-		close(done)
-	}
-	return idle
-}
-
-// waitRound waits (bounded) until no renewal round is in flight, so that no
-// renewal can reach a node after the release and re-create the key.
-func (h *Hold) waitRound(idle chan struct{}) {
-	if idle == nil {
-		return
-	}
-	t := time.NewTimer(h.c.releaseTimeout())
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-	}
-}
-
-// startRound counts a renewal round in; it reports false if the hold is no
-// longer held (then nothing must be sent for it).
-func (h *Hold) startRound() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.state != stateHeld {
-		return false
-	}
-	if h.rounds == 0 {
-		h.idle = make(chan struct{})
-	}
-	h.rounds++
-	return true
-}
-
-// endRound counts a renewal round out.
-func (h *Hold) endRound() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.rounds--; h.rounds == 0 {
-		close(h.idle)
-		h.idle = nil
-	}
-}
-
-// closeRelease is Release on Coordinator.Close.
-func (h *Hold) closeRelease() {
-	h.mu.Lock()
-	if h.state != stateHeld {
-		h.mu.Unlock()
-		return
-	}
-	err := fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
-	idle := h.endLocally(err)
-	h.waitRound(idle)
-	_ = h.c.release(h.spec.Protocol, h.Deadline())
-	h.finish(stateReleased, err)
-}
-
-// release ends a hold on every node. The round is bounded by the hold's
-// deadline (at least releaseTimeout): a release queued behind a burst on a
-// busy node is waited for while it still matters (after the deadline the
-// keys expire anyway), and the caller's cancellation must not cut it short.
-//
-// Its answers are counted by the one Tally. A node where our key was
-// deleted, or is missing (expired, restarted empty), says yes: the key is
-// gone there, as a release wants. With a ReleaseReader, a node that holds
-// another holder's key says no: more than N−Q of them veto the release (no
-// quorum can confirm it), and the lease was overtaken. That is an error
-// that Is ErrLeaseLost, logged and counted once here.
-func (c *Engine) release(p Protocol, deadline time.Time) error {
-	// No caller's ctx: nothing cancels a release, and the nodes read only
-	// an urgent request's deadline (context.WithoutCancel(ctx) would cost
-	// an allocation for values nobody reads).
-	rctx := context.Background()
-	bound := max(time.Until(deadline), c.releaseTimeout())
-	rr, _ := p.(ReleaseReader)
-	n := len(c.nodes)
-	count := func(r *Round) Tally {
-		t := Tally{N: n, Q: c.quorum}
-		for i, rep := range r.Replies {
-			if !r.Answered[i] {
-				continue
-			}
-			switch releaseOutcome(rr, rep) {
-			case OutcomeOK, OutcomeMissing:
-				t.Yes++
-			case OutcomeNotOwner:
-				t.No++
-			default:
-				t.Other++
-			}
-		}
-		return t
-	}
-	// Done once the verdict is known: usually a quorum confirmed. The other
-	// nodes' requests stay queued and are still sent (urgent requests
-	// outlive their ctx), after everything this client sent before for the
-	// resource (the node actor keeps each resource's order), so they delete
-	// there too — at once on a node that is up, when it comes back
-	// otherwise (or the key expires by its TTL). Waiting for them would
-	// cost a sequential client the third node's round trip on every release
-	// (W3: 94 % of the floor instead of 109 %); another client that tries
-	// meanwhile is at worst refused by that one node.
-	r := c.fanout(rctx, bound, nodeactor.Urgent, p.ReleaseCall, func(r *Round) bool {
-		return count(r).Verdict() != Undecided
-	}, nil)
-	t := count(r)
-	if t.Won() {
-		return nil
-	}
-	if t.Vetoed() {
-		c.ins.LeasesOvertaken.Add(rctx, 1)
-		c.set.Logger.Warn("redlock: release found the lease overtaken", "lease", rr, "taken_on", t.No, "nodes", n)
-		return fmt.Errorf("%w: overtaken: another holder's key on %d of %d nodes", ErrLeaseLost, t.No, n)
-	}
-	var errs []error
-	for _, rep := range r.Replies {
-		if rep.Err != nil {
-			errs = append(errs, rep.Err)
-		}
-	}
-	return fmt.Errorf("%w: release confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, t.Yes, n, errors.Join(errs...))
-}
-
-// releaseOutcome classifies a release reply: by rr where the protocol
-// reads them, else any reply that is not an error confirms.
-func releaseOutcome(rr ReleaseReader, rep nodeactor.Reply) Outcome {
-	if rr != nil {
-		return rr.ReleaseOutcome(rep)
-	}
-	if rep.Err != nil {
-		return OutcomeError
-	}
-	return OutcomeOK
-}
-
-// Extend asks every node to keep the hold for ttl from now. It succeeds iff
-// a quorum confirms the token within the current validity; the new Deadline
-// is the start of Extend + ttl - drift (never earlier than the current one,
-// since key TTLs are never shortened), and ttl becomes the TTL of later
-// renewals. A minority failure returns an error without losing the hold; a
-// quorum reporting another owner loses it (ErrLeaseLost).
-func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := ValidateTTL(ttl); err != nil {
-		return err
-	}
-	h.Heartbeat() // an explicit Extend is progress
-	if err := h.endedErr(); err != nil {
-		return err
-	}
-	if !h.startRound() {
-		return h.Err()
-	}
-	ok, gone, r := h.renewRound(ctx, ttl)
-	if ok >= h.c.quorum {
-		h.c.retake(ctx, h, ttl, r)
-	}
-	h.endRound()
-	return h.applyRenewal(r.Start, ttl, ok, gone, r, true)
-}
-
-// renewRound renews on every node and counts the confirmations (ok) and
-// the nodes where the hold is gone (gone: another owner, or the key
-// missing — a node restarted empty, or a forced release). A missing key is
-// re-taken only after a quorum confirmed; with more than N−Q nodes gone
-// nobody can confirm, and others may already acquire.
-func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (ok, gone int, r *Round) {
-	q, n := h.c.quorum, len(h.c.nodes)
-	count := func(r *Round) (ok, gone int) {
-		for i, rep := range r.Replies {
-			if r.Answered[i] {
-				switch h.spec.Protocol.Classify(rep) {
-				case OutcomeOK:
-					ok++
-				case OutcomeNotOwner, OutcomeMissing:
-					gone++
-				}
-			}
-		}
-		return ok, gone
-	}
-	r = h.c.Fanout(ctx, nodeactor.Urgent, func(i int) nodeactor.Call { return h.spec.Protocol.RenewCall(i, ttl, false) },
-		func(r *Round) bool {
-			ok, gone := count(r)
-			return ok >= q || gone > n-q
-		}, nil)
-	ok, gone = count(r)
-	return ok, gone, r
-}
-
-// endedErr returns nil while the hold is held, else why it ended
-// (ErrReleased while a release is under way).
-func (h *Hold) endedErr() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.state == stateHeld {
-		return nil
-	}
-	if h.err == nil {
-		return ErrReleased
-	}
-	return h.err
-}
-
-// applyRenewal applies a renewal round's result. explicit is true for Extend.
-func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, ok, gone int, r *Round, explicit bool) error {
-	q, n := h.c.quorum, len(h.c.nodes)
-	now := time.Now()
-	h.mu.Lock()
-	if h.state != stateHeld {
-		h.mu.Unlock()
-		return h.endedErr()
-	}
-	outcome := "ok"
-	if ok < q || !now.Before(h.deadline) {
-		outcome = "failed"
-	}
-	h.c.ins.Renewals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
-	if ok >= q && now.Before(h.deadline) {
-		if d := start.Add(ttl - h.c.Drift(ttl)); d.After(h.deadline) {
-			h.deadline = d
-		}
-		if explicit {
-			h.ttl = ttl
-		}
-		h.renewAt = start.Add(h.ttl / 3)
-		h.inflight = false
-		h.mu.Unlock()
-		h.c.rn.update(h)
-		return nil
-	}
-	h.inflight = false
-	expired := !now.Before(h.deadline)
-	h.renewAt = now.Add(max(h.ttl/20, 20*time.Millisecond))
-	h.mu.Unlock()
-	var errs []error
-	for _, rep := range r.Replies {
-		if rep.Err != nil {
-			errs = append(errs, rep.Err)
-		}
-	}
-	switch {
-	case gone > n-q:
-		// More than N−Q nodes hold another owner or nothing: no quorum can
-		// confirm this hold again, and another client may acquire now.
-		cause := fmt.Errorf("the hold is gone (another owner, or the key missing) on %d of %d nodes", gone, n)
-		h.lose(cause)
-		return fmt.Errorf("%w: %w", ErrLeaseLost, cause)
-	case expired:
-		h.lose(errors.New("deadline reached before a quorum confirmed the renewal"))
-		return h.Err()
-	}
-	h.c.rn.update(h)
-	return fmt.Errorf("%w: renewal confirmed by %d of %d nodes: %w", ErrQuorumUnavailable, ok, n, errors.Join(errs...))
-}
-
 // HoldProtocol returns the protocol h was created with (primitives use it to
 // recognise their own leases). It is plumbing for package primitives, not a
 // method of the Lease users hold.
 func HoldProtocol(h *Hold) Protocol { return h.spec.Protocol }
-
-// DetachHold ends a held hold as released without sending anything to
-// Redis: its keys were converted atomically into another hold
-// (RWLock.Downgrade). It reports false if the hold was no longer held. It is
-// plumbing for package primitives: a user who ended a lease this way would
-// leave its keys in Redis.
-func DetachHold(h *Hold) bool {
-	h.mu.Lock()
-	if h.state != stateHeld {
-		h.mu.Unlock()
-		return false
-	}
-	h.state = stateReleasing
-	h.mu.Unlock()
-	h.c.rn.remove(h)
-	return h.finish(stateReleased, ErrReleased)
-}
-
-// retake re-creates the hold's keys on the nodes of a confirmed round that
-// reported them missing (a node restarted empty), so that the next fault
-// does not cost the hold. It runs inside the round (Release waits for it).
-func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Round) {
-	var missing []int
-	for i, rep := range r.Replies {
-		if r.Answered[i] && h.spec.Protocol.Classify(rep) == OutcomeMissing {
-			missing = append(missing, i)
-		}
-	}
-	if len(missing) == 0 || !h.Valid() {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.set.NodeTimeout)
-	defer cancel()
-	ch := make(chan nodeactor.Reply, len(missing))
-	sent := 0
-	for _, i := range missing {
-		if c.nodes[i].TrySend(nodeactor.Request{Ctx: rctx, Call: h.spec.Protocol.RenewCall(i, ttl, true), Lane: nodeactor.Urgent, Reply: ch}) == nil {
-			sent++
-		}
-	}
-	for ; sent > 0; sent-- {
-		select {
-		case <-ch:
-		case <-rctx.Done():
-			return
-		}
-	}
-}

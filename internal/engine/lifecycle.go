@@ -58,12 +58,12 @@ func (c *Engine) Bind(ctx context.Context) (bound context.Context, stop func(), 
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, nil, ErrClosed
+		return nil, nil, nodeactor.ErrClosed
 	}
 	c.calls.add()
 	c.mu.Unlock()
 	bctx, cancel := context.WithCancelCause(ctx)
-	unhook := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	unhook := context.AfterFunc(c.closing, func() { cancel(nodeactor.ErrClosed) })
 	return bctx, func() {
 		unhook()
 		cancel(context.Canceled)

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/argerr"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -81,7 +82,7 @@ func TestGatherIsVetoedOnAnEvenNodeCount(t *testing.T) {
 		w := newWorld(t, 4)
 		w.nodes[2].set(func(f *fakeNode) { f.delay = 20 * time.Millisecond })
 		w.nodes[3].set(func(f *fakeNode) { f.delay = 20 * time.Millisecond })
-		bad := errors.Join(ErrInvalidArgument, errors.New("a count differs"))
+		bad := errors.Join(argerr.ErrInvalidArgument, errors.New("a count differs"))
 		accept := func(rep nodeactor.Reply) error {
 			if rep.Node < 2 {
 				return bad
@@ -92,7 +93,7 @@ func TestGatherIsVetoedOnAnEvenNodeCount(t *testing.T) {
 		_, err := w.e.Gather(t.Context(), nodeactor.Urgent, func(int) nodeactor.Call {
 			return nodeactor.Call{Args: []string{"echo", "x"}}
 		}, accept)
-		if !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrQuorumUnavailable) {
+		if !errors.Is(err, argerr.ErrInvalidArgument) || errors.Is(err, ErrQuorumUnavailable) {
 			t.Fatalf("Gather: %v, want the rejection", err)
 		}
 		if d := time.Since(start); d >= 20*time.Millisecond {

@@ -214,7 +214,7 @@ func (r *renewer) renewRound(due []*Hold) {
 				continue
 			}
 			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
-				p.ch <- nodeactor.Reply{Node: j, Err: &NodeError{Addr: nd.Addr(), Err: err}}
+				p.ch <- nodeactor.Reply{Node: j, Err: &nodeactor.NodeError{Addr: nd.Addr(), Err: err}}
 			}
 		}
 	}
@@ -229,7 +229,7 @@ func (r *renewer) renewRound(due []*Hold) {
 		rounds[i] = round
 		// A confirmation is a yes, a key gone (another owner, or missing)
 		// a no: see Hold.renewRound.
-		t := Tally{N: n, Q: c.quorum}
+		t := c.NewTally()
 	collect:
 		for round.NAnswered < n && !t.Won() && !t.Vetoed() {
 			select {
@@ -238,21 +238,14 @@ func (r *renewer) renewRound(due []*Hold) {
 					continue // a duplicate counts once
 				}
 				round.record(rep)
-				switch p.h.spec.Protocol.Classify(rep) {
-				case OutcomeOK:
-					t.Yes++
-				case OutcomeNotOwner, OutcomeMissing:
-					t.No++
-				default:
-					t.Other++
-				}
+				t.addRenewal(RenewOutcome(rep))
 			case <-ctx.Done():
 				break collect
 			}
 		}
 		confirmed[i] = t.Won()
 		p.h.endRound()
-		_ = p.h.applyRenewal(p.start, p.ttl, t.Yes, t.No, round, false)
+		_ = p.h.applyRenewal(p.start, p.ttl, t, round, false)
 	}
 	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
 	// node that answers "missing" (restarted empty) gets its key re-taken,

@@ -90,3 +90,22 @@ func TestTallyEvenNodeCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestTallyQuorumAndVeto: a quorum is a majority, and N−Q+1 nodes stop
+// any quorum. On an even N the veto is smaller than the quorum.
+func TestTallyQuorumAndVeto(t *testing.T) {
+	for _, tc := range []struct{ n, q, veto int }{
+		{1, 1, 1}, {2, 2, 1}, {3, 2, 2}, {4, 3, 2}, {5, 3, 3}, {6, 4, 3}, {7, 4, 4},
+	} {
+		tl := Tally{N: tc.n, Q: Majority(tc.n)}
+		if tl.Q != tc.q {
+			t.Errorf("Majority(%d) = %d, want %d", tc.n, tl.Q, tc.q)
+		}
+		if !tl.Enough(tc.q) || tl.Enough(tc.q-1) {
+			t.Errorf("N=%d: Enough is not at %d", tc.n, tc.q)
+		}
+		if !tl.Veto(tc.veto) || tl.Veto(tc.veto-1) {
+			t.Errorf("N=%d: Veto is not at %d", tc.n, tc.veto)
+		}
+	}
+}
