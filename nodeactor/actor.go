@@ -217,7 +217,7 @@ type Actor struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
-	stopped   chan struct{} // closed when every lane has returned
+	stopped   chan struct{} // closed by Close once every goroutine returned and the queues are drained
 	wg        sync.WaitGroup
 }
 
@@ -291,16 +291,11 @@ func New(opt Options) *Actor {
 		stopped:   make(chan struct{}),
 	}
 	a.caps.Store(&Capabilities{})
-	var lanes sync.WaitGroup
 	for range opt.Workers {
 		l := &fifo{kick: make(chan struct{}, 1)}
 		a.lanes = append(a.lanes, l)
-		lanes.Go(func() { a.serve(l) })
+		a.wg.Go(func() { a.serve(l) })
 	}
-	a.wg.Go(func() {
-		lanes.Wait()
-		close(a.stopped)
-	})
 	a.wg.Go(a.keeper)
 	return a
 }
@@ -435,12 +430,15 @@ func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {
 // connections are closed and every goroutine has returned when Close does.
 // It is idempotent.
 func (a *Actor) Close() error {
-	a.closeOnce.Do(func() { close(a.done) })
-	a.wg.Wait()
-	a.drain()
-	if c := a.client.Load(); c != nil {
-		(*c).Close()
-	}
+	a.closeOnce.Do(func() {
+		close(a.done)
+		a.wg.Wait()
+		a.drain()
+		if c := a.client.Load(); c != nil {
+			(*c).Close()
+		}
+		close(a.stopped)
+	})
 	return nil
 }
 
