@@ -317,18 +317,28 @@ func (a *Actor) laneOf(c Call) *fifo {
 	if len(c.Keys) == 0 || len(a.lanes) == 1 {
 		return a.lanes[0]
 	}
-	k := c.Keys[0]
-	if i := strings.IndexByte(k, '{'); i >= 0 {
-		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
-			k = k[i+1 : i+1+j]
-		}
-	}
+	k := resource(c)
 	h := uint32(2166136261) // FNV-1a
 	for i := 0; i < len(k); i++ {
 		h ^= uint32(k[i])
 		h *= 16777619
 	}
 	return a.lanes[h%uint32(len(a.lanes))]
+}
+
+// resource returns the resource of a call: the hash tag of its first key,
+// or the whole key without one ("" for a keyless call).
+func resource(c Call) string {
+	if len(c.Keys) == 0 {
+		return ""
+	}
+	k := c.Keys[0]
+	if i := strings.IndexByte(k, '{'); i >= 0 {
+		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
+			k = k[i+1 : i+1+j]
+		}
+	}
+	return k
 }
 
 // Send queues req. A Normal request waits while the node's acquire capacity
@@ -592,40 +602,26 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 			res[broken[j]] = rr
 		}
 	}
-	var retry []int
-	netFail := false
-	for i, rr := range res {
-		if e, ok := rueidis.IsRedisErr(rr.Error()); ok && e.IsNoScript() && live[i].Call.Script != nil {
-			retry = append(retry, i)
-			continue
+	// A fallback (EVAL after NOSCRIPT, the plain form of a refused
+	// read-only script) redoes its resource's tail: see the package doc.
+	var eval []bool
+	for range 2 {
+		redo := fallbacks(live, res, &eval)
+		if len(redo) == 0 {
+			break
 		}
-		if live[i].Call.ReadOnly && cannotRunReadOnly(rr.Error()) {
-			// a server before Redis 7.0 has no EVALSHA_RO, and miniredis
-			// counts TIME as a write: the op never writes, so plain EVALSHA
-			// runs it alike
-			live[i].Call.ReadOnly = false
-			res[i] = cl.Do(ctx, a.build(cl, live[i].Call, false, caps))
-			if e, ok := rueidis.IsRedisErr(res[i].Error()); ok && e.IsNoScript() {
-				retry = append(retry, i)
-			}
-			continue
-		}
-		if rr.NonRedisError() != nil {
-			netFail = true
-		}
-	}
-	if len(retry) > 0 {
-		again := make(rueidis.Commands, len(retry))
-		for j, i := range retry {
-			again[j] = a.build(cl, live[i].Call, true, caps)
+		again := make(rueidis.Commands, len(redo))
+		for j, i := range redo {
+			again[j] = a.build(cl, live[i].Call, eval != nil && eval[i], caps)
 		}
 		for j, rr := range cl.DoMulti(ctx, again...) {
-			i := retry[j]
-			if live[i].Call.ReadOnly && cannotRunReadOnly(rr.Error()) {
-				live[i].Call.ReadOnly = false // as above
-				rr = cl.Do(ctx, a.build(cl, live[i].Call, true, caps))
-			}
-			res[i] = rr
+			res[redo[j]] = rr
+		}
+	}
+	netFail := false
+	for _, rr := range res {
+		if rr.NonRedisError() != nil {
+			netFail = true
 		}
 	}
 	if netFail {
@@ -763,6 +759,40 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		return cl.B().EvalshaRo().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
 	}
 	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+}
+
+// fallbacks returns the requests of live to send again after a fallback,
+// in batch order. A script answered NOSCRIPT is marked for EVAL in eval. A
+// read-only call the server cannot run loses its ReadOnly. Either one, and
+// every later request of the same resource, is returned: those already ran
+// before it, out of the queued order.
+func fallbacks(live []Request, res []rueidis.RedisResult, eval *[]bool) []int {
+	var redo []int
+	var tail map[string]bool // resources whose later requests are redone
+	for i := range live {
+		c := &live[i].Call
+		err := res[i].Error()
+		e, isRedis := rueidis.IsRedisErr(err)
+		noScript := isRedis && e.IsNoScript() && c.Script != nil && (*eval == nil || !(*eval)[i])
+		// a server before Redis 7.0 has no EVALSHA_RO, and miniredis counts
+		// TIME as a write: the op never writes, so the plain form runs it alike
+		roRefused := c.ReadOnly && cannotRunReadOnly(err)
+		if noScript || roRefused {
+			if tail == nil {
+				tail = map[string]bool{}
+			}
+			if *eval == nil {
+				*eval = make([]bool, len(live))
+			}
+			(*eval)[i] = (*eval)[i] || noScript
+			c.ReadOnly = c.ReadOnly && !roRefused
+			tail[resource(*c)] = true
+		}
+		if tail != nil && tail[resource(*c)] {
+			redo = append(redo, i)
+		}
+	}
+	return redo
 }
 
 // cannotRunReadOnly tells whether err says that the server cannot run a
