@@ -102,132 +102,133 @@ func closedAtOnce(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// keeper owns connecting, probing, health pings and the push connection.
-// It is the only goroutine that touches the dedicated push client.
-func (a *Actor) keeper() {
-	backoff := 20 * time.Millisecond
-	var cl rueidis.Client
-	for {
-		c, err := a.connect()
-		if err == nil {
-			cl = c
-			break
-		}
-		a.markDown(err)
+// connectJob is a job: one attempt to connect, then the probes and the
+// push connections. The actor retries a failed attempt after a backoff.
+func (a *Actor) connectJob() func(*state) {
+	cl, err := a.connect()
+	if err != nil {
 		if IsAuthFailure(err) {
 			// Our credentials were refused: say so at once (New fails when
-			// too many nodes did), and keep trying, slowly, in case an
-			// operator fixes the node's ACL.
+			// too many nodes did), and keep trying in case an operator
+			// fixes the node's ACL.
 			err = fmt.Errorf("%w (check Config.Username and Config.Password, or the URL's user:password)", err)
-			a.lastErr.Store(&err)
-			a.fatal.Store(&err)
-			a.readyO.Do(func() { close(a.ready) })
+			return func(*state) {
+				a.markDown(err)
+				a.fatal.Store(&err)
+				a.readyO.Do(func() { close(a.ready) })
+			}
 		}
-		select {
-		case <-a.done:
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+		return func(*state) { a.markDown(err) }
 	}
-	a.client.Store(&cl)
 	p := newPusher(a, cl)
-	defer p.closeAll()
 	if _, err := p.refreshSlots(); err != nil {
 		a.opt.Logger.Warn("redlock: cannot read the cluster's slots", "node", a.opt.Addr, "err", err)
 	}
-	caps, err := a.probe(cl, p)
-	a.caps.Store(&caps)
-	if err != nil {
-		a.lastErr.Store(&err)
-		a.fatal.Store(&err)
-	} else {
-		a.fatal.Store(nil) // an earlier refusal of our credentials is over
-		a.markUp(0)
+	caps, perr := a.probe(cl, p)
+	var h seen
+	p.open()
+	p.reconcile(&h)
+	return func(s *state) {
+		s.cl, s.p = cl, p
+		a.client.Store(&cl)
+		a.caps.Store(&caps)
+		if perr != nil {
+			a.lastErr.Store(&perr)
+			a.fatal.Store(&perr)
+		} else {
+			a.fatal.Store(nil) // an earlier refusal of our credentials is over
+			a.markUp(0)
+		}
+		a.apply(h)
+		a.readyO.Do(func() { close(a.ready) })
 	}
-	a.readyO.Do(func() { close(a.ready) })
+}
 
-	ticker := time.NewTicker(healthInterval)
-	defer ticker.Stop()
-	reopen := func() {
-		p.open()
-		p.reconcile()
+// tickJob is a job, once a second: it checks the push connections, pings
+// the node and, on a cluster, follows changes of the slot map.
+func (a *Actor) tickJob(p *pusher, cl rueidis.Client, ticks int) func(*state) {
+	var h seen
+	var caps *Capabilities
+	for pc, err := range p.poll() {
+		a.pushBroken(p, cl, pc, err, &h)
 	}
-	reopen()
-	ticks := 0
-	for {
-		select {
-		case <-a.done:
-			return
-		case err, ok := <-p.single():
-			if ok { // closed: closeConn replaced the hooks
-				a.pushBroken(p, cl, p.conns[""], err)
-			}
-		case <-a.subDirty:
+	if err := a.ping(cl, &h); err != nil {
+		return func(*state) { a.apply(h) }
+	}
+	if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
+		// A failover or a resharding moves slots: channels must be
+		// subscribed on their new owner, and a new master needs the
+		// keyspace flags. Messages sent meanwhile may be lost, so
+		// waiters re-check (OnPushReset) once the new connections
+		// are subscribed.
+		changed, err := p.refreshSlots()
+		if err == nil && changed {
+			p.closeAll()
+			clear(p.retryAt)
+			caps = a.configureMasters(p)
 			p.open()
-			p.reconcile()
-		case <-ticker.C:
-			ticks++
-			for pc, err := range p.poll() {
-				a.pushBroken(p, cl, pc, err)
-			}
-			if err := a.ping(cl); err != nil {
-				continue
-			}
-			if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
-				// A failover or a resharding moves slots: channels must be
-				// subscribed on their new owner, and a new master needs the
-				// keyspace flags. Messages sent meanwhile may be lost, so
-				// waiters re-check (OnPushReset) once the new connections
-				// are subscribed.
-				changed, err := p.refreshSlots()
-				if err == nil && changed {
-					p.closeAll()
-					clear(p.retryAt)
-					a.configureMasters(p)
-					reopen()
-					if a.opt.OnPushReset != nil {
-						a.opt.OnPushReset(a.opt.Index)
-					}
-				}
-			}
-			if p.cluster && !p.allConfigured() {
-				a.configureMasters(p)
-			}
-			if !p.complete() {
-				reopen()
+			p.reconcile(&h)
+			if a.opt.OnPushReset != nil {
+				a.opt.OnPushReset(a.opt.Index)
 			}
 		}
 	}
+	if p.cluster && !p.allConfigured() {
+		caps = a.configureMasters(p)
+	}
+	if !p.complete() {
+		p.open()
+		p.reconcile(&h)
+	}
+	return func(*state) {
+		a.apply(h)
+		if caps != nil {
+			a.caps.Store(caps)
+		}
+	}
+}
+
+// reconcileJob is a job: it brings the subscriptions up to date.
+func (a *Actor) reconcileJob(p *pusher) func(*state) {
+	var h seen
+	p.open()
+	p.reconcile(&h)
+	return func(*state) { a.apply(h) }
+}
+
+// pushBrokenJob is a job: a single node's push connection failed.
+func (a *Actor) pushBrokenJob(p *pusher, cl rueidis.Client, pc *pushConn, err error) func(*state) {
+	var h seen
+	a.pushBroken(p, cl, pc, err, &h)
+	return func(*state) { a.apply(h) }
 }
 
 // pushBroken closes the failed push connection pc. A single node's is
 // opened again at once if the node answers. On a cluster one master
 // failed, and the others are fine. Its connection is opened again by the
 // tick that found it broken, so at most once a tick, never in a loop.
-func (a *Actor) pushBroken(p *pusher, cl rueidis.Client, pc *pushConn, err error) {
-	if err != nil {
-		a.markDown(err)
-	}
+func (a *Actor) pushBroken(p *pusher, cl rueidis.Client, pc *pushConn, err error, h *seen) {
+	h.down(err)
 	p.closeConn(pc)
 	if p.cluster {
 		delete(p.retryAt, pc.addr)
-	} else if a.up.Load() || a.ping(cl) == nil {
+	} else if a.up.Load() || a.ping(cl, h) == nil {
 		p.open()
-		p.reconcile()
+		p.reconcile(h)
 	}
 }
 
-func (a *Actor) ping(cl rueidis.Client) error {
+// ping sends PING on cl.
+func (a *Actor) ping(cl rueidis.Client, h *seen) error {
 	ctx, cancel := until(time.Now().Add(a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	start := time.Now()
 	err := cl.Do(ctx, cl.B().Ping().Build()).Error()
 	if err != nil {
-		a.markDown(err)
+		h.down(err)
 		return err
 	}
-	a.markUp(time.Since(start))
+	h.up(time.Since(start))
 	return nil
 }
 
@@ -260,10 +261,8 @@ func (a *Actor) Unsubscribe(channels ...string) {
 }
 
 func (a *Actor) kick() {
-	select {
-	case a.subDirty <- struct{}{}:
-	default:
-	}
+	a.subDirty.Store(true)
+	a.mb.kickOnce()
 }
 
 // probe reads the node's capabilities. Each feature is probed on its own,
@@ -385,15 +384,15 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 
 // configureMasters applies the configuration to the masters after the
 // cluster's topology changed (a promoted replica does not inherit a
-// CONFIG SET).
-func (a *Actor) configureMasters(p *pusher) {
+// CONFIG SET). It returns the capabilities for the actor to publish.
+func (a *Actor) configureMasters(p *pusher) *Capabilities {
 	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	caps := a.Caps()
 	if err := a.configure(ctx, p, &caps); err != nil {
 		a.opt.Logger.Warn("redlock: a new master could not be configured", "node", a.opt.Addr, "err", err)
 	}
-	a.caps.Store(&caps)
+	return &caps
 }
 
 func configGet(ctx context.Context, cl rueidis.Client, name string) (string, error) {

@@ -273,7 +273,7 @@ func (p *pusher) closeAll() {
 
 // reconcile subscribes the wanted channels that are not active on their
 // connection and unsubscribes the active ones nobody wants any more.
-func (p *pusher) reconcile() {
+func (p *pusher) reconcile(h *seen) {
 	a := p.a
 	a.subMu.Lock()
 	want := make(map[string]bool, len(a.subWant))
@@ -317,7 +317,7 @@ func (p *pusher) reconcile() {
 	defer cancel()
 	for pc, chs := range add {
 		if err := p.send(ctx, pc, chs, true); err != nil {
-			a.markDown(err)
+			h.down(err)
 			p.closeConn(pc)
 			continue
 		}
@@ -333,7 +333,7 @@ func (p *pusher) reconcile() {
 			continue
 		}
 		if err := p.send(ctx, pc, chs, false); err != nil {
-			a.markDown(err)
+			h.down(err)
 			p.closeConn(pc)
 			continue
 		}
