@@ -235,7 +235,7 @@ func (a *Actor) Index() int { return a.opt.Index }
 // Addr returns the node's address for display.
 func (a *Actor) Addr() string { return a.opt.Addr }
 
-// Ready returns a channel the actor's keeper closes once the node has
+// Ready returns a channel the actor closes once the node has
 // answered and been probed. It stays open while the node has never answered
 // (also after Close).
 func (a *Actor) Ready() <-chan struct{} { return a.ready }
@@ -274,12 +274,11 @@ func (a *Actor) Send(req Request) error {
 }
 
 // TrySend queues req without blocking. A Normal request is refused with
-// ErrBusy when the node's acquire capacity (MailboxSize) is used up: a node
+// ErrBusy when the node's acquire capacity (MailboxSize) is used up. A node
 // that stopped answering must not stall a quorum round that the other nodes
-// can decide. An Urgent request is queued whenever the node is up, however
-// many are queued — a release, rollback or renewal is never dropped for
-// room; it is refused with ErrBusy only when MailboxSize urgent requests are
-// already waiting on a node that is down or not answering.
+// can decide. An Urgent request (a release, rollback or renewal) is never
+// dropped for room while the node is up. It is refused with ErrBusy only
+// when MailboxSize urgent requests already wait on a node that is down.
 func (a *Actor) TrySend(req Request) error {
 	select {
 	case <-a.done:

@@ -18,9 +18,9 @@
 //     is out, until every reply came or definitely failed. So a request is
 //     written only after every earlier request of its resource finished.
 //  3. One connection. The client has one pipelined connection per node
-//     (PipelineMultiplex -1), or per master on a cluster; a resource's
-//     keys share a slot, so one master. rueidis writes a DoMulti's commands
-//     in order on one connection, and Redis runs them in that order.
+//     (PipelineMultiplex -1), or per master on a cluster. A resource's keys
+//     share a slot, so one master. rueidis writes a DoMulti's commands in
+//     order on one connection, and Redis runs them in that order.
 //  4. No retries by rueidis. DisableRetry is set, so rueidis never sends a
 //     command twice on its own. A batch resends its broken commands once,
 //     in batch order, before it is done. Every redlock script is safe to
