@@ -104,7 +104,7 @@ type state struct {
 type slot struct {
 	clock batchClock
 	batch []Request
-	res   []string       // the batch's resources, one per request
+	res   []string       // the batch's resources (Workers > 1 only)
 	obs   [1]observation // exec observes the node once
 }
 
@@ -134,9 +134,13 @@ func (a *Actor) startJob(s *state, job func() func(*state)) {
 	})
 }
 
-// dispatch sends batches while fewer than Workers are on the wire.
+// dispatch sends batches while fewer than Workers are on the wire. With
+// one, the batch on the wire finished before dispatch runs: run needs no
+// busy resources, and a delayed resend holds every request back, as it
+// must hold back those of its resource.
 func (a *Actor) dispatch(s *state) {
-	for s.inflight < a.opt.Workers {
+	inline := a.opt.Workers == 1
+	for s.inflight < a.opt.Workers && !(inline && len(s.delayed) > 0) {
 		sl := &slot{}
 		if n := len(s.slots); n > 0 {
 			sl, s.slots = s.slots[n-1], s.slots[:n-1]
@@ -150,10 +154,13 @@ func (a *Actor) dispatch(s *state) {
 			return
 		}
 		for i := range batch {
-			r := resource(batch[i].Call)
-			sl.res = append(sl.res, r)
-			if a.dequeued(&batch[i]) {
-				s.busy[r]++
+			queued := a.dequeued(&batch[i]) // a follow-up is busy already
+			if !inline {
+				r := resource(batch[i].Call)
+				sl.res = append(sl.res, r)
+				if queued {
+					s.busy[r]++
+				}
 			}
 		}
 		s.inflight++
@@ -163,9 +170,9 @@ func (a *Actor) dispatch(s *state) {
 			continue
 		}
 		cl := s.cl
-		if a.opt.Workers == 1 {
-			// One batch at a time: run sends it itself, as a worker would,
-			// then goes back to its other events before the next batch.
+		if inline {
+			// run sends the batch itself, as a worker would, then goes
+			// back to its other events before the next batch.
 			d := batchDone{sl: sl, seen: sl.obs[:0]}
 			d.next, d.wait = a.exec(cl, batch, &sl.clock, &d.seen)
 			a.finished(s, d)
@@ -193,7 +200,9 @@ func (a *Actor) finished(s *state, d batchDone) {
 	}
 	s.slots = append(s.slots, d.sl)
 	for i := range d.next {
-		s.busy[resource(d.next[i].Call)]++
+		if a.opt.Workers > 1 {
+			s.busy[resource(d.next[i].Call)]++
+		}
 	}
 	if d.wait > 0 {
 		s.delayed = append(s.delayed, d.next...)
