@@ -141,9 +141,11 @@ func (a *Actor) startJob(s *state, job func() func(*state)) {
 func (a *Actor) dispatch(s *state) {
 	inline := a.opt.Workers == 1
 	for s.inflight < a.opt.Workers && !(inline && len(s.delayed) > 0) {
-		sl := &slot{}
+		var sl *slot
 		if n := len(s.slots); n > 0 {
 			sl, s.slots = s.slots[n-1], s.slots[:n-1]
+		} else {
+			sl = &slot{}
 		}
 		batch := a.mb.take(append(sl.batch[:0], s.front...), a.opt.MaxBatch, s.busy)
 		clear(s.front)
