@@ -10,21 +10,20 @@
 // the acquire or rollback of the same resource sent before it. The rule
 // holds across reconnects and resends, for these reasons.
 //
-//  1. One mailbox, one owner. Callers queue in the actor's mailbox; only
-//     the actor goroutine (run) takes from it, in queue order. Both
-//     request classes (Normal, Urgent) of a resource share it.
-//  2. One batch per resource on the wire. A batch goes as one DoMulti.
-//     The actor takes no request of a resource while a batch holding one
-//     is out, until every reply came or definitely failed. So a request is
-//     written only after every earlier request of its resource finished.
+//  1. One resource, one lane. A lane is a FIFO served by one goroutine.
+//     Both request classes (Normal, Urgent) of a resource share it.
+//  2. One batch at a time. A lane sends its batch as one DoMulti and
+//     waits until every reply came or failed. Only then does it take the
+//     next batch. So a request is written only after every earlier request
+//     of its resource was answered or definitely failed.
 //  3. One connection. The client has one pipelined connection per node
-//     (PipelineMultiplex -1), or per master on a cluster. A resource's keys
-//     share a slot, so one master. rueidis writes a DoMulti's commands in
-//     order on one connection, and Redis runs them in that order.
+//     (PipelineMultiplex -1), or per master on a cluster; a resource's
+//     keys share a slot, so one master. rueidis writes a DoMulti's commands
+//     in order on one connection, and Redis runs them in that order.
 //  4. No retries by rueidis. DisableRetry is set, so rueidis never sends a
-//     command twice on its own. A batch resends its broken commands once,
-//     in batch order, before it is done. Every redlock script is safe to
-//     repeat, so a copy that ran twice is harmless.
+//     command twice on its own. A lane resends a broken batch's failed
+//     commands once, in batch order, before it takes anything newer. Every
+//     redlock script is safe to repeat, so a copy that ran twice is harmless.
 //  5. No abandoned connections. rueidis closes an idle connection whose ctx
 //     deadline passes, yet the server may still run what it read from it.
 //     So the actor never gives rueidis a ctx deadline: a timer cancels the
@@ -35,30 +34,26 @@
 //     later requests of that batch already ran; they are sent again after
 //     it, in order. So the node's final state is that of the queued order.
 //  7. Follow-ups go first. A program's next step and a cluster node's
-//     delayed resend keep their resource busy. They go at the head of a
-//     later batch, before anything newer of their resource.
+//     delayed resend go at the head of the lane's next batch.
 //
-// rueidis reconnects only when a command is sent after the connection
-// broke. By point 2, a resource's next request is then sent only after
-// the broken batch finished. The one limit is a connection broken by the
-// network while the node is paused: what the node read from it still runs
-// when it resumes.
+// A reconnect happens only between two batches of a lane, because of point
+// 2. The one limit is a connection broken by the network while the node is
+// paused: what the node read from it still runs when it resumes.
 //
 // # Who owns what
 //
-// One goroutine, run, owns the node's state: the client, the push
-// connections, which resources are busy, the follow-ups. It does the I/O
-// of a batch itself when Options.Workers is 1 (the default). Otherwise,
-// and for jobs (connect and probe, the health tick, subscriptions), it
-// starts a short-lived worker. A worker touches only what run handed it,
-// and hands its outcome back on run's events channel.
+// An Actor runs Options.Workers lane goroutines (serve) and one keeper.
+// Callers (Send, TrySend, Do, Subscribe) run on their own goroutines.
 //
-//   - The mailbox: callers append under its mutex; only run takes.
-//   - The pusher belongs to the job running, if any, else to run.
-//   - up, ewmaNs, lastErr, caps, fatal, client: written by run alone. They
-//     are atomics only so that Status, Up and Caps can read them.
-//   - subWant, subFresh: under subMu. Callers change them and set
-//     subDirty; a job reconciles them.
-//   - urgentN: queued urgent requests, counted by callers and run.
+//   - A lane's FIFO: callers append under its mutex; only the lane takes.
+//   - client, caps, fatal, the pusher: written by the keeper alone. The
+//     lanes read the client and caps; each caps value is a full snapshot.
+//     The keeper waits on the push connections' failures itself.
+//   - subWant, subFresh: under subMu. Callers change them; the keeper
+//     reconciles them, woken by subDirty.
+//   - up, lastErr, ewmaNs: atomics written by whoever talked to the node
+//     last (a lane after a batch, the keeper after a ping). The newest
+//     observation wins; no invariant spans two of them.
+//   - urgentN: queued urgent requests, counted by callers and lanes.
 //   - A Ticket's state: one atomic; the first of Deliver and Abandon wins.
 package nodeactor

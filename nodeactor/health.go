@@ -6,49 +6,30 @@ import (
 	"time"
 )
 
-// seen is what a worker observed of the node's health, in order. The
-// actor applies it: it is the only writer of up, ewmaNs and lastErr.
-type seen []observation
-
-type observation struct {
-	rtt time.Duration
-	err error // nil: the node answered
-}
-
-func (h *seen) up(rtt time.Duration) { *h = append(*h, observation{rtt: rtt}) }
-
-// down records a failure to reach the node; a ctx cancel is none.
-func (h *seen) down(err error) {
-	if err != nil && !errors.Is(err, context.Canceled) {
-		*h = append(*h, observation{err: err})
-	}
-}
-
-// apply records what a worker saw.
-func (a *Actor) apply(h seen) {
-	for _, o := range h {
-		if o.err != nil {
-			a.markDown(o.err)
-		} else {
-			a.markUp(o.rtt)
+// markUp records an answer that took rtt.
+func (a *Actor) markUp(rtt time.Duration) {
+	// Several lanes (a cluster node has four) measure at once: a CAS loop
+	// keeps every sample (a load-then-store lost some).
+	for {
+		old := a.ewmaNs.Load()
+		next := int64(rtt)
+		if old != 0 {
+			next = old + (int64(rtt)-old)/8
+		}
+		if a.ewmaNs.CompareAndSwap(old, next) {
+			break
 		}
 	}
-}
-
-// markUp records an answer that took rtt. Only the actor calls it.
-func (a *Actor) markUp(rtt time.Duration) {
-	next := int64(rtt)
-	if old := a.ewmaNs.Load(); old != 0 {
-		next = old + (next-old)/8
-	}
-	a.ewmaNs.Store(next)
 	if !a.up.Swap(true) {
 		a.opt.Logger.Info("redlock: node up", "node", a.opt.Addr)
 	}
 }
 
-// markDown records a failure to reach the node. Only the actor calls it.
+// markDown records a failure to reach the node (not a ctx cancel).
 func (a *Actor) markDown(err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
 	a.lastErr.Store(&err)
 	if a.up.Swap(false) {
 		a.opt.Logger.Warn("redlock: node down", "node", a.opt.Addr, "err", err)

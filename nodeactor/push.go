@@ -49,15 +49,15 @@ type pushConn struct {
 	release func()
 	active  map[string]bool
 	// errc receives the connection's failure; it is closed when closeConn
-	// removes the hooks. The actor waits on it: see pusher.single and poll.
+	// removes the hooks. The keeper reads it: see pusher.single and poll.
 	errc <-chan error
 }
 
-// pusher owns the push connections of one node. A single node has one
-// dedicated connection. A Redis Cluster has one per master, subscribed to
-// the channels whose slot that master owns. Ours use SSUBSCRIBE; keyspace
-// events use SUBSCRIBE, as a node publishes them only for its own keys.
-// The actor hands it to one job at a time.
+// pusher owns the push connections of one node: one dedicated connection on
+// a single node; on a Redis Cluster one per master, each subscribed to the
+// channels whose slot that master owns (SSUBSCRIBE for ours, SUBSCRIBE for
+// keyspace events, which every node publishes only for its own keys). Only
+// the keeper goroutine uses it.
 type pusher struct {
 	a       *Actor
 	cl      rueidis.Client
@@ -67,7 +67,7 @@ type pusher struct {
 	opened  map[string]bool      // masters that had a push connection before
 	retryAt map[string]time.Time // a master whose push connection failed is retried after this
 	// configured records the masters whose configuration (keyspace flags)
-	// succeeded; the tick job retries the others.
+	// succeeded; the keeper retries the others.
 	configured map[string]bool
 }
 
@@ -221,7 +221,7 @@ func (p *pusher) open() {
 }
 
 // single returns the failure channel of a single node's push connection:
-// the actor waits on it with its other events. It is nil on a cluster,
+// the keeper waits on it with its other events. It is nil on a cluster,
 // whose connections poll checks on every tick, and while there is none.
 func (p *pusher) single() <-chan error {
 	if pc := p.conns[""]; pc != nil && !p.cluster {
@@ -273,7 +273,7 @@ func (p *pusher) closeAll() {
 
 // reconcile subscribes the wanted channels that are not active on their
 // connection and unsubscribes the active ones nobody wants any more.
-func (p *pusher) reconcile(h *seen) {
+func (p *pusher) reconcile() {
 	a := p.a
 	a.subMu.Lock()
 	want := make(map[string]bool, len(a.subWant))
@@ -317,7 +317,7 @@ func (p *pusher) reconcile(h *seen) {
 	defer cancel()
 	for pc, chs := range add {
 		if err := p.send(ctx, pc, chs, true); err != nil {
-			h.down(err)
+			a.markDown(err)
 			p.closeConn(pc)
 			continue
 		}
@@ -333,7 +333,7 @@ func (p *pusher) reconcile(h *seen) {
 			continue
 		}
 		if err := p.send(ctx, pc, chs, false); err != nil {
-			h.down(err)
+			a.markDown(err)
 			p.closeConn(pc)
 			continue
 		}

@@ -8,9 +8,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Lane is a request's class. Both classes of one resource share the
-// mailbox and its order: the class says what may be refused or dropped,
-// never what runs first.
+// Lane is a request's class. Both classes of one resource share one FIFO
+// (see Actor): the class says what may be refused or dropped, never what
+// runs first.
 type Lane int
 
 const (
@@ -31,8 +31,8 @@ type Reply struct {
 }
 
 // Ticket lets a caller give up on a request while keeping its outcome: a
-// reply that arrives after Abandon is passed to Late (on the actor or a
-// batch worker, so Late must not block) instead of being sent on Reply.
+// reply that arrives after Abandon is passed to Late (on an actor worker
+// goroutine, so Late must not block) instead of being sent on Reply.
 type Ticket struct {
 	state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	drop  atomic.Bool  // Drop was called

@@ -53,6 +53,6 @@ type Call struct {
 	// this node alone (a MultiLock on a Redis Cluster node takes one slot
 	// group per step). The actor passes each step's reply to Next, which
 	// returns either the next step or, with done, the reply to deliver. It
-	// runs on the actor or a batch worker: it must not block.
+	// runs on an actor worker: it must not block.
 	Next func(Reply) (next Call, final Reply, done bool)
 }

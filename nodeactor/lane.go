@@ -10,13 +10,80 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// serve is a lane's goroutine: it takes what is queued (up to MaxBatch),
+// sends it as one pipelined DoMulti and waits for the replies before it
+// takes the next batch; while it waits, new requests accumulate and form
+// the next, larger batch. What a batch leaves to do first — a program's
+// next step, a cluster node's delayed resend — goes at the head of the
+// next batch, before anything queued after it.
+func (a *Actor) serve(l *fifo) {
+	var front []Request
+	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
+	var clock batchClock          // the batches' ctx, reused while no deadline hits
+	for {
+		if len(front) == 0 {
+			select {
+			case <-a.done:
+				return
+			case <-l.kick:
+			}
+		} else {
+			select {
+			case <-a.done:
+				a.fail(front, ErrClosed)
+				return
+			default:
+			}
+		}
+		batch := l.take(append(buf[:0], front...), a.opt.MaxBatch)
+		front = front[:0]
+		if len(batch) == 0 {
+			continue
+		}
+		for i := range batch {
+			a.dequeued(&batch[i])
+		}
+		next, wait := a.exec(batch, &clock)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-a.done:
+			}
+			t.Stop()
+		}
+		clear(batch) // drop references to finished requests
+		if cap(batch) <= 4*a.opt.MaxBatch {
+			buf = batch[:0]
+		}
+		front = append(front, next...)
+		if len(front) == 0 {
+			// more may be queued than one batch took
+			l.mu.Lock()
+			more := len(l.q) > 0
+			l.mu.Unlock()
+			if more {
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
 // drain answers every queued request with ErrClosed (after Close).
 func (a *Actor) drain() {
-	q := a.mb.drain()
-	for i := range q {
-		a.dequeued(&q[i])
+	for _, l := range a.lanes {
+		l.mu.Lock()
+		q := l.q
+		l.q = nil
+		l.mu.Unlock()
+		for i := range q {
+			a.dequeued(&q[i])
+		}
+		a.fail(q, ErrClosed)
 	}
-	a.fail(q, ErrClosed)
 }
 
 func (a *Actor) fail(batch []Request, err error) {
@@ -25,11 +92,16 @@ func (a *Actor) fail(batch []Request, err error) {
 	}
 }
 
-// exec sends one batch on cl and delivers its replies; it runs on a batch
-// worker. It returns the requests to send first in a later batch, and how
-// long to wait before that (a cluster node's resend after a failover). What
-// it learns of the node's health goes to h, for the actor.
-func (a *Actor) exec(cl rueidis.Client, batch []Request, clock *batchClock, h *seen) (next []Request, wait time.Duration) {
+// exec sends one batch and delivers its replies. It returns the requests
+// to send first in the lane's next batch, and how long the lane must wait
+// before it (a cluster node's resend after a failover).
+func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait time.Duration) {
+	cp := a.client.Load()
+	if cp == nil {
+		a.fail(batch, ErrNodeDown)
+		return nil, 0
+	}
+	cl := *cp
 	live := batch[:0] // filtered in place: index i is read before it is overwritten
 	var deadline time.Time
 	now := time.Now()
@@ -113,22 +185,23 @@ func (a *Actor) exec(cl rueidis.Client, batch []Request, clock *batchClock, h *s
 	if netFail {
 		for _, rr := range res {
 			if err := rr.NonRedisError(); err != nil {
-				h.down(err)
+				a.markDown(err)
 				break
 			}
 		}
 	} else {
-		h.up(rtt)
+		a.markUp(rtt)
 	}
 	for i, rr := range res {
 		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
 			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			// On a cluster a connection error usually means the slot's
-			// master died and was replaced. The client refreshes its slot
-			// map within a second. So releases, rollbacks and renewals go
-			// once more after that, rather than leave keys to expire by
-			// TTL. All are safe to apply late. Their resource stays busy
-			// meanwhile, so they still go before anything queued after.
+			// master died and was replaced, and the client's slot map is
+			// refreshed within a second: send releases, rollbacks and
+			// renewals once more after that (the lane waits, so they still
+			// go before anything queued after them), as a paused node gets
+			// them late (all are safe to apply late), instead of leaving
+			// their keys to expire by TTL.
 			r := live[i]
 			r.retried = true
 			next = append(next, r)
@@ -153,12 +226,13 @@ func (a *Actor) exec(cl rueidis.Client, batch []Request, clock *batchClock, h *s
 }
 
 // until returns a context that is canceled at deadline but carries no
-// deadline. rueidis turns a ctx deadline into a socket deadline on an idle
-// connection, and closes the connection when it passes. A paused node
-// still runs what was written when it resumes. Everything after it, a
-// release included, would go on a new connection, out of order. Without
-// a deadline rueidis pipelines the call and merely abandons a late reply.
-// The connection, and so the order on it, survives a slow or paused node.
+// deadline. rueidis turns a ctx deadline into a socket deadline when the
+// connection is idle (its synchronous mode) and closes the connection when
+// it passes: what was already written still runs on a paused node when it
+// resumes, while everything after it — a release included — goes on a new
+// connection, out of order with it, or fails. Without a deadline rueidis
+// pipelines the call and merely abandons a late reply: the connection, and
+// so the order of what the lanes sent on it, survives a slow or paused node.
 func until(deadline time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
@@ -168,13 +242,14 @@ func until(deadline time.Time) (context.Context, context.CancelFunc) {
 	}
 }
 
-// batchClock is a batch's ctx: like until's, without a deadline, and
-// canceled by a timer at the batch's deadline. One batch at a time uses a
-// clock; the actor keeps the idle ones. rueidis reads the ctx only inside
-// DoMulti. So one ctx and timer serve batch after batch while no deadline
-// hits, where until cost five allocations a batch. A timer that fired
-// cancels only its own ctx, which is dropped: the next batch makes a
-// fresh pair.
+// batchClock is a lane's ctx for its batches: like until's, without a
+// deadline and canceled by a timer at the batch's deadline. The lane runs
+// one batch at a time and nothing keeps the ctx after exec returns
+// (rueidis waits on it only inside DoMulti), so the same ctx and timer
+// serve batch after batch while no deadline hits: until cost five
+// allocations per batch, and an uncontended lane sends batches of one. A
+// timer that fired (or is firing) cancels only its own ctx, which is
+// then dropped: the next batch makes a fresh pair. Owned by its lane.
 type batchClock struct {
 	ctx context.Context
 	t   *time.Timer // AfterFunc canceling ctx; stopped between batches
@@ -200,9 +275,9 @@ func (c *batchClock) stop() {
 	}
 }
 
-// step delivers rep, or, for a program (Call.Next), returns its next step.
-// The step goes first in a later batch, before anything of its resource
-// queued after it: a program runs on the node as one script would.
+// step delivers rep, or, for a program (Call.Next), returns its next step,
+// which the lane sends first in its next batch: a program runs on the node
+// like one script would, before anything of its resource queued after it.
 func (a *Actor) step(r Request, rep Reply) (Request, bool) {
 	if r.Call.Next == nil {
 		r.Deliver(rep)
@@ -222,8 +297,6 @@ func (a *Actor) step(r Request, rep Reply) (Request, bool) {
 	return r, true
 }
 
-// build returns the command for c: EVALSHA (or EVAL, with eval) of its
-// script, the sharded variant on a cluster, or its raw command.
 func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rueidis.Completed {
 	if c.Script == nil {
 		if len(c.Keys) > 0 && len(c.Args) > 0 {

@@ -102,133 +102,132 @@ func closedAtOnce(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// connectJob is a job: one attempt to connect, then the probes and the
-// push connections. The actor retries a failed attempt after a backoff.
-func (a *Actor) connectJob() func(*state) {
-	cl, err := a.connect()
-	if err != nil {
+// keeper owns connecting, probing, health pings and the push connection.
+// It is the only goroutine that touches the dedicated push client.
+func (a *Actor) keeper() {
+	backoff := 20 * time.Millisecond
+	var cl rueidis.Client
+	for {
+		c, err := a.connect()
+		if err == nil {
+			cl = c
+			break
+		}
+		a.markDown(err)
 		if IsAuthFailure(err) {
 			// Our credentials were refused: say so at once (New fails when
-			// too many nodes did), and keep trying in case an operator
-			// fixes the node's ACL.
+			// too many nodes did), and keep trying, slowly, in case an
+			// operator fixes the node's ACL.
 			err = fmt.Errorf("%w (check Config.Username and Config.Password, or the URL's user:password)", err)
-			return func(*state) {
-				a.markDown(err)
-				a.fatal.Store(&err)
-				a.readyO.Do(func() { close(a.ready) })
-			}
+			a.lastErr.Store(&err)
+			a.fatal.Store(&err)
+			a.readyO.Do(func() { close(a.ready) })
 		}
-		return func(*state) { a.markDown(err) }
+		select {
+		case <-a.done:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
+	a.client.Store(&cl)
 	p := newPusher(a, cl)
+	defer p.closeAll()
 	if _, err := p.refreshSlots(); err != nil {
 		a.opt.Logger.Warn("redlock: cannot read the cluster's slots", "node", a.opt.Addr, "err", err)
 	}
-	caps, perr := a.probe(cl, p)
-	var h seen
-	p.open()
-	p.reconcile(&h)
-	return func(s *state) {
-		s.cl, s.p = cl, p
-		a.client.Store(&cl)
-		a.caps.Store(&caps)
-		if perr != nil {
-			a.lastErr.Store(&perr)
-			a.fatal.Store(&perr)
-		} else {
-			a.fatal.Store(nil) // an earlier refusal of our credentials is over
-			a.markUp(0)
-		}
-		a.apply(h)
-		a.readyO.Do(func() { close(a.ready) })
+	caps, err := a.probe(cl, p)
+	a.caps.Store(&caps)
+	if err != nil {
+		a.lastErr.Store(&err)
+		a.fatal.Store(&err)
+	} else {
+		a.fatal.Store(nil) // an earlier refusal of our credentials is over
+		a.markUp(0)
 	}
-}
+	a.readyO.Do(func() { close(a.ready) })
 
-// tickJob is a job, once a second: it checks the push connections, pings
-// the node and, on a cluster, follows changes of the slot map.
-func (a *Actor) tickJob(p *pusher, cl rueidis.Client, ticks int) func(*state) {
-	var h seen
-	var caps *Capabilities
-	for pc, err := range p.poll() {
-		a.pushBroken(p, cl, pc, err, &h)
+	ticker := time.NewTicker(healthInterval)
+	defer ticker.Stop()
+	reopen := func() {
+		p.open()
+		p.reconcile()
 	}
-	if err := a.ping(cl, &h); err != nil {
-		return func(*state) { a.apply(h) }
-	}
-	if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
-		// A failover or a resharding moves slots: channels must be
-		// subscribed on their new owner, and a new master needs the
-		// keyspace flags. Messages sent meanwhile may be lost, so
-		// waiters re-check (OnPushReset) once the new connections
-		// are subscribed.
-		changed, err := p.refreshSlots()
-		if err == nil && changed {
-			p.closeAll()
-			clear(p.retryAt)
-			caps = a.configureMasters(p)
+	reopen()
+	ticks := 0
+	for {
+		select {
+		case <-a.done:
+			return
+		case err, ok := <-p.single():
+			if ok { // closed: closeConn replaced the hooks
+				a.pushBroken(p, cl, p.conns[""], err)
+			}
+		case <-a.subDirty:
 			p.open()
-			p.reconcile(&h)
-			if a.opt.OnPushReset != nil {
-				a.opt.OnPushReset(a.opt.Index)
+			p.reconcile()
+		case <-ticker.C:
+			ticks++
+			for pc, err := range p.poll() {
+				a.pushBroken(p, cl, pc, err)
+			}
+			if err := a.ping(cl); err != nil {
+				continue
+			}
+			if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
+				// A failover or a resharding moves slots: channels must be
+				// subscribed on their new owner, and a new master needs the
+				// keyspace flags. Messages sent meanwhile may be lost, so
+				// waiters re-check (OnPushReset) once the new connections
+				// are subscribed.
+				changed, err := p.refreshSlots()
+				if err == nil && changed {
+					p.closeAll()
+					clear(p.retryAt)
+					a.configureMasters(p)
+					reopen()
+					if a.opt.OnPushReset != nil {
+						a.opt.OnPushReset(a.opt.Index)
+					}
+				}
+			}
+			if p.cluster && !p.allConfigured() {
+				a.configureMasters(p)
+			}
+			if !p.complete() {
+				reopen()
 			}
 		}
 	}
-	if p.cluster && !p.allConfigured() {
-		caps = a.configureMasters(p)
-	}
-	if !p.complete() {
-		p.open()
-		p.reconcile(&h)
-	}
-	return func(*state) {
-		a.apply(h)
-		if caps != nil {
-			a.caps.Store(caps)
-		}
-	}
-}
-
-// reconcileJob is a job: it brings the subscriptions up to date.
-func (a *Actor) reconcileJob(p *pusher) func(*state) {
-	var h seen
-	p.open()
-	p.reconcile(&h)
-	return func(*state) { a.apply(h) }
-}
-
-// pushBrokenJob is a job: a single node's push connection failed.
-func (a *Actor) pushBrokenJob(p *pusher, cl rueidis.Client, pc *pushConn, err error) func(*state) {
-	var h seen
-	a.pushBroken(p, cl, pc, err, &h)
-	return func(*state) { a.apply(h) }
 }
 
 // pushBroken closes the failed push connection pc. A single node's is
 // opened again at once if the node answers. On a cluster one master
 // failed, and the others are fine. Its connection is opened again by the
 // tick that found it broken, so at most once a tick, never in a loop.
-func (a *Actor) pushBroken(p *pusher, cl rueidis.Client, pc *pushConn, err error, h *seen) {
-	h.down(err)
+func (a *Actor) pushBroken(p *pusher, cl rueidis.Client, pc *pushConn, err error) {
+	if err != nil {
+		a.markDown(err)
+	}
 	p.closeConn(pc)
 	if p.cluster {
 		delete(p.retryAt, pc.addr)
-	} else if a.up.Load() || a.ping(cl, h) == nil {
+	} else if a.up.Load() || a.ping(cl) == nil {
 		p.open()
-		p.reconcile(h)
+		p.reconcile()
 	}
 }
 
-// ping sends PING on cl.
-func (a *Actor) ping(cl rueidis.Client, h *seen) error {
+func (a *Actor) ping(cl rueidis.Client) error {
 	ctx, cancel := until(time.Now().Add(a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	start := time.Now()
 	err := cl.Do(ctx, cl.B().Ping().Build()).Error()
 	if err != nil {
-		h.down(err)
+		a.markDown(err)
 		return err
 	}
-	h.up(time.Since(start))
+	a.markUp(time.Since(start))
 	return nil
 }
 
@@ -261,8 +260,10 @@ func (a *Actor) Unsubscribe(channels ...string) {
 }
 
 func (a *Actor) kick() {
-	a.subDirty.Store(true)
-	a.mb.kickOnce()
+	select {
+	case a.subDirty <- struct{}{}:
+	default:
+	}
 }
 
 // probe reads the node's capabilities. Each feature is probed on its own,
@@ -289,13 +290,13 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 // Options.ProbeKey is empty.
 const DefaultProbeKey = "redlock:probe:{capabilities}"
 
-// probeNative tries each native compare-and-set/delete command on key. It
-// compares with a fresh random value that no key can hold. A server with
-// the command answers "not equal" (0 or nil) and writes nothing. One
-// without it answers an error (unknown command, syntax error). So does a
-// user whose ACL refuses the command or the key. Then the scripts are
-// used, which need no more rights. A probe never creates, changes or
-// deletes a key, whatever key holds.
+// probeNative tries each native compare-and-set/delete command on key,
+// compared with a fresh random value that no key can hold: a server that
+// has the command answers "not equal" (0 or nil) and writes nothing; one
+// without it answers an error (unknown command, syntax error), and so does
+// a user whose ACL refuses the command or the key — then the scripts are
+// used, which need no more rights than the native commands. A probe never
+// creates, changes or deletes a key, whatever key holds.
 func probeNative(ctx context.Context, cl rueidis.Client, key string, caps *Capabilities) {
 	if key == "" {
 		key = DefaultProbeKey
@@ -329,7 +330,7 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 	caps.Keyspace = a.opt.Keyspace != KeyspaceOff
 	caps.ConfigRefused = false
 	if p.cluster && len(masters) == 0 {
-		// The slot map could not be read yet: the tick job retries, and
+		// The slot map could not be read yet: the keeper retries, and
 		// configures the masters once it knows them.
 		a.opt.Logger.Warn("redlock: cluster slot map unknown; masters not configured yet", "node", a.opt.Addr)
 		caps.Keyspace = false
@@ -384,15 +385,15 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 
 // configureMasters applies the configuration to the masters after the
 // cluster's topology changed (a promoted replica does not inherit a
-// CONFIG SET). It returns the capabilities for the actor to publish.
-func (a *Actor) configureMasters(p *pusher) *Capabilities {
+// CONFIG SET).
+func (a *Actor) configureMasters(p *pusher) {
 	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
 	caps := a.Caps()
 	if err := a.configure(ctx, p, &caps); err != nil {
 		a.opt.Logger.Warn("redlock: a new master could not be configured", "node", a.opt.Addr, "err", err)
 	}
-	return &caps
+	a.caps.Store(&caps)
 }
 
 func configGet(ctx context.Context, cl rueidis.Client, name string) (string, error) {
