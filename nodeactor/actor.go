@@ -16,11 +16,9 @@ import (
 const (
 	DefaultMailboxSize = 1024
 	// DefaultWorkers is the number of lanes per node: ordered FIFOs, one
-	// batch in flight each. One lane (one goroutine per node) measured best
-	// on a CPU-bound 2-core machine (W4: 93 % of the floor, against 83 % for
-	// 2 lanes and 74 % for 4): fewer, larger batches cost the client and the
-	// servers less CPU per request. More lanes let batches of unrelated
-	// resources overlap on a high-latency link.
+	// batch in flight each. One lane measured best on a CPU-bound 2-core
+	// machine (docs/architecture.md): fewer, larger batches cost less CPU.
+	// More lanes let unrelated batches overlap on a high-latency link.
 	DefaultWorkers   = 1
 	DefaultMaxBatch  = 128 // requests per batch
 	defaultBatchWait = 5 * time.Second
@@ -76,16 +74,12 @@ type Options struct {
 
 // Actor owns one Redis node. Its methods are safe for concurrent use.
 //
-// Requests go through lanes: a request's lane is chosen by its resource
-// (the hash tag of its first key), each lane is one FIFO served by one
-// goroutine, and a lane has at most one batch on the wire at a time. So the
-// requests of one resource run on the node in the order they were queued —
-// whatever their priority, across a resend after a broken connection (sent
-// again before anything queued after it) and a cluster node's delayed resend
-// (the lane waits for it) — while unrelated resources pipeline in parallel
-// on the other lanes. The keeper is the only writer of the client and the
-// capabilities; the lanes read them. The package doc ("Who owns what")
-// gives the owner of every field.
+// Requests go through lanes, chosen by resource (the hash tag of the first
+// key). A lane is one FIFO served by one goroutine, with one batch on the
+// wire at a time. So one resource's requests run in the order they were
+// queued; the package doc says why this holds across resends. Unrelated
+// resources pipeline on the other lanes. The package doc ("Who owns
+// what") gives the owner of every field.
 type Actor struct {
 	opt   Options
 	lanes []*fifo
@@ -257,12 +251,11 @@ func (a *Actor) Send(req Request) error {
 }
 
 // TrySend queues req without blocking. A Normal request is refused with
-// ErrBusy when the node's acquire capacity (MailboxSize) is used up: a node
+// ErrBusy when the node's acquire capacity (MailboxSize) is used up. A node
 // that stopped answering must not stall a quorum round that the other nodes
-// can decide. An Urgent request is queued whenever the node is up, however
-// many are queued — a release, rollback or renewal is never dropped for
-// room; it is refused with ErrBusy only when MailboxSize urgent requests are
-// already waiting on a node that is down or not answering.
+// can decide. An Urgent request (a release, rollback or renewal) is never
+// dropped for room while the node is up. It is refused with ErrBusy only
+// when MailboxSize urgent requests already wait on a node that is down.
 func (a *Actor) TrySend(req Request) error {
 	select {
 	case <-a.done:

@@ -290,13 +290,13 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 // Options.ProbeKey is empty.
 const DefaultProbeKey = "redlock:probe:{capabilities}"
 
-// probeNative tries each native compare-and-set/delete command on key,
-// compared with a fresh random value that no key can hold: a server that
-// has the command answers "not equal" (0 or nil) and writes nothing; one
-// without it answers an error (unknown command, syntax error), and so does
-// a user whose ACL refuses the command or the key — then the scripts are
-// used, which need no more rights than the native commands. A probe never
-// creates, changes or deletes a key, whatever key holds.
+// probeNative tries each native compare-and-set/delete command on key. It
+// compares with a fresh random value that no key can hold. A server with
+// the command answers "not equal" (0 or nil) and writes nothing. One
+// without it answers an error (unknown command, syntax error). So does a
+// user whose ACL refuses the command or the key. Then the scripts are
+// used, which need no more rights. A probe never creates, changes or
+// deletes a key, whatever key holds.
 func probeNative(ctx context.Context, cl rueidis.Client, key string, caps *Capabilities) {
 	if key == "" {
 		key = DefaultProbeKey

@@ -10,12 +10,11 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// serve is a lane's goroutine: it takes what is queued (up to MaxBatch),
-// sends it as one pipelined DoMulti and waits for the replies before it
-// takes the next batch; while it waits, new requests accumulate and form
-// the next, larger batch. What a batch leaves to do first — a program's
-// next step, a cluster node's delayed resend — goes at the head of the
-// next batch, before anything queued after it.
+// serve is a lane's goroutine. It takes what is queued (up to MaxBatch),
+// sends it as one pipelined DoMulti, and waits for the replies. Meanwhile
+// new requests form the next, larger batch. What a batch leaves to do
+// first (a program's next step, a cluster node's delayed resend) goes at
+// the head of the next batch.
 func (a *Actor) serve(l *fifo) {
 	var front []Request
 	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
@@ -196,12 +195,11 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
 			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			// On a cluster a connection error usually means the slot's
-			// master died and was replaced, and the client's slot map is
-			// refreshed within a second: send releases, rollbacks and
-			// renewals once more after that (the lane waits, so they still
-			// go before anything queued after them), as a paused node gets
-			// them late (all are safe to apply late), instead of leaving
-			// their keys to expire by TTL.
+			// master died and was replaced. The client refreshes its slot
+			// map within a second. So releases, rollbacks and renewals go
+			// once more after that, rather than leave keys to expire by
+			// TTL. All are safe to apply late. The lane waits, so they
+			// still go before anything queued after them.
 			r := live[i]
 			r.retried = true
 			next = append(next, r)
@@ -226,13 +224,12 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 }
 
 // until returns a context that is canceled at deadline but carries no
-// deadline. rueidis turns a ctx deadline into a socket deadline when the
-// connection is idle (its synchronous mode) and closes the connection when
-// it passes: what was already written still runs on a paused node when it
-// resumes, while everything after it — a release included — goes on a new
-// connection, out of order with it, or fails. Without a deadline rueidis
-// pipelines the call and merely abandons a late reply: the connection, and
-// so the order of what the lanes sent on it, survives a slow or paused node.
+// deadline. rueidis turns a ctx deadline into a socket deadline on an idle
+// connection, and closes the connection when it passes. A paused node
+// still runs what was written when it resumes. Everything after it, a
+// release included, would go on a new connection, out of order. Without
+// a deadline rueidis pipelines the call and merely abandons a late reply.
+// The connection, and so the order on it, survives a slow or paused node.
 func until(deadline time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
@@ -243,13 +240,11 @@ func until(deadline time.Time) (context.Context, context.CancelFunc) {
 }
 
 // batchClock is a lane's ctx for its batches: like until's, without a
-// deadline and canceled by a timer at the batch's deadline. The lane runs
-// one batch at a time and nothing keeps the ctx after exec returns
-// (rueidis waits on it only inside DoMulti), so the same ctx and timer
-// serve batch after batch while no deadline hits: until cost five
-// allocations per batch, and an uncontended lane sends batches of one. A
-// timer that fired (or is firing) cancels only its own ctx, which is
-// then dropped: the next batch makes a fresh pair. Owned by its lane.
+// deadline, and canceled by a timer at the batch's deadline. rueidis reads
+// the ctx only inside DoMulti. So one ctx and timer serve batch after
+// batch while no deadline hits, where until cost five allocations a
+// batch. A timer that fired cancels only its own ctx, which is dropped:
+// the next batch makes a fresh pair. Owned by its lane.
 type batchClock struct {
 	ctx context.Context
 	t   *time.Timer // AfterFunc canceling ctx; stopped between batches
@@ -275,9 +270,9 @@ func (c *batchClock) stop() {
 	}
 }
 
-// step delivers rep, or, for a program (Call.Next), returns its next step,
-// which the lane sends first in its next batch: a program runs on the node
-// like one script would, before anything of its resource queued after it.
+// step delivers rep, or, for a program (Call.Next), returns its next step.
+// The lane sends it first in its next batch: a program runs on the node as
+// one script would.
 func (a *Actor) step(r Request, rep Reply) (Request, bool) {
 	if r.Call.Next == nil {
 		r.Deliver(rep)

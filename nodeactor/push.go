@@ -53,11 +53,11 @@ type pushConn struct {
 	errc <-chan error
 }
 
-// pusher owns the push connections of one node: one dedicated connection on
-// a single node; on a Redis Cluster one per master, each subscribed to the
-// channels whose slot that master owns (SSUBSCRIBE for ours, SUBSCRIBE for
-// keyspace events, which every node publishes only for its own keys). Only
-// the keeper goroutine uses it.
+// pusher owns the push connections of one node. A single node has one
+// dedicated connection. A Redis Cluster has one per master, subscribed to
+// the channels whose slot that master owns. Ours use SSUBSCRIBE; keyspace
+// events use SUBSCRIBE, as a node publishes them only for its own keys.
+// Only the keeper goroutine uses it.
 type pusher struct {
 	a       *Actor
 	cl      rueidis.Client
