@@ -58,13 +58,11 @@ var transientErrs = []error{
 	syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ENETDOWN,
 }
 
-// Transient reports whether err — the Err of a [Reply], or anything
-// wrapping it — is known to be transient: the node did not answer (a
-// connection error, EOF, a timeout, a request not sent, the client
-// reconnecting), or it answered an error that says "not now" (see the
-// codes above: LOADING, BUSY, TRYAGAIN, MOVED, ASK, CLUSTERDOWN,
-// MASTERDOWN, READONLY, NOREPLICAS, UNBLOCKED, NOSCRIPT, and "ERR max
-// number of clients reached"). Such a request may succeed when sent again.
+// Transient reports whether err is known to be transient; err is the Err
+// of a [Reply], or wraps it. Either the node did not answer: a connection
+// error, EOF, a timeout, a request not sent, the client reconnecting. Or
+// it answered "not now": one of the codes above, or "ERR max number of
+// clients reached". Such a request may succeed when sent again.
 //
 // Everything else is not transient: an error reply that is an answer
 // (ERR ..., WRONGTYPE, NOPERM and the ACL refusals of [IsNoPerm], OOM, a

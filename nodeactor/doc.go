@@ -1,54 +1,59 @@
-// Package nodeactor runs one actor per Redis node: the sole owner of that
-// node's rueidis client. Requests are queued on lanes chosen by their
-// resource (the hash tag of the first key), so one resource's requests run
-// in order while other resources pipeline on the other lanes; each lane
-// groups its queue into batches. Acquires (the Normal lane class) are
-// bounded and refused with ErrBusy past the bound; releases, rollbacks and
-// renewals (Urgent) are never refused for room while the node is up. The
-// actor also owns the node's push connections, its health (up/down,
-// latency EWMA) and its capability probes.
+// Package nodeactor runs one actor per Redis node. The actor is the sole
+// owner of that node's rueidis client, its push connections, its health
+// and its capability probes. It knows nothing of quorums, locks or waiters.
 //
-// The package knows nothing of quorums, locks or waiters.
+// # Order: why one resource's requests run in order
+//
+// A resource is the hash tag of a request's first key; every key of a
+// primitive shares it. The engine relies on one rule: a resource's requests
+// run on the node in the order they were queued. A release never overtakes
+// the acquire or rollback of the same resource sent before it. The rule
+// holds across reconnects and resends, for these reasons.
+//
+//  1. One resource, one lane. A lane is a FIFO served by one goroutine.
+//     Both request classes (Normal, Urgent) of a resource share it.
+//  2. One batch at a time. A lane sends its batch as one DoMulti and
+//     waits until every reply came or failed. Only then does it take the
+//     next batch. So a request is written only after every earlier request
+//     of its resource was answered or definitely failed.
+//  3. One connection. The client has one pipelined connection per node
+//     (PipelineMultiplex -1), or per master on a cluster; a resource's
+//     keys share a slot, so one master. rueidis writes a DoMulti's commands
+//     in order on one connection, and Redis runs them in that order.
+//  4. No retries by rueidis. DisableRetry is set, so rueidis never sends a
+//     command twice on its own. A lane resends a broken batch's failed
+//     commands once, in batch order, before it takes anything newer. Every
+//     redlock script is safe to repeat, so a copy that ran twice is harmless.
+//  5. No abandoned connections. rueidis closes an idle connection whose ctx
+//     deadline passes, yet the server may still run what it read from it.
+//     So the actor never gives rueidis a ctx deadline: a timer cancels the
+//     ctx instead, which only stops waiting for the reply. A slow or paused
+//     node keeps its connection, and what it runs keeps its order.
+//  6. Fallbacks redo the tail. A script that finds NOSCRIPT, or a read-only
+//     form the server refuses, is sent again after its batch. Its resource's
+//     later requests of that batch already ran; they are sent again after
+//     it, in order. So the node's final state is that of the queued order.
+//  7. Follow-ups go first. A program's next step and a cluster node's
+//     delayed resend go at the head of the lane's next batch.
+//
+// A reconnect happens only between two batches of a lane, because of point
+// 2. The one limit is a connection broken by the network while the node is
+// paused: what the node read from it still runs when it resumes.
 //
 // # Who owns what
 //
-// An Actor is a small pool, not one goroutine: Options.Workers lane
-// goroutines (serve), one keeper goroutine (keeper), and one watcher
-// goroutine per push connection. Callers (Send, TrySend, Do, Subscribe)
-// run on their own goroutines. Every field of Actor has one rule:
+// An Actor runs Options.Workers lane goroutines (serve) and one keeper.
+// Callers (Send, TrySend, Do, Subscribe) run on their own goroutines.
 //
-//   - Each lane (a fifo) is one FIFO: callers append under its mutex, and
-//     only that lane's goroutine takes from it and executes its batches, so
-//     one resource's requests run in order. Lanes share no other state.
-//   - client: written once, by the keeper, after the first successful
-//     connect; read (Load) by the lanes. The keeper never replaces it
-//     (rueidis reconnects underneath).
-//   - caps, fatal: written only by the keeper (probe at connect,
-//     configureMasters after a cluster's topology changed) — and caps once
-//     in New, before any goroutine starts; read by the lanes (which script
-//     form, native CAS), Status and Caps. A lane may use the previous caps
-//     for a batch already being built: each value is a complete snapshot.
-//   - The pusher (push connections, their active channels, retry times) is
-//     the keeper's alone; a connection's watcher goroutine only forwards the
-//     connection's failure to the keeper on a channel.
-//   - subWant, subFresh: guarded by subMu; callers change them (Subscribe,
-//     Unsubscribe), the keeper reads and clears them (reconcile), woken by
-//     subDirty.
-//   - up, lastErr: written by every goroutine that talks to the node (the
-//     lanes after each batch, the keeper's ping and probes, the keeper's
-//     subscriptions); each write is one atomic Swap or Store, and readers
-//     (Status, Up, the engine's node count) get the latest observation.
-//     Two observers may disagree for a moment (a lane's late reply marks
-//     the node up just after a ping marked it down); the next batch or
-//     ping settles it. No invariant spans two of these fields, and the
-//     "node up"/"node down" log line is written once per transition
-//     because Swap returns the previous value.
-//   - ewmaNs: the latency EWMA, updated by the lanes and the keeper's ping
-//     with a compare-and-swap loop, so concurrent samples are never lost;
-//     read by Status.
-//   - urgentN: an atomic counter of queued urgent requests, incremented by
-//     callers and decremented by the lane that dequeues them.
-//   - A Ticket's state is one atomic: the first of Deliver and Abandon to
-//     move it from pending wins. Its drop flag is another: set by the
-//     requester (Drop), read by the lane before it sends the request.
+//   - A lane's FIFO: callers append under its mutex; only the lane takes.
+//   - client, caps, fatal, the pusher: written by the keeper alone. The
+//     lanes read the client and caps; each caps value is a full snapshot.
+//     The keeper waits on the push connections' failures itself.
+//   - subWant, subFresh: under subMu. Callers change them; the keeper
+//     reconciles them, woken by subDirty.
+//   - up, lastErr, ewmaNs: atomics written by whoever talked to the node
+//     last (a lane after a batch, the keeper after a ping). The newest
+//     observation wins; no invariant spans two of them.
+//   - urgentN: queued urgent requests, counted by callers and lanes.
+//   - A Ticket's state: one atomic; the first of Deliver and Abandon wins.
 package nodeactor

@@ -159,24 +159,18 @@ func (a *Actor) keeper() {
 		select {
 		case <-a.done:
 			return
-		case b := <-p.broken:
-			if b.err != nil {
-				a.markDown(b.err)
-			}
-			p.closeConn(b.pc)
-			if p.cluster {
-				// One master of the cluster failed; the others (and PING,
-				// which any of them answers) are fine. Retry it from the
-				// ticker, not in a loop.
-				p.retryAt[b.pc.addr] = time.Now().Add(pushRetry)
-			} else if a.up.Load() || a.ping(cl) == nil {
-				reopen()
+		case err, ok := <-p.single():
+			if ok { // closed: closeConn replaced the hooks
+				a.pushBroken(p, cl, p.conns[""], err)
 			}
 		case <-a.subDirty:
 			p.open()
 			p.reconcile()
 		case <-ticker.C:
 			ticks++
+			for pc, err := range p.poll() {
+				a.pushBroken(p, cl, pc, err)
+			}
 			if err := a.ping(cl); err != nil {
 				continue
 			}
@@ -204,6 +198,23 @@ func (a *Actor) keeper() {
 				reopen()
 			}
 		}
+	}
+}
+
+// pushBroken closes the failed push connection pc. A single node's is
+// opened again at once if the node answers. On a cluster one master
+// failed, and the others are fine. Its connection is opened again by the
+// tick that found it broken, so at most once a tick, never in a loop.
+func (a *Actor) pushBroken(p *pusher, cl rueidis.Client, pc *pushConn, err error) {
+	if err != nil {
+		a.markDown(err)
+	}
+	p.closeConn(pc)
+	if p.cluster {
+		delete(p.retryAt, pc.addr)
+	} else if a.up.Load() || a.ping(cl) == nil {
+		p.open()
+		p.reconcile()
 	}
 }
 
@@ -279,13 +290,13 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 // Options.ProbeKey is empty.
 const DefaultProbeKey = "redlock:probe:{capabilities}"
 
-// probeNative tries each native compare-and-set/delete command on key,
-// compared with a fresh random value that no key can hold: a server that
-// has the command answers "not equal" (0 or nil) and writes nothing; one
-// without it answers an error (unknown command, syntax error), and so does
-// a user whose ACL refuses the command or the key — then the scripts are
-// used, which need no more rights than the native commands. A probe never
-// creates, changes or deletes a key, whatever key holds.
+// probeNative tries each native compare-and-set/delete command on key. It
+// compares with a fresh random value that no key can hold. A server with
+// the command answers "not equal" (0 or nil) and writes nothing. One
+// without it answers an error (unknown command, syntax error). So does a
+// user whose ACL refuses the command or the key. Then the scripts are
+// used, which need no more rights. A probe never creates, changes or
+// deletes a key, whatever key holds.
 func probeNative(ctx context.Context, cl rueidis.Client, key string, caps *Capabilities) {
 	if key == "" {
 		key = DefaultProbeKey

@@ -291,3 +291,44 @@ func TestPausedNodeKeepsItsConnection(t *testing.T) {
 		t.Errorf("the connection was replaced during the pause (client id %s, then %s)", before, after)
 	}
 }
+
+// A script that finds NOSCRIPT runs again as EVAL after its batch. A later
+// request of its resource in that batch ran before it, so it runs again
+// too: the node ends in the state of the queued order, acquire then
+// release, not the other way round.
+func TestNoscriptFallbackKeepsOrder(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr())
+	ready(t, a)
+	set := nodeactor.NewScript("set", "redis.call('SET', KEYS[1], ARGV[1]) return 1")
+	key := "{f}:k"
+	ch := make(chan nodeactor.Reply, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.Pause()
+	// the lane sends this one alone and waits for it: the next two queue
+	// up behind it and go as one batch once the node resumes
+	if err := a.Send(nodeactor.Request{Ctx: ctx, Lane: nodeactor.Urgent, Reply: ch, Call: nodeactor.Call{Args: []string{"PING"}}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, c := range []nodeactor.Call{
+		{Script: set, Keys: []string{key}, Args: []string{"acquire"}}, // NOSCRIPT: never loaded
+		{Keys: []string{key}, Args: []string{"SET", "release"}},
+	} {
+		if err := a.Send(nodeactor.Request{Ctx: ctx, Lane: nodeactor.Urgent, Reply: ch, Call: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	s.Resume()
+	for range 3 {
+		if rep := <-ch; rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	if v, err := s.Do("GET", key); err != nil || v != "release" {
+		t.Fatalf("GET %s = %q, %v; want release (the acquire ran after the release queued after it)", key, v, err)
+	}
+}

@@ -48,19 +48,16 @@ type pushConn struct {
 	dc      rueidis.DedicatedClient
 	release func()
 	active  map[string]bool
+	// errc receives the connection's failure; it is closed when closeConn
+	// removes the hooks. The keeper reads it: see pusher.single and poll.
+	errc <-chan error
 }
 
-// broken reports a push connection that failed.
-type broken struct {
-	pc  *pushConn
-	err error
-}
-
-// pusher owns the push connections of one node: one dedicated connection on
-// a single node; on a Redis Cluster one per master, each subscribed to the
-// channels whose slot that master owns (SSUBSCRIBE for ours, SUBSCRIBE for
-// keyspace events, which every node publishes only for its own keys). Only
-// the keeper goroutine uses it.
+// pusher owns the push connections of one node. A single node has one
+// dedicated connection. A Redis Cluster has one per master, subscribed to
+// the channels whose slot that master owns. Ours use SSUBSCRIBE; keyspace
+// events use SUBSCRIBE, as a node publishes them only for its own keys.
+// Only the keeper goroutine uses it.
 type pusher struct {
 	a       *Actor
 	cl      rueidis.Client
@@ -72,7 +69,6 @@ type pusher struct {
 	// configured records the masters whose configuration (keyspace flags)
 	// succeeded; the keeper retries the others.
 	configured map[string]bool
-	broken     chan broken
 }
 
 // pushRetry is how long a master whose push connection failed is left alone.
@@ -80,8 +76,7 @@ const pushRetry = time.Second
 
 func newPusher(a *Actor, cl rueidis.Client) *pusher {
 	return &pusher{a: a, cl: cl, cluster: a.opt.Cluster, conns: map[string]*pushConn{},
-		opened: map[string]bool{}, retryAt: map[string]time.Time{}, configured: map[string]bool{},
-		broken: make(chan broken, 16)}
+		opened: map[string]bool{}, retryAt: map[string]time.Time{}, configured: map[string]bool{}}
 }
 
 // allConfigured reports whether every master was configured.
@@ -199,7 +194,6 @@ func (p *pusher) open() {
 			continue
 		}
 		d, rel := cl.Dedicate()
-		pc := &pushConn{addr: addr, dc: d, release: rel, active: map[string]bool{}}
 		ch := d.SetPubSubHooks(rueidis.PubSubHooks{
 			OnMessage: func(m rueidis.PubSubMessage) {
 				if p.a.opt.OnPush != nil {
@@ -218,22 +212,38 @@ func (p *pusher) open() {
 			continue
 		default:
 		}
-		p.conns[addr] = pc
-		p.a.wg.Go(func() {
-			err, ok := <-ch
-			if !ok {
-				return // hooks removed: we closed it
-			}
-			select {
-			case p.broken <- broken{pc: pc, err: err}:
-			case <-p.a.done:
-			}
-		})
+		p.conns[addr] = &pushConn{addr: addr, dc: d, release: rel, active: map[string]bool{}, errc: ch}
 		if p.opened[addr] && p.a.opt.OnPushReset != nil {
 			p.a.opt.OnPushReset(p.a.opt.Index)
 		}
 		p.opened[addr] = true
 	}
+}
+
+// single returns the failure channel of a single node's push connection:
+// the keeper waits on it with its other events. It is nil on a cluster,
+// whose connections poll checks on every tick, and while there is none.
+func (p *pusher) single() <-chan error {
+	if pc := p.conns[""]; pc != nil && !p.cluster {
+		return pc.errc
+	}
+	return nil
+}
+
+// poll returns the push connections that failed, with their errors.
+func (p *pusher) poll() map[*pushConn]error {
+	var out map[*pushConn]error
+	for _, pc := range p.conns {
+		select {
+		case err := <-pc.errc:
+			if out == nil {
+				out = map[*pushConn]error{}
+			}
+			out[pc] = err
+		default:
+		}
+	}
+	return out
 }
 
 // complete reports whether every master has a push connection.

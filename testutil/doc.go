@@ -5,8 +5,8 @@
 //
 //   - [Server]: a real redis-server process on a free loopback port, which a
 //     test can kill -9, pause (SIGSTOP), resume and restart with or without
-//     its data. Admin commands go through [Server.Do], a tiny hand-written
-//     RESP2 client, so this package needs no Redis client library.
+//     its data. Admin commands go through [Server.Do]: one rueidis
+//     connection per command, rendered as redis-cli would show it.
 //     [RequireRedis] skips a test without a redis-server (or fails it with
 //     REDLOCK_REQUIRE_REDIS=1); [ServerEnv] selects the binary.
 //   - [Cluster]: a real Redis Cluster of such servers, with replicas.

@@ -6,11 +6,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
 // The fault proxy is written here rather than taken from Toxiproxy. The Go
@@ -244,10 +243,11 @@ func (p *Proxy) Captured(contains ...string) [][]byte {
 }
 
 // Replay sends data to the target on a fresh connection and returns the
-// first reply line. data is typically a chunk from Captured. It arrives as
-// a late copy of a request would: a TCP retransmission, or a client's
-// resend after a reconnect. The commands must not need the original connection's
-// state (RESP2 is fine: EVALSHA of a loaded script is).
+// first reply line; an error reply is returned as an error. data is
+// typically a chunk from Captured. It arrives as a late copy of a request
+// would: a TCP retransmission, or a client's resend after a reconnect. The
+// commands must not need the original connection's state: EVALSHA of a
+// loaded script does not.
 func (p *Proxy) Replay(data []byte) (string, error) {
 	conn, err := net.DialTimeout("tcp", p.target, proxyDialTimeout)
 	if err != nil {
@@ -258,7 +258,15 @@ func (p *Proxy) Replay(data []byte) (string, error) {
 	if _, err := conn.Write(data); err != nil {
 		return "", err
 	}
-	return redisproc.ReadReply(bufio.NewReader(conn))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if msg, ok := strings.CutPrefix(line, "-"); ok {
+		return "", errors.New("redis error reply: " + msg)
+	}
+	return line, nil
 }
 
 // Addr returns the address clients should dial, "127.0.0.1:port".

@@ -3,7 +3,7 @@
 package redisproc_test
 
 import (
-	"bufio"
+	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/internal/redisproc"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -68,16 +69,15 @@ func TestServerDiesWithItsParent(t *testing.T) {
 
 // answersPing reports whether a server on addr answers PING.
 func answersPing(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
+		ForceSingleClient: true, Dialer: net.Dialer{Timeout: time.Second}})
 	if err != nil {
 		return false
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return false
-	}
-	v, err := redisproc.ReadReply(bufio.NewReader(c))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := cl.Do(ctx, cl.B().Ping().Build()).ToString()
 	return err == nil && v == "PONG"
 }
 

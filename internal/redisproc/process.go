@@ -14,7 +14,6 @@ package redisproc
 
 import (
 	"bytes"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -244,25 +243,14 @@ func (p *Process) Close() {
 }
 
 // Do sends one command over a fresh connection (TLS when configured,
-// authenticated with the configured password) and returns the reply as [ReadReply] renders it,
-// all within timeout. An error reply is returned as an error.
+// authenticated with the configured password) and returns the reply
+// rendered: arrays as "[a b c]", nils as [NilReply]. It all fits in timeout. An error reply is returned as an error.
 func (p *Process) Do(timeout time.Duration, args ...string) (string, error) {
 	return p.do(p.Addr(), timeout, args...)
 }
 
 func (p *Process) do(addr string, timeout time.Duration, args ...string) (string, error) {
-	d := &net.Dialer{Timeout: timeout}
-	var conn net.Conn
-	var err error
-	if p.cfg.TLS != nil {
-		conn, err = tls.DialWithDialer(d, "tcp", addr, p.cfg.TLS.Client)
-	} else {
-		conn, err = d.Dial("tcp", addr)
-	}
-	if err != nil {
-		return "", err
-	}
-	return roundTrip(conn, timeout, p.cfg.Password, args...)
+	return roundTrip(addr, timeout, p.cfg.Password, p.cfg.TLS, args...)
 }
 
 func (p *Process) addrLocked() string {

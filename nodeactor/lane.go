@@ -1,0 +1,359 @@
+package nodeactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// serve is a lane's goroutine. It takes what is queued (up to MaxBatch),
+// sends it as one pipelined DoMulti, and waits for the replies. Meanwhile
+// new requests form the next, larger batch. What a batch leaves to do
+// first (a program's next step, a cluster node's delayed resend) goes at
+// the head of the next batch.
+func (a *Actor) serve(l *fifo) {
+	var front []Request
+	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
+	var clock batchClock          // the batches' ctx, reused while no deadline hits
+	for {
+		if len(front) == 0 {
+			select {
+			case <-a.done:
+				return
+			case <-l.kick:
+			}
+		} else {
+			select {
+			case <-a.done:
+				a.fail(front, ErrClosed)
+				return
+			default:
+			}
+		}
+		batch := l.take(append(buf[:0], front...), a.opt.MaxBatch)
+		front = front[:0]
+		if len(batch) == 0 {
+			continue
+		}
+		for i := range batch {
+			a.dequeued(&batch[i])
+		}
+		next, wait := a.exec(batch, &clock)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-a.done:
+			}
+			t.Stop()
+		}
+		clear(batch) // drop references to finished requests
+		if cap(batch) <= 4*a.opt.MaxBatch {
+			buf = batch[:0]
+		}
+		front = append(front, next...)
+		if len(front) == 0 {
+			// more may be queued than one batch took
+			l.mu.Lock()
+			more := len(l.q) > 0
+			l.mu.Unlock()
+			if more {
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// drain answers every queued request with ErrClosed (after Close).
+func (a *Actor) drain() {
+	for _, l := range a.lanes {
+		l.mu.Lock()
+		q := l.q
+		l.q = nil
+		l.mu.Unlock()
+		for i := range q {
+			a.dequeued(&q[i])
+		}
+		a.fail(q, ErrClosed)
+	}
+}
+
+func (a *Actor) fail(batch []Request, err error) {
+	for i := range batch {
+		batch[i].Deliver(Reply{Node: a.opt.Index, Err: &NodeError{Addr: a.opt.Addr, Err: err}})
+	}
+}
+
+// exec sends one batch and delivers its replies. It returns the requests
+// to send first in the lane's next batch, and how long the lane must wait
+// before it (a cluster node's resend after a failover).
+func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait time.Duration) {
+	cp := a.client.Load()
+	if cp == nil {
+		a.fail(batch, ErrNodeDown)
+		return nil, 0
+	}
+	cl := *cp
+	live := batch[:0] // filtered in place: index i is read before it is overwritten
+	var deadline time.Time
+	now := time.Now()
+	for i := range batch {
+		r := batch[i]
+		if err := r.Stale(now); err != nil {
+			r.Deliver(Reply{Node: a.opt.Index, Err: fmt.Errorf("%w: %w", ErrNotSent, err)})
+			continue
+		}
+		d, ok := r.deadline()
+		if !ok {
+			d = now.Add(defaultBatchWait)
+		}
+		if r.Lane == Urgent {
+			// Cleanup must reach the node even when its caller's ctx is gone.
+			if g := now.Add(urgentGrace); g.After(d) {
+				d = g
+			}
+		}
+		if d.After(deadline) {
+			deadline = d
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return nil, 0
+	}
+	ctx := clock.start(deadline)
+	defer clock.stop()
+	caps := a.caps.Load()
+	cmds := make(rueidis.Commands, len(live))
+	for i := range live {
+		cmds[i] = a.build(cl, live[i].Call, false, caps)
+	}
+	start := time.Now()
+	res := cl.DoMulti(ctx, cmds...)
+	rtt := time.Since(start)
+	// A broken connection (the node restarted, a proxy reset it) fails the
+	// commands that were on it; rueidis reconnects on the next command. Send
+	// those once more, before anything queued after them: every redlock
+	// script is safe to repeat (a repeated grant finds its own token, a
+	// repeated release or renewal is a no-op).
+	var broken []int
+	for i, rr := range res {
+		if err := rr.NonRedisError(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			broken = append(broken, i)
+		}
+	}
+	if len(broken) > 0 {
+		again := make(rueidis.Commands, len(broken))
+		for j, i := range broken {
+			again[j] = a.build(cl, live[i].Call, false, caps)
+		}
+		for j, rr := range cl.DoMulti(ctx, again...) {
+			res[broken[j]] = rr
+		}
+	}
+	// A fallback (EVAL after NOSCRIPT, the plain form of a refused
+	// read-only script) redoes its resource's tail: see the package doc.
+	var eval []bool
+	for range 2 {
+		redo := fallbacks(live, res, &eval)
+		if len(redo) == 0 {
+			break
+		}
+		again := make(rueidis.Commands, len(redo))
+		for j, i := range redo {
+			again[j] = a.build(cl, live[i].Call, eval != nil && eval[i], caps)
+		}
+		for j, rr := range cl.DoMulti(ctx, again...) {
+			res[redo[j]] = rr
+		}
+	}
+	netFail := false
+	for _, rr := range res {
+		if rr.NonRedisError() != nil {
+			netFail = true
+		}
+	}
+	if netFail {
+		for _, rr := range res {
+			if err := rr.NonRedisError(); err != nil {
+				a.markDown(err)
+				break
+			}
+		}
+	} else {
+		a.markUp(rtt)
+	}
+	for i, rr := range res {
+		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// On a cluster a connection error usually means the slot's
+			// master died and was replaced. The client refreshes its slot
+			// map within a second. So releases, rollbacks and renewals go
+			// once more after that, rather than leave keys to expire by
+			// TTL. All are safe to apply late. The lane waits, so they
+			// still go before anything queued after them.
+			r := live[i]
+			r.retried = true
+			next = append(next, r)
+			wait = clusterRetry
+			continue
+		}
+		rep := Reply{Node: a.opt.Index, RTT: rtt}
+		msg, err := rr.ToMessage()
+		switch {
+		case err == nil:
+			rep.Msg = msg
+		case rueidis.IsRedisNil(err):
+			rep.Msg = msg
+		default:
+			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
+		}
+		if r, ok := a.step(live[i], rep); ok {
+			next = append(next, r)
+		}
+	}
+	return next, wait
+}
+
+// until returns a context that is canceled at deadline but carries no
+// deadline. rueidis turns a ctx deadline into a socket deadline on an idle
+// connection, and closes the connection when it passes. A paused node
+// still runs what was written when it resumes. Everything after it, a
+// release included, would go on a new connection, out of order. Without
+// a deadline rueidis pipelines the call and merely abandons a late reply.
+// The connection, and so the order on it, survives a slow or paused node.
+func until(deadline time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
+	return ctx, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
+}
+
+// batchClock is a lane's ctx for its batches: like until's, without a
+// deadline, and canceled by a timer at the batch's deadline. rueidis reads
+// the ctx only inside DoMulti. So one ctx and timer serve batch after
+// batch while no deadline hits, where until cost five allocations a
+// batch. A timer that fired cancels only its own ctx, which is dropped:
+// the next batch makes a fresh pair. Owned by its lane.
+type batchClock struct {
+	ctx context.Context
+	t   *time.Timer // AfterFunc canceling ctx; stopped between batches
+}
+
+// start returns the ctx for a batch that must end by deadline.
+func (c *batchClock) start(deadline time.Time) context.Context {
+	d := time.Until(deadline)
+	if c.ctx == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		c.ctx = ctx
+		c.t = time.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+		return ctx
+	}
+	c.t.Reset(d)
+	return c.ctx
+}
+
+// stop ends a batch: the pair is kept unless its timer fired.
+func (c *batchClock) stop() {
+	if !c.t.Stop() {
+		c.ctx, c.t = nil, nil // fired, or firing: its cancel is for this ctx alone
+	}
+}
+
+// step delivers rep, or, for a program (Call.Next), returns its next step.
+// The lane sends it first in its next batch: a program runs on the node as
+// one script would.
+func (a *Actor) step(r Request, rep Reply) (Request, bool) {
+	if r.Call.Next == nil {
+		r.Deliver(rep)
+		return Request{}, false
+	}
+	next, final, done := r.Call.Next(rep)
+	if done {
+		final.Node, final.RTT = a.opt.Index, rep.RTT
+		r.Deliver(final)
+		return Request{}, false
+	}
+	r.Call = next
+	// A program that started runs to completion, even when the caller's ctx
+	// has ended (an abandoned caller's Late then sees the outcome and can
+	// undo it).
+	r.Lane = Urgent
+	return r, true
+}
+
+func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rueidis.Completed {
+	if c.Script == nil {
+		if len(c.Keys) > 0 && len(c.Args) > 0 {
+			return cl.B().Arbitrary(c.Args[0]).Keys(c.Keys...).Args(c.Args[1:]...).Build()
+		}
+		return cl.B().Arbitrary(c.Args...).Build()
+	}
+	s := c.Script
+	if a.opt.Cluster {
+		s = s.sharded
+	}
+	switch {
+	case eval && c.ReadOnly:
+		return cl.B().EvalRo().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	case eval:
+		return cl.B().Eval().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	case c.ReadOnly:
+		return cl.B().EvalshaRo().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	}
+	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+}
+
+// fallbacks returns the requests of live to send again after a fallback,
+// in batch order. A script answered NOSCRIPT is marked for EVAL in eval. A
+// read-only call the server cannot run loses its ReadOnly. Either one, and
+// every later request of the same resource, is returned: those already ran
+// before it, out of the queued order.
+func fallbacks(live []Request, res []rueidis.RedisResult, eval *[]bool) []int {
+	var redo []int
+	var tail map[string]bool // resources whose later requests are redone
+	for i := range live {
+		c := &live[i].Call
+		err := res[i].Error()
+		e, isRedis := rueidis.IsRedisErr(err)
+		noScript := isRedis && e.IsNoScript() && c.Script != nil && (*eval == nil || !(*eval)[i])
+		// a server before Redis 7.0 has no EVALSHA_RO, and miniredis counts
+		// TIME as a write: the op never writes, so the plain form runs it alike
+		roRefused := c.ReadOnly && cannotRunReadOnly(err)
+		if noScript || roRefused {
+			if tail == nil {
+				tail = map[string]bool{}
+			}
+			if *eval == nil {
+				*eval = make([]bool, len(live))
+			}
+			(*eval)[i] = (*eval)[i] || noScript
+			c.ReadOnly = c.ReadOnly && !roRefused
+			tail[resource(*c)] = true
+		}
+		if tail != nil && tail[resource(*c)] {
+			redo = append(redo, i)
+		}
+	}
+	return redo
+}
+
+// cannotRunReadOnly tells whether err says that the server cannot run a
+// read-only script: it has no EVALSHA_RO ("unknown command"), or it
+// refuses a command the script calls as a write although Redis counts it
+// as a read (miniredis: TIME).
+func cannotRunReadOnly(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && (strings.HasPrefix(e.Error(), "ERR unknown command") ||
+		strings.Contains(e.Error(), "not allowed in read-only scripts"))
+}
