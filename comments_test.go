@@ -30,9 +30,7 @@ const (
 )
 
 // enforced lists the package directories whose numbers must meet the
-// limits; the others are only logged. Once every package meets them, the
-// list holds every package directory and the limits apply to the whole
-// library.
+// limits: every package of the library. A new package is added here.
 var enforced = []string{
 	".",
 	"chanapi",
@@ -40,8 +38,12 @@ var enforced = []string{
 	"fencesql",
 	"internal/argerr",
 	"internal/clockstep",
+	"internal/engine",
+	"internal/redisproc",
 	"internal/scripts",
+	"nodeactor",
 	"notify",
+	"primitives",
 	"testutil",
 }
 

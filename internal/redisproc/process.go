@@ -1,14 +1,14 @@
 // Package redisproc starts, pauses, kills and restarts redis-server
 // processes on free loopback ports. It is the one place that does so: the
-// test helpers (testutil), the benchmark (internal/benchkit) and the
+// test helpers (testutil), the benchmark (cmd/redlock/internal/benchkit) and the
 // torture run (cmd/redlock) all use it.
 //
 // A [Process] is one server on a port chosen at its first start and kept
-// across restarts, in its own process group (a Ctrl-C at the terminal does
-// not reach it, and a kill also ends a fork child such as an AOF rewrite),
-// killed with its parent on Linux (see [StartChild]). Its directory holds
-// the data directory (the server's --dir) and one log file that every run
-// appends to; a failed start reports the tail of that log. With [Config]
+// across restarts. It runs in its own process group: a Ctrl-C at the
+// terminal does not reach it, and a kill also ends a fork child such as an
+// AOF rewrite. On Linux it dies with its parent (see [StartChild]). Its
+// directory holds the data directory (the server's --dir) and one log file
+// that every run appends to. A failed start reports the tail of that log. With [Config]
 // TLS it listens with TLS only; [NewTLS] makes a test CA and certificate.
 package redisproc
 
