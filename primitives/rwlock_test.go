@@ -143,19 +143,26 @@ func TestRWLockWriterNotStarvedByReaders(t *testing.T) {
 func TestRWLockCrashedReaderExpires(t *testing.T) {
 	t.Parallel()
 	addrs := testutil.MiniAddrs(testutil.StartMinis(t, 3))
-	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "crash", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
+	rw, _ := primitives.NewRWLock(newCoord(t, addrs), "crash", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
+	w, _ := primitives.NewRWLock(newCoord(t, addrs), "crash")
 	reader, err := rw.Reader().TryAcquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = reader // never released: a crashed reader
-	w, _ := primitives.NewRWLock(newCoord(t, addrs), "crash")
-	if _, err := w.Writer().TryAcquire(context.Background()); !errors.Is(err, primitives.ErrNotAcquired) {
+	// The reader is never released: a crashed reader. While it is valid no
+	// writer may get in; a loaded machine may let it expire first.
+	wl, err := w.Writer().TryAcquire(context.Background())
+	if err == nil {
+		if reader.Valid() {
+			t.Fatalf("writer acquired while the reader is valid (%s left)", time.Until(reader.Deadline()))
+		}
+		wl.Release(context.Background())
+	} else if !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatalf("writer while a reader holds: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	wl, err := w.Writer().Acquire(ctx)
+	wl, err = w.Writer().Acquire(ctx)
 	if err != nil {
 		t.Fatalf("writer never acquired after the reader's lease expired: %v", err)
 	}
