@@ -102,7 +102,7 @@ func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	first := true
-	lease, err = waitLoop(ctx, f.c, waitSpec{topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
+	lease, err = waitLoop(ctx, f.c, waitSpec{kind: "fairlock", topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
 		if first && !enqueue {
 			// the uncontended path: one round, no ticket, no entry
 			first = false

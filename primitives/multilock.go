@@ -115,7 +115,7 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	token := newToken() + m.meta // the waiter id carries the metadata too (meta.go)
 	w := &waiter{queued: m, wid: token}
-	return waitLoop(ctx, m.c, waitSpec{topics: m.topics, token: token, recheckMax: m.o.ttl,
+	return waitLoop(ctx, m.c, waitSpec{kind: "multilock", topics: m.topics, token: token, recheckMax: m.o.ttl,
 		try: func(enqueue bool) attemptResult {
 			r := attemptExclusive(ctx, m.c, w, token, enqueue)
 			if w.score == 0 && r.now > 0 {

@@ -164,7 +164,7 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	if s.write {
 		w.score = rw.c.EstimateServerMs()
 	}
-	return waitLoop(ctx, rw.c, waitSpec{topics: []string{rw.topic}, token: wid,
+	return waitLoop(ctx, rw.c, waitSpec{kind: s.kind(), topics: []string{rw.topic}, token: wid,
 		try: func(bool) attemptResult {
 			r := attemptExclusive(ctx, rw.c, w, wid, true)
 			if s.write && w.score == 0 && r.now > 0 {

@@ -115,7 +115,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
 	pr := newProposer(s.permits)
 	wid := newToken() + s.meta // its queue score is its waiting-since (meta.go)
-	return waitLoop(ctx, s.c, waitSpec{topics: []string{s.topic}, token: wid,
+	return waitLoop(ctx, s.c, waitSpec{kind: "semaphore", topics: []string{s.topic}, token: wid,
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {
