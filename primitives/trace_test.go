@@ -108,6 +108,12 @@ func TestTraceWaiterLinksToItsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// a status reads the metadata of a token that carries a traceparent
+	for _, st := range hl.Status(ctx) {
+		if st.Info.Label != "holder" || st.Info.PID != os.Getpid() || st.Info.Since.IsZero() {
+			t.Errorf("status of a traced holder: %+v", st.Info)
+		}
+	}
 	got := make(chan *primitives.Lease, 1)
 	wctx, wreq := w.tp.Tracer("app").Start(ctx, "waiter request")
 	go func() {
