@@ -32,8 +32,6 @@ local op = ARGV[1]
 local lock_only = op == 'renew' and ARGV[4] == ''
 local HELD, OWNED, RESERVED = 'rl1:L:', 'rl1:O:', 'rl1:R:'
 local TAIL = 'rl1:T:'
--- the resource's channel ("<prefix>{<name>}:ch"), beside its lock key
-local OBSERVED = string.sub(LOCK, 1, -5) .. 'ch'
 -- A direct grant holds the lock under its attempt's token with DIRECT
 -- appended. No attempt sends that token, so no rollback of the attempt
 -- can match it, however late (docs/lock.md, "Why it is safe").
@@ -123,8 +121,12 @@ end
 -- names it, so that its router wakes another waiter.
 -- told tells the observers that the lock changed hands (a grant). They
 -- listen only while the watch flag lives, so it costs nothing otherwise.
+-- ch defaults to the resource's channel, "<prefix>{<name>}:ch", beside
+-- its lock key.
 local function told(ch)
-  if extra > 0 and redis.call('EXISTS', WATCH) == 1 then redis.call('PUBLISH', ch, 'o') end
+  if extra > 0 and redis.call('EXISTS', WATCH) == 1 then
+    redis.call('PUBLISH', ch or (string.sub(LOCK, 1, -5) .. 'ch'), 'o')
+  end
 end
 
 local function free(window, ch, self)
@@ -274,7 +276,7 @@ if op == 'acquire' then
       redis.call('SET', LOCK, mine, 'PX', px)
       if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
       queue_up(true)
-      told(OBSERVED)
+      told(nil)
       return {GRANTED, fence_next(), now, 0}
     end
   else
@@ -293,7 +295,7 @@ if op == 'acquire' then
       local f = fence_next()
       take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
-      told(OBSERVED)
+      told(nil)
       return {GRANTED, f, now, 0}
     end
   end
