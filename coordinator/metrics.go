@@ -27,7 +27,7 @@ const (
 // Span names, recorded through Config.TracerProvider (docs/operations.md,
 // "Traces").
 const (
-	SpanAcquire      = engine.SpanAcquire      // a Lock's Acquire or TryAcquire
+	SpanAcquire      = engine.SpanAcquire      // an Acquire or TryAcquire (every primitive but the latch)
 	SpanRelease      = engine.SpanRelease      // a lease's release round (every primitive)
 	SpanForceRelease = engine.SpanForceRelease // Lock.ForceRelease
 )

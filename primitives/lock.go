@@ -117,10 +117,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 	ctx, tr := l.startAcquireSpan(ctx)
 	r := tryExclusive(ctx, l.c, l, newToken())
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
-	if tr != nil {
-		tr.attempts = 1
-		tr.end(r.lease, r.err)
-	}
+	tr.tried(r.lease, r.err)
 	return r.lease, r.err
 }
 

@@ -22,14 +22,24 @@ type acquireTrace struct {
 	link func(ctx context.Context)
 }
 
-// startAcquireSpan starts a Lock's redlock.acquire span; the returned
-// trace is nil when tracing is off.
-func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireTrace) {
-	if !l.c.Tracing() {
+// startAcquireSpan starts a redlock.acquire span; the returned trace is
+// nil when tracing is off. name is called only when tracing is on.
+func startAcquireSpan(ctx context.Context, c *engine.Engine, primitive string, name func() string) (context.Context, *acquireTrace) {
+	if !c.Tracing() {
 		return ctx, nil
 	}
-	ctx, span := l.c.StartSpan(ctx, engine.SpanAcquire, "lock", l.name)
-	t := &acquireTrace{span: span, wokenBy: engine.WokenNone}
+	ctx, span := c.StartSpan(ctx, engine.SpanAcquire, primitive, name())
+	return ctx, &acquireTrace{span: span, wokenBy: engine.WokenNone}
+}
+
+// startAcquireSpan starts a Lock's redlock.acquire span. A refused
+// waiter's span links to the holder's (see waitLoop).
+func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireTrace) {
+	ctx, t := startAcquireSpan(ctx, l.c, "lock", l.Name)
+	if t == nil {
+		return ctx, nil
+	}
+	span := t.span
 	t.link = func(ctx context.Context) {
 		t.link = nil
 		states := readStatus(ctx, l.c, l.call(scripts.LockStatus{}), 4, parseLockStatus)
@@ -40,6 +50,15 @@ func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireT
 		}
 	}
 	return ctx, t
+}
+
+// tried ends the span of a TryAcquire: one attempt (a split vote's
+// retries are not counted).
+func (t *acquireTrace) tried(lease *Lease, err error) {
+	if t != nil {
+		t.attempts = 1
+		t.end(lease, err)
+	}
 }
 
 // end ends the span with the acquire's outcome.

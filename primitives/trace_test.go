@@ -199,8 +199,39 @@ func TestTraceWaiterLinksToItsHolder(t *testing.T) {
 	if n := sumOf(t, h.reader, "redlock.lease.hold") + sumOf(t, w.reader, "redlock.lease.hold"); n != 2 {
 		t.Errorf("hold times recorded: %d, want 2", n)
 	}
+	// the other primitives' acquires have their spans too
+	fl, _ := primitives.NewFairLock(w.c, "fair-42")
+	sem, _ := primitives.NewSemaphore(w.c, "sem-42", 2)
+	rw, _ := primitives.NewRWLock(w.c, "rw-42")
+	ml, _ := primitives.NewMultiLock(w.c, []string{"m-1", "m-2"})
+	for _, lk := range []primitives.Locker{fl, sem, rw.Writer(), ml} {
+		l, err := lk.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+	kinds := map[string]bool{}
+	for _, s := range spanNamed(w.spans.Ended(), "redlock.acquire") {
+		if v, _ := attr(s, "redlock.primitive"); v.AsString() != "" {
+			kinds[v.AsString()] = true
+		}
+	}
+	for _, k := range []string{"lock", "fairlock", "semaphore", "multilock"} {
+		if !kinds[k] {
+			t.Errorf("no acquire span of a %s (got %v)", k, kinds)
+		}
+	}
+	if len(kinds) != 5 {
+		t.Errorf("acquire spans of %v, want 5 kinds (an RWLock writer too)", kinds)
+	}
 	if path := os.Getenv("REDLOCK_TRACE_SVG"); path != "" {
-		spans := append(h.spans.Ended(), w.spans.Ended()...)
+		var spans []sdktrace.ReadOnlySpan
+		for _, s := range append(h.spans.Ended(), w.spans.Ended()...) {
+			if s.SpanContext().TraceID() == ha.SpanContext().TraceID() || s.SpanContext().TraceID() == wa.SpanContext().TraceID() {
+				spans = append(spans, s)
+			}
+		}
 		if err := os.WriteFile(path, []byte(traceSVG(spans, wa, ha)), 0o644); err != nil {
 			t.Fatal(err)
 		}
