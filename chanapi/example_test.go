@@ -146,3 +146,43 @@ func ExampleLatch() {
 	}
 	// Output: migrations done; serving
 }
+
+// Who leads: an Observer reports Leading with the holder and its fence,
+// and LeaderNone once the holder releases (a load balancer or a follower
+// can route by it). Here the observer's own process takes the lock once.
+func ExampleObserve() {
+	c, stop := exampleCoordinator()
+	defer stop()
+	l, err := primitives.NewLock(c, "leader", primitives.WithLabel("worker-7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var lease *primitives.Lease
+
+	o, err := chanapi.Observe(c, "leader")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer o.Close()
+	for s := range o.Changes() { // buffered 1: a slow reader skips to the latest
+		switch s.State {
+		case primitives.Leading: // s.Holder (label, host, pid), s.Fence, s.Since
+			fmt.Println("leading:", s.Holder.Label, s.Fence == lease.Fence())
+			lease.Release(context.Background())
+		case primitives.LeaderNone: // nobody holds it: a campaign is due
+			fmt.Println("none")
+			if lease != nil {
+				return
+			}
+			if lease, err = l.Acquire(context.Background()); err != nil {
+				log.Fatal(err)
+			}
+		case primitives.LeaderUnknown: // fewer than a quorum of nodes answer
+			fmt.Println("unknown")
+		}
+	}
+	// Output:
+	// none
+	// leading: worker-7 true
+	// none
+}

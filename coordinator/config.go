@@ -13,6 +13,7 @@ import (
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/nodeactor"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // WaitStrategy selects how a blocked Acquire learns that it may retry.
@@ -75,6 +76,15 @@ type Config struct {
 	// MeterProvider receives the metrics (OpenTelemetry metric API); nil
 	// means no-op. See docs/operations.md.
 	MeterProvider metric.MeterProvider
+	// TracerProvider, if set, receives the spans redlock.acquire,
+	// redlock.release and redlock.force_release (docs/operations.md,
+	// "Traces"); nil means no spans. A holder's span context is stored with
+	// its holder metadata, so a waiter's acquire span links to it.
+	TracerProvider trace.TracerProvider
+	// NameAttribute, if set, maps a resource name to its redlock.name span
+	// attribute ("" leaves it out). Without it no span carries the name:
+	// names that carry IDs would make every span unique.
+	NameAttribute func(name string) string
 	// ClientOption, if set, adjusts each node's rueidis options after they
 	// were built from the address (advanced: dialers, buffer sizes).
 	ClientOption func(node int, opt *rueidis.ClientOption)

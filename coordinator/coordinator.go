@@ -71,6 +71,9 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		ForceLua:      cfg.ForceLua,
 		Logger:        cfg.Logger,
 		MeterProvider: cfg.MeterProvider,
+
+		TracerProvider: cfg.TracerProvider,
+		NameAttribute:  cfg.NameAttribute,
 	}, specs)
 	if err != nil {
 		return nil, err

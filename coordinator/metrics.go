@@ -19,4 +19,15 @@ const (
 	MetricPushDelivered   = engine.MetricPushDelivered   // counter: push messages routed
 	MetricPushDropped     = engine.MetricPushDropped     // counter: push messages dropped (inbox full)
 	MetricPushReconnected = engine.MetricPushReconnected // counter: push connections re-established
+	MetricHoldTime        = engine.MetricHoldTime        // histogram, s: grant to release or loss; attr outcome (released, lost)
+	MetricWaiting         = engine.MetricWaiting         // up-down counter: Acquire calls waiting now; attr primitive
+	MetricContended       = engine.MetricContended       // counter: Acquire calls whose first attempt was refused; attr primitive
+)
+
+// Span names, recorded through Config.TracerProvider (docs/operations.md,
+// "Traces").
+const (
+	SpanAcquire      = engine.SpanAcquire      // an Acquire or TryAcquire (every primitive but the latch)
+	SpanRelease      = engine.SpanRelease      // a lease's release round (every primitive)
+	SpanForceRelease = engine.SpanForceRelease // Lock.ForceRelease
 )

@@ -34,13 +34,14 @@ type Stats struct {
 // each wake-up (wake-ups are merged: at most one is pending). Waiters are
 // created by Router.Register and must be closed with Close; C is never closed.
 type Waiter struct {
-	topics  []string
-	token   string
-	unready int // topics not yet confirmed; router-owned
-	c       chan struct{}
-	ready   chan struct{}
-	r       *Router
-	once    sync.Once
+	topics   []string
+	token    string
+	unready  int  // topics not yet confirmed; router-owned
+	observer bool // hears every message of its topics, outside the FIFO (Observe)
+	c        chan struct{}
+	ready    chan struct{}
+	r        *Router
+	once     sync.Once
 
 	mu     sync.Mutex
 	grants []Grant // direct grants not yet taken (Grants)
@@ -107,6 +108,9 @@ type msg struct {
 
 type topic struct {
 	waiters []*Waiter
+	// observers hear every message, and every reset, of the topic. They
+	// are not in the FIFO: no message names them and no baton reaches them.
+	observers []*Waiter
 	// baton is the waiter that an unnamed wake-up ("n:", a keyspace event,
 	// a reset) reached last. If it cannot progress, it passes the wake-up on
 	// to the next waiter (Waiter.Pass), so the one that can is reached.
@@ -262,7 +266,11 @@ func (r *Router) run() {
 						r.opt.Subscribe(name)
 					}
 					t.idleSince = time.Time{}
-					t.waiters = append(t.waiters, w)
+					if w.observer {
+						t.observers = append(t.observers, w)
+					} else {
+						t.waiters = append(t.waiters, w)
+					}
 					if t.confirms < r.opt.ReadyAfter {
 						w.unready++
 					}
@@ -276,16 +284,12 @@ func (r *Router) run() {
 					if t == nil {
 						continue
 					}
-					for i, w := range t.waiters {
-						if w == c.leave {
-							t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
-							break
-						}
-					}
+					t.waiters = without(t.waiters, c.leave)
+					t.observers = without(t.observers, c.leave)
 					if t.baton == c.leave {
 						t.baton = nil
 					}
-					if len(t.waiters) == 0 {
+					if t.idle() {
 						t.idleSince = time.Now()
 						arm()
 					}
@@ -324,6 +328,7 @@ func (r *Router) run() {
 				r.stats.resets.Add(1)
 				for _, t := range topics {
 					t.baton = r.wake(t, 1)
+					r.tell(t)
 				}
 			}
 		case m := <-r.msgs:
@@ -335,13 +340,14 @@ func (r *Router) run() {
 			if r.dropped.Swap(false) {
 				for _, t := range topics {
 					r.wake(t, len(t.waiters))
+					r.tell(t)
 				}
 			}
 		case <-linger.C:
 			armed = false
 			now := time.Now()
 			for name, t := range topics {
-				if len(t.waiters) > 0 || t.idleSince.IsZero() {
+				if !t.idle() || t.idleSince.IsZero() {
 					continue
 				}
 				if now.Sub(t.idleSince) >= r.opt.Linger {
@@ -356,7 +362,10 @@ func (r *Router) run() {
 }
 
 func (r *Router) route(t *topic, payload string, node int) {
+	r.tell(t)
 	switch {
+	case payload == "o":
+		// a grant, for observers only (tell has told them)
 	case strings.HasPrefix(payload, "g:"):
 		// "g:<seq>:<fence>:<now>:<waiter token>": a direct grant
 		g, tok, ok := parseGrant(payload[2:])

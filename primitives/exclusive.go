@@ -121,6 +121,9 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 	token := ""
 	if tk, ok := base.(tokener); ok {
 		token = tk.attemptToken(wid, enqueue)
+		if _, lock := base.(*Lock); lock {
+			token = withTraceParent(c, ctx, token)
+		}
 	} else {
 		token = newToken()
 	}

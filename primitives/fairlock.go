@@ -85,9 +85,11 @@ func (f *FairLock) TryAcquire(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
+	ctx, tr := startAcquireSpan(ctx, f.c, "fairlock", f.Name)
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	r := tryExclusive(ctx, f.c, w, w.wid)
 	f.c.Instruments().RecordAcquire("fairlock", start, r.err)
+	tr.tried(r.lease, r.err)
 	return r.lease, r.err
 }
 
@@ -100,9 +102,11 @@ func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}
 	start := time.Now()
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
+	ctx, tr := startAcquireSpan(ctx, f.c, "fairlock", f.Name)
+	defer func() { tr.end(lease, err) }()
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	first := true
-	lease, err = waitLoop(ctx, f.c, waitSpec{topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
+	lease, err = waitLoop(ctx, f.c, waitSpec{kind: "fairlock", tr: tr, topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
 		if first && !enqueue {
 			// the uncontended path: one round, no ticket, no entry
 			first = false

@@ -114,8 +114,10 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
+	ctx, tr := l.startAcquireSpan(ctx)
 	r := tryExclusive(ctx, l.c, l, newToken())
 	l.c.Instruments().RecordAcquire("lock", start, r.err)
+	tr.tried(r.lease, r.err)
 	return r.lease, r.err
 }
 
@@ -129,6 +131,8 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}
 	start := time.Now()
 	defer func() { l.c.Instruments().RecordAcquire("lock", start, err) }()
+	ctx, tr := l.startAcquireSpan(ctx)
+	defer func() { tr.end(lease, err) }()
 	// The waiter id carries the holder metadata (meta.go) for a status.
 	token := newToken() + l.meta
 	// The waiter's queue score is the server TIME of its first refusal, the
@@ -150,7 +154,7 @@ func (l *Lock) Acquire(ctx context.Context) (lease *Lease, err error) {
 		direct = func(gs []notify.Grant) (*Lease, time.Duration) { return w.offer(ctx, gs) }
 	}
 	return waitLoop(ctx, l.c, waitSpec{topics: []string{l.topic}, token: token, queued: queued, recheckMax: l.o.ttl,
-		direct: direct,
+		direct: direct, kind: "lock", tr: tr,
 		try: func(enqueue bool) attemptResult {
 			attempts++
 			r := attemptExclusive(ctx, l.c, w, token, enqueue)
@@ -484,13 +488,15 @@ const MaxReasonLen = 256
 // It waits for every node's answer (at most NodeTimeout) and succeeds once
 // a quorum of nodes ran it; reason may be empty (at most MaxReasonLen
 // bytes).
-func (l *Lock) ForceRelease(ctx context.Context, reason string) (ForcedRelease, error) {
+func (l *Lock) ForceRelease(ctx context.Context, reason string) (_ ForcedRelease, err error) {
 	if err := checkCtx(ctx, "Lock.ForceRelease"); err != nil {
 		return ForcedRelease{}, err
 	}
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
+	ctx, span := l.c.StartSpan(ctx, engine.SpanForceRelease, "lock", l.name)
+	defer func() { engine.EndSpan(span, "forced", err) }()
 	call := l.call(scripts.LockForce{Window: l.o.set.HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
 	// Every answer counts (not only a quorum's): a holder on exactly a
 	// quorum is held, and the fence must be read from every node.

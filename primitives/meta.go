@@ -16,7 +16,7 @@ import (
 // holder inside the values its script already writes, so that it costs no
 // extra key and no extra command:
 //
-//	hold token  <token>~<label>~<host>~<pid>~<acquired ms>~<waiter>
+//	hold token  <token>~<label>~<host>~<pid>~<acquired ms>~<waiter>[~<traceparent>]
 //	waiter id   <id>~<label>~<host>~<pid>            (Lock, Semaphore: the queue score is the waiting-since)
 //	waiter id   <id>~<label>~<host>~<pid>~<ms>~      (FairLock, RWLock: <ms> is when the Acquire started)
 //
@@ -26,7 +26,9 @@ import (
 // <token> and <id> are 32 hex digits (a whole token is a capability and is
 // never shown); <waiter> is the first 8 hex digits of the waiter id whose
 // queue entry the hold keeps until its release ("" for TryAcquire), so a
-// status can leave the holder out of the waiters. The script treats the
+// status can leave the holder out of the waiters. <traceparent> is the
+// W3C trace context of a Lock holder's acquire span, written only when
+// Config.TracerProvider is set (docs/operations.md, "Traces"). The script treats the
 // whole string as the token: it compares it whole (and never parses it),
 // and so does a native SET … IFEQ renewal. CountDownLatch has no holder.
 
@@ -132,6 +134,7 @@ type HolderInfo struct {
 	Since time.Time // a holder: when its attempt started (its own clock); a waiter: when it first queued (Lock, Semaphore, RWLock writers: the server's TIME; FairLock, RWLock readers: when its Acquire started, its own clock)
 
 	waiter string  // a holder: the waiter id prefix whose entry it keeps
+	trace  string  // a holder: the traceparent of its acquire span ("" if none)
 	raw    string  // the whole value (a capability: never exported)
 	rank   float64 // a waiter: its queue score on the nodes (they order by (score, id))
 }
@@ -173,6 +176,7 @@ func parseHolder(s string) HolderInfo {
 			h.Since = time.UnixMilli(ms)
 		}
 		h.waiter = f[5]
+		h.trace = traceField(f)
 	}
 	return h
 }

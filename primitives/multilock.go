@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
@@ -96,8 +97,10 @@ func (m *MultiLock) TryAcquire(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
+	ctx, tr := startAcquireSpan(ctx, m.c, "multilock", func() string { return strings.Join(m.names, ",") })
 	r := tryExclusive(ctx, m.c, m, newToken())
 	m.c.Instruments().RecordAcquire("multilock", start, r.err)
+	tr.tried(r.lease, r.err)
 	return r.lease, r.err
 }
 
@@ -113,9 +116,11 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}
 	start := time.Now()
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
+	ctx, tr := startAcquireSpan(ctx, m.c, "multilock", func() string { return strings.Join(m.names, ",") })
+	defer func() { tr.end(lease, err) }()
 	token := newToken() + m.meta // the waiter id carries the metadata too (meta.go)
 	w := &waiter{queued: m, wid: token}
-	return waitLoop(ctx, m.c, waitSpec{topics: m.topics, token: token, recheckMax: m.o.ttl,
+	return waitLoop(ctx, m.c, waitSpec{kind: "multilock", tr: tr, topics: m.topics, token: token, recheckMax: m.o.ttl,
 		try: func(enqueue bool) attemptResult {
 			r := attemptExclusive(ctx, m.c, w, token, enqueue)
 			if w.score == 0 && r.now > 0 {

@@ -141,8 +141,10 @@ func (s *rwSide) TryAcquire(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
+	ctx, tr := startAcquireSpan(ctx, s.rw.c, s.kind(), func() string { return s.rw.name })
 	r := tryExclusive(ctx, s.rw.c, s, waiterID(s.rw.meta))
 	s.rw.c.Instruments().RecordAcquire(s.kind(), start, r.err)
+	tr.tried(r.lease, r.err)
 	return r.lease, r.err
 }
 
@@ -155,6 +157,8 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}
 	start := time.Now()
 	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
+	ctx, tr := startAcquireSpan(ctx, s.rw.c, s.kind(), func() string { return s.rw.name })
+	defer func() { tr.end(lease, err) }()
 	rw := s.rw
 	wid := waiterID(rw.meta)
 	// A writer's queue score is chosen once, by the writer, and is the same
@@ -164,7 +168,7 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	if s.write {
 		w.score = rw.c.EstimateServerMs()
 	}
-	return waitLoop(ctx, rw.c, waitSpec{topics: []string{rw.topic}, token: wid,
+	return waitLoop(ctx, rw.c, waitSpec{kind: s.kind(), tr: tr, topics: []string{rw.topic}, token: wid,
 		try: func(bool) attemptResult {
 			r := attemptExclusive(ctx, rw.c, w, wid, true)
 			if s.write && w.score == 0 && r.now > 0 {

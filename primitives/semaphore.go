@@ -97,8 +97,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
+	ctx, tr := startAcquireSpan(ctx, s.c, "semaphore", func() string { return s.name })
 	r := s.attempt(ctx, newProposer(s.permits), newToken(), false)
 	s.c.Instruments().RecordAcquire("semaphore", start, r.err)
+	tr.tried(r.lease, r.err)
 	return r.lease, r.err
 }
 
@@ -113,9 +115,11 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 	}
 	start := time.Now()
 	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
+	ctx, tr := startAcquireSpan(ctx, s.c, "semaphore", func() string { return s.name })
+	defer func() { tr.end(lease, err) }()
 	pr := newProposer(s.permits)
 	wid := newToken() + s.meta // its queue score is its waiting-since (meta.go)
-	return waitLoop(ctx, s.c, waitSpec{topics: []string{s.topic}, token: wid,
+	return waitLoop(ctx, s.c, waitSpec{kind: "semaphore", tr: tr, topics: []string{s.topic}, token: wid,
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
 		leave: func() {
 			s.c.Broadcast(ctx, func(int) nodeactor.Call {

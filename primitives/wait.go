@@ -35,6 +35,10 @@ type waitSpec struct {
 	// recheckMax is the longest a refused waiter sleeps without a message
 	// (0: recheckCap). Its queue entry, if any, must outlive it.
 	recheckMax time.Duration
+	// kind names the primitive for the waiting metrics ("": none).
+	kind string
+	// tr, if set, follows the acquire for its span (trace.go).
+	tr *acquireTrace
 	// direct, if set, is offered the direct grants received (a Lock
 	// waiter's, direct.go) before each attempt after the first: it returns
 	// the lease they make, or how long to wait for more before attempting
@@ -57,7 +61,13 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	var last attemptResult // the latest attempt, for the ctx exit's error
 	lastAt := refused
 	cfg := c.Settings()
+	var untraced acquireTrace // counts what nobody reads
+	tr := w.tr
+	if tr == nil {
+		tr = &untraced
+	}
 	if !w.queued || cfg.Polling {
+		tr.attempts++
 		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
@@ -67,6 +77,13 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
 	}()
+	if w.kind != "" {
+		c.Instruments().AddWaiting(w.kind, 1)
+		defer c.Instruments().AddWaiting(w.kind, -1)
+	}
+	if tr.link != nil {
+		tr.link(ctx)
+	}
 	// Close wakes the waiter (ctx then ends with cause ErrClosed) and waits
 	// for it to leave the queues.
 	ctx, stop, err := c.Bind(ctx)
@@ -121,6 +138,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		if w.direct != nil {
 			lease, wait := w.direct(grants())
 			if lease != nil {
+				tr.wokenBy = engine.WokenDirect
 				return lease, nil
 			}
 			if wait > 0 {
@@ -136,6 +154,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 				continue
 			}
 		}
+		tr.attempts++
 		res := w.try(push)
 		if res.lease != nil {
 			return res.lease, nil
@@ -178,7 +197,9 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		select {
 		case <-wc:
 			woken = true
+			tr.wokenBy = engine.WokenPush
 		case <-t.C:
+			tr.wokenBy = engine.WokenTimer
 		case <-ctx.Done():
 		}
 		t.Stop()

@@ -19,10 +19,11 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock|semaphore|latch] [--json] [--nodes host:port,...] [--tls-ca FILE] KEY")
+		fmt.Fprintln(out, "usage: redlock status [--kind lock|fairlock|rwlock|semaphore|latch] [--json] [--watch] [--nodes host:port,...] [--tls-ca FILE] KEY")
 		fs.PrintDefaults()
 	}
 	asJSON := fs.Bool("json", false, "print JSON")
+	watch := fs.Bool("watch", false, "lock only: print who leads (leading, none, unknown) at each change, until interrupted")
 	kind := fs.String("kind", "lock", "primitive of that name: lock (also MultiLock names), fairlock, rwlock, semaphore or latch")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
@@ -46,6 +47,12 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	if *watch {
+		if *kind != "lock" {
+			return usageErr("--watch: only --kind lock, not %q", *kind)
+		}
+		return watchLeader(ctx, c, key, *asJSON, out)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var states []primitives.NodeState

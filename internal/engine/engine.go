@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/notify"
@@ -27,6 +28,7 @@ type Engine struct {
 	nodes  []Node
 	specs  []NodeSpec
 	router *notify.Router
+	trace  *tracing // nil: no spans
 	quorum int
 	rn     *renewer
 	ins    *Instruments
@@ -86,6 +88,9 @@ type Settings struct {
 	ForceLua      bool
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
+	// TracerProvider and NameAttribute: Config's (trace.go).
+	TracerProvider trace.TracerProvider
+	NameAttribute  func(name string) string
 }
 
 // New starts one actor per node and the router, and waits until a quorum of
@@ -208,6 +213,7 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 func (c *Engine) start() {
 	c.rn = newRenewer(c)
 	c.ins = newInstruments(c, c.set.MeterProvider)
+	c.trace = newTracing(c.set)
 }
 
 // countReady counts the nodes that answered and passed their probes, and

@@ -285,6 +285,7 @@ func (h *Hold) finish(st holdState, err error) bool {
 	if st == stateLost {
 		h.c.ins.LeasesLost.Add(context.Background(), 1) // counted before anyone can see Lost
 	}
+	h.c.ins.recordHold(h.spec.Start, st == stateLost)
 	// Order matters to observers: once Lost is closed, Done and Context
 	// are already done too.
 	if cancel != nil {

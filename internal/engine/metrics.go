@@ -40,6 +40,7 @@ type Instruments struct {
 	Renewals        metric.Int64Counter
 	LeasesLost      metric.Int64Counter
 	LeasesOvertaken metric.Int64Counter
+	moreInstruments // trace.go: hold time, waiting now, contended acquires
 	reg             metric.Registration
 }
 
@@ -59,6 +60,7 @@ func newInstruments(c *Engine, mp metric.MeterProvider) *Instruments {
 	ins.Renewals, _ = m.Int64Counter(MetricRenewals, metric.WithDescription("lease renewals"))
 	ins.LeasesLost, _ = m.Int64Counter(MetricLeasesLost, metric.WithDescription("leases lost before release"))
 	ins.LeasesOvertaken, _ = m.Int64Counter(MetricLeasesOvertaken, metric.WithDescription("releases that found the lease overtaken"))
+	ins.addMore(m)
 	up, _ := m.Int64ObservableGauge(MetricNodeUp, metric.WithDescription("1 if the node answers"))
 	lat, _ := m.Float64ObservableGauge(MetricNodeLatency, metric.WithUnit("s"), metric.WithDescription("EWMA of round trips"))
 	woken, _ := m.Int64ObservableCounter(MetricWakeups)

@@ -56,10 +56,12 @@ func (h *Hold) Release(ctx context.Context) error {
 		return h.Release(ctx)
 	}
 	idle := h.endLocally(ErrReleased)
+	span := h.startReleaseSpan(ctx)
 	h.c.rn.remove(h)
 	h.waitRound(idle)
 	err := h.c.release(h.spec.Protocol, h.Deadline())
 	h.finish(stateReleased, ErrReleased)
+	EndSpan(span, "released", err)
 	return err
 }
 

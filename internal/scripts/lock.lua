@@ -9,7 +9,9 @@
 --     (see min_hold).
 --   5 holds (zset, owner mode)
 --   6 epoch fence (owner mode)
---   7 watch flag: a waiter that does not queue (a MultiLock) is listening.
+--   7 watch flag: a waiter that does not queue (a MultiLock), or an
+--     observer (Lock.Observe), is listening. While it lives, a grant
+--     publishes 'o' on the channel, so observers re-read.
 --   8 tombstones (zset waiter id -> until ms) of waiters that left.
 --     An attempt that reaches this node after its waiter left must not
 --     enqueue it again. The node actor runs one resource's requests in
@@ -117,6 +119,16 @@ end
 -- is the longest live waiter, its grant becomes its reservation while its
 -- queue entry lives, without a message. Otherwise the re-check message
 -- names it, so that its router wakes another waiter.
+-- told tells the observers that the lock changed hands (a grant). They
+-- listen only while the watch flag lives, so it costs nothing otherwise.
+-- ch defaults to the resource's channel, "<prefix>{<name>}:ch", beside
+-- its lock key.
+local function told(ch)
+  if extra > 0 and redis.call('EXISTS', WATCH) == 1 then
+    redis.call('PUBLISH', ch or (string.sub(LOCK, 1, -5) .. 'ch'), 'o')
+  end
+end
+
 local function free(window, ch, self)
   -- extra == 0: no queue and no watch flag existed when the script began,
   -- and no op creates either before it frees.
@@ -146,6 +158,7 @@ local function free(window, ch, self)
         if redis.call('PUBLISH', ch .. ':' .. proc, msg) > 0 then
           redis.call('SET', LOCK, HELD .. gtok .. DIRECT, 'PX', math.min(gttl, exp - now))
           redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(rec, 2))
+          told(ch)
           return
         end
       end
@@ -263,6 +276,7 @@ if op == 'acquire' then
       redis.call('SET', LOCK, mine, 'PX', px)
       if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
       queue_up(true)
+      told(nil)
       return {GRANTED, fence_next(), now, 0}
     end
   else
@@ -281,6 +295,7 @@ if op == 'acquire' then
       local f = fence_next()
       take_owned(LOCK, HOLDS, EPOCH, mine, tok, ttl, f)
       if mh > 0 then min_hold_grant(LOCK, QEXP, mine, mh) end
+      told(nil)
       return {GRANTED, f, now, 0}
     end
   end
@@ -402,12 +417,20 @@ elseif op == 'force' then
   free(window, ch, '')
   return {1, v, f}
 
-elseif op == 'status' then
-  -- Read-only (run with EVALSHA_RO), for `redlock status`. Reply: {value,
-  -- pttl, fence, waiters, the first max_waiters waiters with their scores,
-  -- the latest hold}. A waiter's score is when it queued (server ms). In
-  -- owner mode the latest hold's token carries the holder's metadata.
+elseif op == 'status' or op == 'observe' then
+  -- status is read-only (run with EVALSHA_RO), for `redlock status`.
+  -- Reply: {value, pttl, fence, waiters, the first max_waiters waiters
+  -- with their scores, the latest hold}. A waiter's score is when it
+  -- queued (server ms). In owner mode the latest hold's token carries the
+  -- holder's metadata. observe (Lock.Observe) gives the same reply,
+  -- without waiters. It first keeps the watch flag alive for ARGV[2] ms,
+  -- never shortening it, so that grants and releases publish.
   local max_waiters = tonumber(ARGV[2] or '0') or 0
+  if op == 'observe' then
+    local ms = max_waiters
+    max_waiters = 0
+    if ms > 0 and redis.call('PTTL', WATCH) < ms then redis.call('SET', WATCH, 'o', 'PX', ms) end
+  end
   local q = {}
   if max_waiters > 0 then q = redis.call('ZRANGE', QUEUE, 0, max_waiters - 1, 'WITHSCORES') end
   local h = ''

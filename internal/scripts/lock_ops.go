@@ -116,3 +116,10 @@ func (a LockForce) Args() []string {
 type LockStatus struct{ MaxWaiters int }
 
 func (a LockStatus) Args() []string { return []string{"status", itoa(int64(a.MaxWaiters))} }
+
+// LockObserve is LockStatus without waiters, for Lock.Observe. It first
+// keeps the watch flag alive for Flag (never shortening it), so that
+// grants and releases publish on the channel while someone observes.
+type LockObserve struct{ Flag time.Duration }
+
+func (a LockObserve) Args() []string { return []string{"observe", Ms(a.Flag)} }

@@ -156,7 +156,8 @@ if op == 'acquire' then
       -- refused us is freed, since we are in its queue.
       for i = 1, n do
         if vals[i] == rsv and exp[i] then redis.call('SET', K(i, LOCK), rsv, 'PX', exp[i] - now) end
-        redis.call('SET', K(i, WATCH), '1', 'PX', 3000)
+        -- never shorter: an observer (Lock.Observe) may keep it longer
+        if redis.call('PTTL', K(i, WATCH)) < 3000 then redis.call('SET', K(i, WATCH), '1', 'PX', 3000) end
       end
     end
     return {REFUSED, redis.call('PTTL', K(blocked, LOCK)), now, 0}
@@ -180,6 +181,11 @@ if op == 'acquire' then
       pexpire_max(K(i, LOCK), ttl)
     else
       redis.call('SET', K(i, LOCK), mine, 'PX', ttl)
+      -- a grant tells the name's observers (Lock.Observe), as lock.lua's does
+      -- (MGET read the flag; after a refused MGET, EXISTS does)
+      if got[3 * i] or (#got == 0 and redis.call('EXISTS', K(i, WATCH)) == 1) then
+        redis.call('PUBLISH', channel(i), 'o')
+      end
     end
     redis.call('SET', K(i, FENCE), fs, 'PX', fttl)
   end

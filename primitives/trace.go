@@ -1,0 +1,91 @@
+package primitives
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/scripts"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// acquireTrace follows one traced Lock acquire for its redlock.acquire
+// span: attempts, how its last wait ended, and a link to the holder that
+// refused it. Only the Acquire's goroutine touches it.
+type acquireTrace struct {
+	span     trace.Span
+	attempts int
+	wokenBy  string
+	// link adds a link to the holder's span, once (nil: none to make).
+	link func(ctx context.Context)
+}
+
+// startAcquireSpan starts a redlock.acquire span; the returned trace is
+// nil when tracing is off. name is called only when tracing is on.
+func startAcquireSpan(ctx context.Context, c *engine.Engine, primitive string, name func() string) (context.Context, *acquireTrace) {
+	if !c.Tracing() {
+		return ctx, nil
+	}
+	ctx, span := c.StartSpan(ctx, engine.SpanAcquire, primitive, name())
+	return ctx, &acquireTrace{span: span, wokenBy: engine.WokenNone}
+}
+
+// startAcquireSpan starts a Lock's redlock.acquire span. A refused
+// waiter's span links to the holder's (see waitLoop).
+func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireTrace) {
+	ctx, t := startAcquireSpan(ctx, l.c, "lock", l.Name)
+	if t == nil {
+		return ctx, nil
+	}
+	span := t.span
+	t.link = func(ctx context.Context) {
+		t.link = nil
+		states := readStatus(ctx, l.c, l.call(scripts.LockStatus{}), 4, parseLockStatus)
+		o := decideLeader(l.c.NewTally(), states, time.Now())
+		if sc, ok := engine.ParseTraceParent(o.lead.Holder.trace); ok {
+			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{
+				attribute.String("redlock.link", "holder"), attribute.String("redlock.holder", o.lead.Holder.ID)}})
+		}
+	}
+	return ctx, t
+}
+
+// tried ends the span of a TryAcquire: one attempt (a split vote's
+// retries are not counted).
+func (t *acquireTrace) tried(lease *Lease, err error) {
+	if t != nil {
+		t.attempts = 1
+		t.end(lease, err)
+	}
+}
+
+// end ends the span with the acquire's outcome.
+func (t *acquireTrace) end(lease *Lease, err error) {
+	if t == nil {
+		return
+	}
+	attrs := []attribute.KeyValue{attribute.Int("redlock.attempts", t.attempts), attribute.String("redlock.woken_by", t.wokenBy)}
+	if lease != nil {
+		attrs = append(attrs, attribute.Int64("redlock.fence", int64(lease.Fence())))
+	}
+	engine.EndSpan(t.span, "acquired", err, attrs...)
+}
+
+// withTraceParent appends the traceparent of ctx's span to a Lock's hold
+// token, as its seventh metadata field (meta.go). Older readers read six.
+func withTraceParent(c *engine.Engine, ctx context.Context, token string) string {
+	if tp := c.TraceParent(ctx); tp != "" {
+		return token + metaSep + tp
+	}
+	return token
+}
+
+// traceField is a holder's stored traceparent, or "".
+func traceField(f []string) string {
+	if len(f) >= 7 && strings.HasPrefix(f[6], "00-") {
+		return f[6]
+	}
+	return ""
+}
