@@ -72,7 +72,9 @@ const (
 // is that waiter). Nodes that prove no holder can have a quorum give
 // LeaderNone. With fewer than a quorum answering it returns LeaderUnknown
 // and an error wrapping ErrQuorumUnavailable. So does a split that the
-// silent nodes could still decide either way.
+// silent nodes could still decide either way. Fence is the highest fence
+// counter among the holder's nodes. After a node restarted empty it can be
+// above the lease's own Fence; the lease's is the one to guard writes with.
 func (l *Lock) Observe(ctx context.Context) (Leadership, error) {
 	o := l.observe(ctx, 0)
 	return o.lead, o.err
@@ -193,7 +195,8 @@ func tailHolder(v string) HolderInfo {
 // it read the name once. A known holder's deadline makes it read again
 // (a crashed holder is LeaderNone by then, whatever the nodes' expiry
 // events do). Otherwise it reads only as a slow safety re-check. The
-// state keeps its Since while it stays the same.
+// state keeps its Since while it stays the same. A Leading's Fence is
+// never below one reported before, even when the nodes' counters are.
 func (l *Lock) Watch(ctx context.Context, fn func(Leadership)) error {
 	if ctx == nil {
 		return engine.NilCtx("Watch")
@@ -215,6 +218,7 @@ func (l *Lock) Watch(ctx context.Context, fn func(Leadership)) error {
 	}
 	ready.Stop()
 	var last Leadership
+	var floor uint64 // the highest fence reported
 	first := true
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -226,6 +230,14 @@ func (l *Lock) Watch(ctx context.Context, fn func(Leadership)) error {
 		cur := o.lead
 		if !first && cur.State == last.State && cur.Holder.raw == last.Holder.raw {
 			cur.Since = last.Since
+		}
+		// The nodes' counters can be behind what an earlier read saw: a
+		// node restarted empty and re-taken may hold a counter of a
+		// rolled-back contender, above the holder's. So a Leading fence
+		// never goes below the highest reported before.
+		if cur.State == Leading {
+			cur.Fence = max(cur.Fence, floor)
+			floor = cur.Fence
 		}
 		if first || !cur.same(last) {
 			fn(cur)
