@@ -191,3 +191,285 @@ func TestAdvObserveFenceAfterEmptyRestart(t *testing.T) {
 		}
 	}
 }
+
+// handOver is a chain of direct handoffs between two coordinators: each
+// holder releases while the other waits in Acquire. The name is held or
+// reserved all along, so between the first Leading and the last release
+// the observer reports Leading only, with 3, 4 and 5 nodes (an even N
+// splits a handoff 2:2 for a moment).
+func TestAdvObserveHandoffStaysLeading(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{3, 4, 5} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
+			t.Parallel()
+			addrs := testutil.Addrs(advServers(t, n))
+			ctx := context.Background()
+			w := watchAll(t, advLock(t, addrs, "handoff", "observer"))
+			w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+			locks := []*primitives.Lock{advLock(t, addrs, "handoff", "a"), advLock(t, addrs, "handoff", "b")}
+			lease, err := locks[0].Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.await(t, "a", advPush, leading("a"))
+			for i := 1; i <= 6; i++ {
+				got := make(chan *primitives.Lease, 1)
+				go func() {
+					l, err := locks[i%2].Acquire(ctx)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				time.Sleep(100 * time.Millisecond) // it queues
+				if err := lease.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if lease = <-got; lease == nil {
+					return
+				}
+				label := []string{"a", "b"}[i%2]
+				for _, s := range w.await(t, "handoff "+fmt.Sprint(i), advPush, leading(label)) {
+					if s.State != primitives.Leading {
+						t.Errorf("handoff %d: %v between two holders", i, s)
+					}
+				}
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.await(t, "the last release", advPush, inState(primitives.LeaderNone))
+		})
+	}
+}
+
+// A holder cut off from every node (a crashed process) on five nodes,
+// with one node killed (kill -9) and one stopped (SIGSTOP) and active
+// expiry off: the observer reports Leading until the holder's deadline,
+// never None before it, and None soon after it.
+func TestAdvObserveCrashWithNodesDownAndStopped(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 5)
+	addrs := testutil.Addrs(srv)
+	px, paddrs := proxied(t, addrs)
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, addrs, "crash5", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	holder := advLock(t, paddrs, "crash5", "holder", primitives.WithTTL(2*time.Second))
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "the holder", advPush, leading("holder"))
+	srv[3].Kill()
+	srv[4].Pause()
+	defer srv[4].Resume()
+	for _, p := range px {
+		p.SetFault(testutil.DropRequests)
+	}
+	<-lease.Lost()
+	deadline := lease.Deadline()
+	seen := w.await(t, "None after the crash", lease.Deadline().Sub(time.Now())+advPush, inState(primitives.LeaderNone))
+	for _, s := range seen[:len(seen)-1] {
+		if s.State != primitives.Leading {
+			t.Errorf("before None: %v", s)
+		}
+	}
+	w.mu.Lock()
+	noneAt := w.at[w.cursor-1]
+	w.mu.Unlock()
+	if noneAt.Before(deadline) {
+		t.Errorf("None at %v, before the holder's deadline %v", noneAt, deadline)
+	}
+	if late := noneAt.Sub(deadline); late > time.Second {
+		t.Errorf("None %v after the holder's deadline", late)
+	}
+}
+
+// A grant's publish and a release delayed on two of three nodes, and the
+// observer's own observe op held on one node: each change still arrives
+// within about a round trip of the slowest node, not at the re-check.
+func TestAdvObserveDelayedGrantReleaseAndRead(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	hpx, haddrs := proxied(t, addrs)
+	opx, oaddrs := proxied(t, addrs)
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, oaddrs, "slow", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	holder := advLock(t, haddrs, "slow", "holder")
+	for _, p := range hpx[1:] {
+		p.Delay(150*time.Millisecond, "$7\r\nacquire\r\n")
+	}
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a grant delayed on two nodes", advPush, leading("holder"))
+	for _, p := range hpx[1:] {
+		p.Delay(150*time.Millisecond, "$7\r\nrelease\r\n")
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a release delayed on two nodes", advPush, inState(primitives.LeaderNone))
+	// the observer's next read on node 0 is held, and its connection with it
+	held := opx[0].Hold("$7\r\nobserve\r\n")
+	defer held.Release()
+	lease, err = holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a grant with the observer's read held on a node", advPush, leading("holder"))
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a release with the observer's read held on a node", advPush, inState(primitives.LeaderNone))
+	held.Release()
+	lease, err = holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a grant once the read flows", advPush, leading("holder"))
+	lease.Release(ctx)
+}
+
+// The watch flag expired on a minority of nodes (an observer that could
+// not reach them for 30 s), and the holder reaches only a quorum that
+// includes them: a flagged node's grant still tells the observer, whose
+// read sets the flag again.
+func TestAdvObserveFlagExpiredOnAMinority(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 5)
+	addrs := testutil.Addrs(srv)
+	hpx, haddrs := proxied(t, addrs)
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, addrs, "flag", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	for _, s := range srv[3:] {
+		if _, err := s.Do("PEXPIRE", "redlock:{flag}:w", "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	for _, p := range hpx[:2] {
+		p.SetFault(testutil.DropRequests)
+	}
+	holder := advLock(t, haddrs, "flag", "holder")
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a grant on 3 of 5, two of them unflagged", advPush, leading("holder"))
+	for _, p := range hpx[:2] {
+		p.SetFault(testutil.Reset)
+	}
+	lease.Release(ctx)
+}
+
+// An observer started while two of three nodes are stopped subscribes to
+// them once they resume: with the third node then killed, a grant on the
+// two is still pushed.
+func TestAdvObserveStartedWhileNodesStopped(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	ctx := context.Background()
+	ol := advLock(t, addrs, "late", "observer")
+	srv[0].Pause()
+	srv[1].Pause()
+	w := watchAll(t, ol)
+	w.await(t, "unknown while two nodes are stopped", advPush, inState(primitives.LeaderUnknown))
+	srv[0].Resume()
+	srv[1].Resume()
+	w.await(t, "none once they resume", advPush, inState(primitives.LeaderNone))
+	srv[2].Kill()
+	time.Sleep(500 * time.Millisecond)
+	holder := advLock(t, addrs, "late", "holder")
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a grant on the two resumed nodes", advPush, leading("holder"))
+	lease.Release(ctx)
+	w.await(t, "its release", advPush, inState(primitives.LeaderNone))
+}
+
+// A node restarted empty while a holder holds: the observer stays Leading
+// (the other two still hold), and still hears the release.
+func TestAdvObserveEmptyRestartWhileHeld(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, addrs, "restart", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	holder := advLock(t, addrs, "restart", "holder")
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "the holder", advPush, leading("holder"))
+	srv[0].RestartEmpty()
+	time.Sleep(1500 * time.Millisecond) // the observer reconnects and reads; the holder re-takes
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range w.await(t, "the release", advPush, inState(primitives.LeaderNone)) {
+		if s.State != primitives.Leading && s.State != primitives.LeaderNone {
+			t.Errorf("while a quorum held: %v", s)
+		}
+	}
+}
+
+// A handoff whose release is delayed on half the nodes of an even N: for
+// a moment two nodes hold the old holder and two the new one's direct
+// grant. The name is held all along; the observer must not say None
+// (Unknown is what a split is).
+func TestAdvObserveSplitHandoffOnEvenNodes(t *testing.T) {
+	t.Parallel()
+	addrs := testutil.Addrs(advServers(t, 4))
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, addrs, "split", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	var px [2][]*testutil.Proxy
+	var locks [2]*primitives.Lock
+	for i, label := range []string{"a", "b"} {
+		var paddrs []string
+		px[i], paddrs = proxied(t, addrs)
+		locks[i] = advLock(t, paddrs, "split", label)
+	}
+	lease, err := locks[0].Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a", advPush, leading("a"))
+	for i := 1; i <= 4; i++ {
+		got := make(chan *primitives.Lease, 1)
+		go func() {
+			l, err := locks[i%2].Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(100 * time.Millisecond) // it queues
+		for _, p := range px[(i+1)%2][2:] {
+			p.Delay(150*time.Millisecond, "$7\r\nrelease\r\n")
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if lease = <-got; lease == nil {
+			return
+		}
+		label := []string{"a", "b"}[i%2]
+		for _, s := range w.await(t, "handoff "+fmt.Sprint(i), advPush, leading(label)) {
+			if s.State == primitives.LeaderNone {
+				t.Errorf("handoff %d: %v between two holders", i, s)
+			}
+		}
+	}
+	lease.Release(ctx)
+}
