@@ -70,11 +70,13 @@ const (
 // quorum is Leading, also during a min-hold tail or a lock delay (the name
 // is blocked), and while a release reserves the name for a waiter (Holder
 // is that waiter). Nodes that prove no holder can have a quorum give
-// LeaderNone. With fewer than a quorum answering it returns LeaderUnknown
-// and an error wrapping ErrQuorumUnavailable. So does a split that the
-// silent nodes could still decide either way. Fence is the highest fence
-// counter among the holder's nodes. After a node restarted empty it can be
-// above the lease's own Fence; the lease's is the one to guard writes with.
+// LeaderNone: more than N-Q of them are free. With fewer than a quorum
+// answering it returns LeaderUnknown and an error wrapping
+// ErrQuorumUnavailable. So does a split: no holder on a quorum, but too
+// few free nodes to say nobody holds it (a handoff half done). Fence is
+// the highest fence counter among the holder's nodes. After a node
+// restarted empty it can be above the lease's own Fence; the lease's is
+// the one to guard writes with.
 func (l *Lock) Observe(ctx context.Context) (Leadership, error) {
 	o := l.observe(ctx, 0)
 	return o.lead, o.err
@@ -111,7 +113,8 @@ func (l *Lock) observe(ctx context.Context, flag time.Duration) observation {
 }
 
 // decideLeader counts the nodes of the most common holding value as yes,
-// the other answers as no, and leaves the silent nodes pending.
+// the other answers as no, and leaves the silent nodes pending. It is
+// LeaderNone only when the free nodes alone veto every holder.
 func decideLeader(t engine.Tally, states []NodeState, start time.Time) observation {
 	type group struct {
 		st   NodeState
@@ -119,13 +122,14 @@ func decideLeader(t engine.Tally, states []NodeState, start time.Time) observati
 		max  uint64
 	}
 	var groups []*group
-	answered := 0
+	answered, free := 0, 0
 	for _, st := range states {
 		if st.Err != nil {
 			continue
 		}
 		answered++
 		if st.State == "free" {
+			free++
 			continue
 		}
 		i := slices.IndexFunc(groups, func(g *group) bool { return g.st.value == st.value })
@@ -154,11 +158,14 @@ func decideLeader(t engine.Tally, states []NodeState, start time.Time) observati
 		t.Yes = len(best.ttls)
 	}
 	t.No = answered - t.Yes
-	switch t.Verdict() {
-	case engine.Won:
-	case engine.Refused:
+	switch v := t.Verdict(); {
+	case v == engine.Won:
+	case v == engine.Refused && t.Veto(free):
 		return observation{lead: Leadership{State: LeaderNone, Since: start}}
 	default:
+		// Too few nodes are free to refute a holder: the name is held on
+		// a quorum of nodes, split between holders (a handoff half done,
+		// 2:2 on an even N). It is no time to campaign.
 		unknown.err = fmt.Errorf("%w: no quorum agrees on the holder, %d of %d nodes answered",
 			ErrQuorumUnavailable, answered, len(states))
 		return unknown
