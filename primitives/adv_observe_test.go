@@ -473,3 +473,34 @@ func TestAdvObserveSplitHandoffOnEvenNodes(t *testing.T) {
 	}
 	lease.Release(ctx)
 }
+
+// The observer's subscriptions are confirmed late (its SUBSCRIBE delayed
+// on every node past the wait for them): a grant published before they
+// are confirmed is lost, so the observer must read again once they are.
+func TestAdvObserveLateSubscription(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	opx, oaddrs := proxied(t, addrs)
+	ctx := context.Background()
+	var subs []*testutil.Held
+	for _, p := range opx {
+		subs = append(subs, p.Delay(1500*time.Millisecond, "SUBSCRIBE", "{latesub}:ch"))
+	}
+	w := watchAll(t, advLock(t, oaddrs, "latesub", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	for _, h := range subs {
+		select {
+		case <-h.Caught():
+		default:
+			t.Fatal("a subscription was not delayed")
+		}
+	}
+	holder := advLock(t, addrs, "latesub", "holder")
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	w.await(t, "a grant before the subscriptions were confirmed", advPush, leading("holder"))
+}
