@@ -3,6 +3,8 @@ package notify
 // Observe registers an observer of topic: a Waiter outside the topic's
 // FIFO. It is woken by every message of the topic, whoever it names, and
 // whenever a push connection was re-established or a message was dropped.
+// A node's confirmation of the subscription wakes it too: a message sent
+// before it was lost. Its Ready closes like a waiter's.
 // No named message is for it and no re-check is passed to it, so it never
 // delays a waiter. Pass does nothing for it. It must be closed with Close.
 func (r *Router) Observe(topic string) *Waiter {

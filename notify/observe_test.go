@@ -52,3 +52,36 @@ func TestObserverHearsEverythingAndTakesNothing(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// An observer's Ready closes once the subscription is confirmed, and each
+// node's confirmation wakes it: a message sent before it was lost.
+func TestObserverWokenByEachConfirmation(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var log subLog
+		opts := log.opts()
+		opts.ReadyAfter = 2
+		r := notify.New(opts)
+		defer r.Close()
+		o := r.Observe("k")
+		defer o.Close()
+		synctest.Wait()
+		for i := range 3 {
+			r.Confirmed("k")
+			synctest.Wait()
+			if !woken(o) {
+				t.Errorf("confirmation %d did not wake the observer", i+1)
+			}
+			select {
+			case <-o.Ready():
+				if i == 0 {
+					t.Error("ready after one of two confirmations")
+				}
+			default:
+				if i > 0 {
+					t.Errorf("not ready after %d confirmations", i+1)
+				}
+			}
+		}
+	})
+}

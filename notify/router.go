@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,12 +319,15 @@ func (r *Router) run() {
 				}
 				t.confirms++
 				if t.confirms == r.opt.ReadyAfter {
-					for _, w := range t.waiters {
+					for _, w := range slices.Concat(t.waiters, t.observers) {
 						if w.unready--; w.unready == 0 {
 							close(w.ready)
 						}
 					}
 				}
+				// A message published before this node subscribed is lost,
+				// and an observer does not wait for every node: it reads again.
+				r.tell(t)
 			case c.reset:
 				r.stats.resets.Add(1)
 				for _, t := range topics {
