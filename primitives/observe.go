@@ -168,6 +168,12 @@ func decideLeader(t engine.Tally, states []NodeState, start time.Time) observati
 		// 2:2 on an even N). It is no time to campaign.
 		unknown.err = fmt.Errorf("%w: no quorum agrees on the holder, %d of %d nodes answered",
 			ErrQuorumUnavailable, answered, len(states))
+		// a crashed holder's keys expire one by one: read again when the
+		// last of them has, if that is sooner
+		if best != nil {
+			last := slices.Max(best.ttls) - time.Since(start) + 5*time.Millisecond
+			unknown.until = min(observeRetry, max(last, time.Millisecond))
+		}
 		return unknown
 	}
 	lead := Leadership{State: Leading, Holder: best.st.Info, Fence: best.max, Since: start}
