@@ -286,6 +286,10 @@ func TestAdvObserveCrashWithNodesDownAndStopped(t *testing.T) {
 	if late := noneAt.Sub(deadline); late > time.Second {
 		t.Errorf("None %v after the holder's deadline", late)
 	}
+	srv[4].Resume()
+	for _, p := range px {
+		p.SetFault(testutil.Reset)
+	}
 }
 
 // A grant's publish and a release delayed on two of three nodes, and the
@@ -505,4 +509,99 @@ func TestAdvObserveLateSubscription(t *testing.T) {
 	}
 	defer lease.Release(ctx)
 	w.await(t, "a grant before the subscriptions were confirmed", advPush, leading("holder"))
+}
+
+// With active expiry off, no state that blocks the name outlives its end
+// in the observer: a min-hold tail, a lock delay after a crash, and a
+// direct grant to a waiter whose process died read None soon after they
+// end.
+func TestAdvObserveBlockedNamesEndOnTime(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	ctx := context.Background()
+	ended := func(w *watchLog, what string, end time.Time) {
+		t.Helper()
+		seen := w.await(t, what, time.Until(end)+advPush, inState(primitives.LeaderNone))
+		w.mu.Lock()
+		at := w.at[w.cursor-1]
+		w.mu.Unlock()
+		for _, s := range seen[:len(seen)-1] {
+			if s.State == primitives.LeaderNone {
+				t.Errorf("%s: %v before its end", what, s)
+			}
+		}
+		if late := at.Sub(end); late > time.Second {
+			t.Errorf("%s: None %v after its end", what, late)
+		}
+	}
+
+	t.Run("min-hold tail", func(t *testing.T) {
+		w := watchAll(t, advLock(t, addrs, "mh", "observer"))
+		w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+		l := advLock(t, addrs, "mh", "tail", primitives.WithMinHold(1500*time.Millisecond))
+		start := time.Now()
+		lease, err := l.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.await(t, "the holder", advPush, leading("tail"))
+		lease.Release(ctx)
+		ended(w, "the tail", start.Add(1500*time.Millisecond))
+	})
+	t.Run("lock delay after a crash", func(t *testing.T) {
+		w := watchAll(t, advLock(t, addrs, "ld", "observer"))
+		w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+		px, paddrs := proxied(t, addrs)
+		l := advLock(t, paddrs, "ld", "delayed", primitives.WithTTL(time.Second), primitives.WithLockDelay(time.Second))
+		start := time.Now()
+		lease, err := l.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.await(t, "the holder", advPush, leading("delayed"))
+		for _, p := range px {
+			p.SetFault(testutil.DropRequests)
+		}
+		<-lease.Lost()
+		// the keys live TTL + delay from the last renewal, at most
+		ended(w, "the lock delay", start.Add(3*time.Second))
+		for _, p := range px {
+			p.SetFault(testutil.Reset)
+		}
+	})
+	t.Run("direct grant to a dead waiter", func(t *testing.T) {
+		w := watchAll(t, advLock(t, addrs, "dg", "observer"))
+		w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+		holder := advLock(t, addrs, "dg", "holder")
+		lease, err := holder.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.await(t, "the holder", advPush, leading("holder"))
+		px, paddrs := proxied(t, addrs)
+		waiter := advLock(t, paddrs, "dg", "waiter", primitives.WithTTL(time.Second))
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if l, err := waiter.Acquire(wctx); err == nil {
+				l.Release(ctx)
+			}
+		}()
+		time.Sleep(300 * time.Millisecond) // it queues
+		// its process dies: its requests go nowhere, its subscriptions stay
+		for _, p := range px {
+			p.SetFault(testutil.DropRequests)
+		}
+		start := time.Now()
+		lease.Release(ctx)
+		// a grant to it lasts its attempt's TTL, never past its queue entry
+		ended(w, "the dead waiter's grant", start.Add(time.Second+200*time.Millisecond))
+		for _, p := range px {
+			p.SetFault(testutil.Reset)
+		}
+		cancel()
+		<-done
+	})
 }
