@@ -296,3 +296,106 @@ func traceSVG(spans []sdktrace.ReadOnlySpan, from, to sdktrace.ReadOnlySpan) str
 	b.WriteString("</svg>\n")
 	return b.String()
 }
+
+// Every exclusive holder with holder metadata carries its acquire span's
+// traceparent, so a waiter on another coordinator links its acquire span
+// to the holder's, whatever the two primitives: a FairLock, a MultiLock
+// (and a Lock blocked by one), an RWLock writer (and a reader blocked by
+// one, a writer blocked by a reader), and a Semaphore permit.
+func TestTraceEveryWaiterLinksToItsHolder(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	addrs := testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{}))
+	type pair func(c *coordinator.Coordinator, holder bool) (primitives.Locker, error)
+	rw := func(hw, ww bool) pair {
+		return func(c *coordinator.Coordinator, holder bool) (primitives.Locker, error) {
+			l, err := primitives.NewRWLock(c, "rw")
+			if err != nil {
+				return nil, err
+			}
+			if holder && hw || !holder && ww {
+				return l.Writer(), nil
+			}
+			return l.Reader(), nil
+		}
+	}
+	cases := []struct {
+		name string
+		make pair
+	}{
+		{"fairlock", func(c *coordinator.Coordinator, _ bool) (primitives.Locker, error) {
+			return primitives.NewFairLock(c, "fair")
+		}},
+		{"multilock", func(c *coordinator.Coordinator, holder bool) (primitives.Locker, error) {
+			if holder {
+				return primitives.NewMultiLock(c, []string{"m-a", "m-b"})
+			}
+			return primitives.NewMultiLock(c, []string{"m-b", "m-c"})
+		}},
+		{"lock behind a multilock", func(c *coordinator.Coordinator, holder bool) (primitives.Locker, error) {
+			if holder {
+				return primitives.NewMultiLock(c, []string{"lm-a", "lm-b"})
+			}
+			return primitives.NewLock(c, "lm-b")
+		}},
+		{"rwlock writer", rw(true, true)},
+		{"rwlock reader behind a writer", rw(true, false)},
+		{"rwlock writer behind a reader", rw(false, true)},
+		{"semaphore", func(c *coordinator.Coordinator, _ bool) (primitives.Locker, error) {
+			return primitives.NewSemaphore(c, "sem", 1)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := tracedCoord(t, addrs, nil)
+			w := tracedCoord(t, addrs, nil)
+			hl, err := tc.make(h.c, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wl, err := tc.make(w.c, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			lease, err := hl.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *primitives.Lease, 1)
+			go func() {
+				l, err := wl.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			deadline := time.Now().Add(5 * time.Second)
+			for sumOf(t, w.reader, "redlock.acquire.waiting") != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter never waited")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wlease := <-got
+			if wlease == nil {
+				t.FailNow()
+			}
+			wlease.Release(ctx)
+			hAcq := spanNamed(h.spans.Ended(), "redlock.acquire")
+			wAcq := spanNamed(w.spans.Ended(), "redlock.acquire")
+			if len(hAcq) != 1 || len(wAcq) != 1 {
+				t.Fatalf("acquire spans: holder %d, waiter %d; want 1 each", len(hAcq), len(wAcq))
+			}
+			links := wAcq[0].Links()
+			if len(links) != 1 || links[0].SpanContext.SpanID() != hAcq[0].SpanContext().SpanID() {
+				t.Fatalf("waiter's links %+v, want one to the holder's acquire span %v", links, hAcq[0].SpanContext())
+			}
+		})
+	}
+}
