@@ -70,8 +70,10 @@ func perNode(x any, call nodeactor.Call) func(int) nodeactor.Call {
 }
 
 // tokener is implemented by primitives whose attempt tokens carry holder
-// metadata (Lock, MultiLock: see meta.go): attemptToken returns the value
-// an attempt writes; enqueue tells whether the attempt queues wid.
+// metadata (Lock, MultiLock, FairLock, RWLock: see meta.go): attemptToken
+// returns the value an attempt writes; enqueue tells whether the attempt
+// queues wid. With tracing on, the token carries the acquire span's
+// traceparent too.
 type tokener interface {
 	attemptToken(wid string, enqueue bool) string
 }
@@ -120,10 +122,7 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 	}
 	token := ""
 	if tk, ok := base.(tokener); ok {
-		token = tk.attemptToken(wid, enqueue)
-		if _, lock := base.(*Lock); lock {
-			token = withTraceParent(c, ctx, token)
-		}
+		token = withTraceParent(c, ctx, tk.attemptToken(wid, enqueue))
 	} else {
 		token = newToken()
 	}

@@ -104,6 +104,7 @@ func (f *FairLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { f.c.Instruments().RecordAcquire("fairlock", start, err) }()
 	ctx, tr := startAcquireSpan(ctx, f.c, "fairlock", f.Name)
 	defer func() { tr.end(lease, err) }()
+	tr.linkTo(f.holders)
 	w := &fairWaiter{f: f, wid: waiterID(f.meta)}
 	first := true
 	lease, err = waitLoop(ctx, f.c, waitSpec{kind: "fairlock", tr: tr, topics: []string{f.topic}, token: w.wid, try: func(enqueue bool) attemptResult {
@@ -273,4 +274,12 @@ func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 // QuorumOf leaves it out). QuorumOf gives the quorum's view.
 func (f *FairLock) Status(ctx context.Context) []NodeState {
 	return readStatus(ctx, f.c, f.call(scripts.FairStatus{MaxWaiters: MaxStatusWaiters}), 5, parseFairStatus)
+}
+
+// holders is who holds the fair lock on a quorum (none if nobody does).
+func (f *FairLock) holders(ctx context.Context) []HolderInfo {
+	if q := QuorumOf(f.Status(ctx), f.c.NewTally().Q); q.Holder.raw != "" {
+		return []HolderInfo{q.Holder}
+	}
+	return nil
 }

@@ -27,7 +27,7 @@ import (
 // never shown); <waiter> is the first 8 hex digits of the waiter id whose
 // queue entry the hold keeps until its release ("" for TryAcquire), so a
 // status can leave the holder out of the waiters. <traceparent> is the
-// W3C trace context of a Lock holder's acquire span, written only when
+// W3C trace context of a holder's acquire span, written only when
 // Config.TracerProvider is set (docs/operations.md, "Traces"). The script treats the
 // whole string as the token: it compares it whole (and never parses it),
 // and so does a native SET … IFEQ renewal. CountDownLatch has no holder.

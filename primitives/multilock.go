@@ -118,6 +118,7 @@ func (m *MultiLock) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { m.c.Instruments().RecordAcquire("multilock", start, err) }()
 	ctx, tr := startAcquireSpan(ctx, m.c, "multilock", func() string { return strings.Join(m.names, ",") })
 	defer func() { tr.end(lease, err) }()
+	tr.linkTo(m.holders)
 	token := newToken() + m.meta // the waiter id carries the metadata too (meta.go)
 	w := &waiter{queued: m, wid: token}
 	return waitLoop(ctx, m.c, waitSpec{kind: "multilock", tr: tr, topics: m.topics, token: token, recheckMax: m.o.ttl,
@@ -206,4 +207,20 @@ func (p *multiProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.
 func (p *multiProto) ReleaseCall(i int) nodeactor.Call {
 	return p.m.forNode(i, p.m.call(scripts.MultiRelease{Token: p.token, Window: p.m.o.set.HandoffWindow,
 		Release: true, Waiter: p.wid}))
+}
+
+// holders is who holds the names on a quorum, read name by name (a Lock's
+// status read each) until maxHolderLinks names are held.
+func (m *MultiLock) holders(ctx context.Context) []HolderInfo {
+	var out []HolderInfo
+	for _, name := range m.names {
+		call := nodeactor.Call{Script: lockScript, Keys: lockKeys(m.c, name), Args: scripts.LockStatus{}.Args(), ReadOnly: true}
+		states := readStatus(ctx, m.c, call, 4, parseLockStatus)
+		if o := decideLeader(m.c.NewTally(), states, time.Now()); o.lead.State == Leading {
+			if out = append(out, o.lead.Holder); len(out) == maxHolderLinks {
+				break
+			}
+		}
+	}
+	return out
 }

@@ -159,6 +159,7 @@ func (s *rwSide) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { s.rw.c.Instruments().RecordAcquire(s.kind(), start, err) }()
 	ctx, tr := startAcquireSpan(ctx, s.rw.c, s.kind(), func() string { return s.rw.name })
 	defer func() { tr.end(lease, err) }()
+	tr.linkTo(s.rw.holders)
 	rw := s.rw
 	wid := waiterID(rw.meta)
 	// A writer's queue score is chosen once, by the writer, and is the same
@@ -395,4 +396,13 @@ func plural(n int, s string) string {
 		return s
 	}
 	return s + "s"
+}
+
+// holders is who holds the lock on a quorum: the writer, or the readers.
+func (rw *RWLock) holders(ctx context.Context) []HolderInfo {
+	q := RWQuorumOf(rw.Status(ctx), rw.c.NewTally().Q)
+	if q.State == "write" {
+		return []HolderInfo{q.Writer}
+	}
+	return q.Readers
 }

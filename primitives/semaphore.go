@@ -117,6 +117,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { s.c.Instruments().RecordAcquire("semaphore", start, err) }()
 	ctx, tr := startAcquireSpan(ctx, s.c, "semaphore", func() string { return s.name })
 	defer func() { tr.end(lease, err) }()
+	tr.linkTo(s.holders)
 	pr := newProposer(s.permits)
 	wid := newToken() + s.meta // its queue score is its waiting-since (meta.go)
 	return waitLoop(ctx, s.c, waitSpec{kind: "semaphore", tr: tr, topics: []string{s.topic}, token: wid,
@@ -331,7 +332,7 @@ func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid string, enqueue bool) (attemptResult, bool) {
 	x := semSlot{s: s, slot: slot, score: pr.score}
 	// a granted waiter leaves the queue at once: no waiter in the token
-	token := holdValue(s.meta, time.Now(), "")
+	token := withTraceParent(s.c, ctx, holdValue(s.meta, time.Now(), ""))
 	call := x.acquireCall(token, wid, enqueue)
 	// A won waiter's claim also goes to the nodes whose refusal arrives
 	// after the attempt was decided (their request ran after the first
@@ -432,4 +433,15 @@ func (p *semProto) RenewCall(_ int, ttl time.Duration, retake bool) nodeactor.Ca
 func (p *semProto) ReleaseCall(int) nodeactor.Call {
 	s := p.x.s
 	return s.call(scripts.SemRelease{Token: p.token, Slot: p.x.slot, Window: s.o.set.HandoffWindow, Channel: s.channel})
+}
+
+// holders is who holds a permit on a quorum (reservations left out).
+func (s *Semaphore) holders(ctx context.Context) []HolderInfo {
+	var out []HolderInfo
+	for _, p := range SemaphoreQuorumOf(s.Status(ctx), s.c.NewTally().Q).Holders {
+		if !p.Reserved {
+			out = append(out, p.Holder)
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package primitives
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,20 +37,44 @@ func startAcquireSpan(ctx context.Context, c *engine.Engine, primitive string, n
 // waiter's span links to the holder's (see waitLoop).
 func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireTrace) {
 	ctx, t := startAcquireSpan(ctx, l.c, "lock", l.Name)
+	t.linkTo(l.holders)
+	return ctx, t
+}
+
+// holders is who holds the Lock's name on a quorum (none if nobody does).
+func (l *Lock) holders(ctx context.Context) []HolderInfo {
+	states := readStatus(ctx, l.c, l.call(scripts.LockStatus{}), 4, parseLockStatus)
+	if o := decideLeader(l.c.NewTally(), states, time.Now()); o.lead.State == Leading {
+		return []HolderInfo{o.lead.Holder}
+	}
+	return nil
+}
+
+// maxHolderLinks bounds the links of one acquire span (the holders of a
+// MultiLock's names, an RWLock's readers, a Semaphore's permits).
+const maxHolderLinks = 8
+
+// linkTo makes t's link: after the first refusal, one read of holders
+// (read-only, one round on every node) and a link to the span of each
+// holder that carries a traceparent.
+func (t *acquireTrace) linkTo(holders func(ctx context.Context) []HolderInfo) {
 	if t == nil {
-		return ctx, nil
+		return
 	}
 	span := t.span
 	t.link = func(ctx context.Context) {
 		t.link = nil
-		states := readStatus(ctx, l.c, l.call(scripts.LockStatus{}), 4, parseLockStatus)
-		o := decideLeader(l.c.NewTally(), states, time.Now())
-		if sc, ok := engine.ParseTraceParent(o.lead.Holder.trace); ok {
+		var seen []string
+		for _, h := range holders(ctx) {
+			sc, ok := engine.ParseTraceParent(h.trace)
+			if !ok || slices.Contains(seen, h.trace) || len(seen) == maxHolderLinks {
+				continue
+			}
+			seen = append(seen, h.trace)
 			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{
-				attribute.String("redlock.link", "holder"), attribute.String("redlock.holder", o.lead.Holder.ID)}})
+				attribute.String("redlock.link", "holder"), attribute.String("redlock.holder", h.ID)}})
 		}
 	}
-	return ctx, t
 }
 
 // tried ends the span of a TryAcquire: one attempt (a split vote's
@@ -73,8 +98,8 @@ func (t *acquireTrace) end(lease *Lease, err error) {
 	engine.EndSpan(t.span, "acquired", err, attrs...)
 }
 
-// withTraceParent appends the traceparent of ctx's span to a Lock's hold
-// token, as its seventh metadata field (meta.go). Older readers read six.
+// withTraceParent appends the traceparent of ctx's span to a hold token,
+// as its seventh metadata field (meta.go). Older readers read six.
 func withTraceParent(c *engine.Engine, ctx context.Context, token string) string {
 	if tp := c.TraceParent(ctx); tp != "" {
 		return token + metaSep + tp
