@@ -24,4 +24,9 @@
 // progress is reached.
 //
 // The package knows nothing of quorums or nodes beyond their push messages.
+//
+// It is the library's plumbing. A Coordinator starts and wires its own
+// Router, and applications never call this package: to follow a lock, use
+// primitives.Lock.Watch or chanapi.Observe, not Router.Observe. Its names
+// are exported only because the library's engine lives in another package.
 package notify

@@ -203,7 +203,9 @@ func tailHolder(v string) HolderInfo {
 
 // Watch observes the name until ctx ends or the coordinator closes, and
 // returns why. It calls fn with the first Leadership, then with each
-// change, in order, on its own goroutine; fn must not block for long. It
+// change, in order, on its own goroutine; fn must not block for long.
+// It is the loop behind chanapi.Observe, whose channel keeps only the
+// latest state: use Watch where every change matters (an audit log). It
 // is pushed, not polled: a grant, a release or a handoff on any node makes
 // it read the name once. A known holder's deadline makes it read again
 // (a crashed holder is LeaderNone by then, whatever the nodes' expiry
