@@ -605,3 +605,59 @@ func TestAdvObserveBlockedNamesEndOnTime(t *testing.T) {
 		<-done
 	})
 }
+
+// The other ways a Lock's name changes hands are pushed too: a MultiLock
+// over it, an owner's reentrant holds (Leading until the last is
+// released), and an operator's forced release.
+func TestAdvObserveMultiLockOwnerAndForce(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, addrs, "other", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+
+	ml, err := primitives.NewMultiLock(newCoord(t, addrs), []string{"aaa", "other", "zzz"}, primitives.WithLabel("multi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := ml.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a MultiLock's grant", advPush, leading("multi"))
+	lease.Release(ctx)
+	w.await(t, "a MultiLock's release", advPush, inState(primitives.LeaderNone))
+
+	ol := advLock(t, addrs, "other", "owner", primitives.WithOwner("svc"))
+	first, err := ol.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := ol.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "an owner's hold", advPush, func(s primitives.Leadership) bool {
+		return s.State == primitives.Leading && s.Holder.ID == "svc"
+	})
+	first.Release(ctx)
+	second.Release(ctx)
+	for _, s := range w.await(t, "an owner's last release", advPush, inState(primitives.LeaderNone)) {
+		if s.State == primitives.LeaderUnknown {
+			t.Errorf("between two holds of one owner: %v", s)
+		}
+	}
+
+	held := advLock(t, addrs, "other", "forced")
+	hl, err := held.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "the holder to force out", advPush, leading("forced"))
+	if _, err := held.ForceRelease(ctx, "adversarial test"); err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "a forced release", advPush, inState(primitives.LeaderNone))
+	<-hl.Lost()
+}
