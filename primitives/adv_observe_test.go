@@ -662,3 +662,46 @@ func TestAdvObserveMultiLockOwnerAndForce(t *testing.T) {
 	w.await(t, "a forced release", advPush, inState(primitives.LeaderNone))
 	<-hl.Lost()
 }
+
+// The observer's re-read at a crashed holder's deadline is held on one of
+// three nodes (that read and its connection stall): the two others answer
+// free, which is enough for None, by the deadline and not before it.
+func TestAdvObserveDeadlineReadHeld(t *testing.T) {
+	t.Parallel()
+	srv := advServers(t, 3)
+	addrs := testutil.Addrs(srv)
+	hpx, haddrs := proxied(t, addrs)
+	opx, oaddrs := proxied(t, addrs)
+	ctx := context.Background()
+	w := watchAll(t, advLock(t, oaddrs, "heldread", "observer"))
+	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	holder := advLock(t, haddrs, "heldread", "holder", primitives.WithTTL(time.Second))
+	lease, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "the holder", advPush, leading("holder"))
+	held := opx[0].Hold("$7\r\nobserve\r\n")
+	defer held.Release()
+	for _, p := range hpx {
+		p.SetFault(testutil.DropRequests)
+	}
+	<-lease.Lost()
+	deadline := lease.Deadline()
+	w.await(t, "None with the deadline's read held on a node", time.Until(deadline)+advPush, inState(primitives.LeaderNone))
+	w.mu.Lock()
+	at := w.at[w.cursor-1]
+	w.mu.Unlock()
+	if at.Before(deadline) || at.Sub(deadline) > time.Second {
+		t.Errorf("None at %v, the holder's deadline %v", at, deadline)
+	}
+	select {
+	case <-held.Caught():
+	default:
+		t.Error("no read was held")
+	}
+	held.Release()
+	for _, p := range hpx {
+		p.SetFault(testutil.Reset)
+	}
+}
