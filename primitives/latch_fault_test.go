@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -242,7 +243,10 @@ func TestLatchMiniClientClockSkew(t *testing.T) {
 		for _, m := range ms {
 			m.SetTime(time.Now().Add(skew)) // the servers' TIME; the client keeps its own clock
 		}
-		c := newCoord(t, testutil.MiniAddrs(ms))
+		// A generous NodeTimeout: under -race, beside parallel tests, an
+		// in-process node can take longer than 250 ms to answer, and this
+		// test is about clocks, not timeouts.
+		c := newCoord(t, testutil.MiniAddrs(ms), func(c *coordinator.Config) { c.NodeTimeout = time.Second })
 		l := mustLatch(t, c, "skew", 2)
 		if n := latchCount(t, l); n != 2 {
 			t.Fatalf("servers %v ahead: Count = %d", skew, n)
