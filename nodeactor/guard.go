@@ -66,6 +66,8 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		return Look{}, ErrNodeDown
 	}
 	cl := *cp
+	ctx, cancel := a.noDeadline(ctx)
+	defer cancel()
 	ss := registered()
 	shas := make([]string, len(ss)+1)
 	shas[0] = marker.armedFor(a.opt.Guard).SHA
@@ -82,6 +84,10 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	info, err := res[0].ToString()
 	if err != nil {
 		return lk, err
+	}
+	if infoField(info, "run_id") == "" {
+		// not an INFO reply: a connection out of step (a reply lost)
+		return lk, errors.New("redlock: guard look: no run_id in the INFO reply")
 	}
 	lk.Identity = identity(info)
 	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
@@ -108,7 +114,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	return lk, nil
 }
 
-// Arm loads every armed script in one pipeline that first reads the
+// Arm loads every armed script (and its plain copy) in one pipeline that first reads the
 // identity, on one connection: both answered, so both reached one process.
 // If that identity is not want, the node restarted since it was
 // evaluated: Arm flushes its script cache and returns ErrIdentityChanged.
@@ -118,17 +124,25 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 		return ErrNodeDown
 	}
 	cl := *cp
+	ctx, cancel := a.noDeadline(ctx)
+	defer cancel()
 	ss := registered()
 	cmds := make(rueidis.Commands, 0, len(ss)+1)
 	cmds = append(cmds, cl.B().Info().Section("server", "replication").Build())
 	for _, s := range ss {
-		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard).Body).Build())
+		// the plain copy too: releases, rollbacks and renewals run it, and
+		// its first call would otherwise cost a NOSCRIPT round trip
+		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard).Body).Build(),
+			cl.B().ScriptLoad().Script(s.Body).Build())
 	}
 	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard).Body).Build())
 	res := cl.DoMulti(ctx, cmds...)
 	info, err := res[0].ToString()
 	if err != nil {
 		return err
+	}
+	if infoField(info, "run_id") == "" {
+		return errors.New("redlock: guard arm: no run_id in the INFO reply")
 	}
 	if got := identity(info); got != want {
 		_ = cl.Do(ctx, cl.B().ScriptFlush().Build()).Error()
@@ -140,6 +154,22 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 		}
 	}
 	return nil
+}
+
+// noDeadline returns a ctx without a deadline, canceled at ctx's deadline
+// or when ctx ends: rueidis closes a connection whose ctx deadline passes,
+// and the lanes' order lives on that connection (see until).
+func (a *Actor) noDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(a.opt.DialTimeout)
+	}
+	c, cancel := until(d)
+	stop := context.AfterFunc(ctx, cancel)
+	return c, func() {
+		stop()
+		cancel()
+	}
 }
 
 // identity is a node's run_id and master_replid from INFO.
