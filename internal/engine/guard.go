@@ -21,17 +21,19 @@ const (
 	guardEvery    = time.Second     // the loop's period
 	guardMargin   = 3 * time.Second // the horizon's PTTL above the longest TTL
 	guardMinEvery = 100 * time.Millisecond
-	// guardWait bounds the wait for a raise's replies: a reply that comes
-	// later than NodeTimeout still confirms (from the send time), as long
-	// as it comes before the last confirmed horizon runs out.
-	guardWait = guardMargin - guardEvery
+	// guardWait bounds the wait for a raise's replies: a reply later than
+	// NodeTimeout still confirms (from the send time). It is the node
+	// actor's own wait for an urgent batch, so a raise holds no lane longer
+	// than a release does.
+	guardWait = time.Second
 )
 
 // horizonScript raises the horizon key's PTTL to ARGV[1] ms; it never
 // lowers it. It answers the PTTL the key has then.
 var horizonScript = nodeactor.NewScript("guard-horizon", `local want = tonumber(ARGV[1])
 local p = redis.call('PTTL', KEYS[1])
-if p < want then redis.call('SET', KEYS[1], '1', 'PX', want) p = want end
+if p == -2 then redis.call('SET', KEYS[1], '1', 'PX', want) p = want
+elseif p < want then redis.call('PEXPIRE', KEYS[1], want) p = want end
 return p`)
 
 // checkScript is run armed on a direct grant's nodes: NOSCRIPT there
@@ -173,14 +175,19 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 // raise sets the horizon's PTTL to at least ttl+guardMargin on every node
 // and records the confirmed horizons.
 func (g *guard) raise(ctx context.Context, ttl time.Duration) {
+	if !g.anyGuarded() {
+		return // miniredis, a cluster: no node to guard, no key to leave
+	}
 	px := ttl + guardMargin
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px)}}
-	r := g.c.fanout(ctx, max(guardWait, g.c.set.NodeTimeout), nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
+	r := g.c.fanout(ctx, max(guardWait, g.c.set.NodeTimeout), nodeactor.Urgent, func(i int) nodeactor.Call {
+		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
+		return call
+	}, nil, nil)
 	for i, rep := range r.Replies {
 		if !r.Answered[i] || rep.Err != nil {
 			continue
 		}
-		countGuardRun(g.c.nodes[i].Addr())
 		ms, err := rep.Msg.AsInt64()
 		if err != nil {
 			continue
@@ -194,6 +201,16 @@ func (g *guard) raise(ctx context.Context, ttl time.Duration) {
 			}
 		}
 	}
+}
+
+// anyGuarded reports whether the guard applies to some node.
+func (g *guard) anyGuarded() bool {
+	for _, gn := range g.gns {
+		if gn != nil && gn.Guarded() {
+			return true
+		}
+	}
+	return false
 }
 
 // tick raises the horizon everywhere and, meanwhile, looks at every node,
@@ -373,15 +390,13 @@ func (g *guard) confirmArmed(ctx context.Context, nodes []int) map[int]bool {
 		}
 		return yes, done
 	}
-	r := g.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, func(r *Round) bool {
+	r := g.c.Fanout(ctx, nodeactor.Normal, func(i int) nodeactor.Call {
+		countGuardRun(g.c.nodes[i].Addr())
+		return call
+	}, func(r *Round) bool {
 		yes, done := count(r)
 		return g.c.NewTally().Enough(yes) || done == len(nodes)
 	}, nil)
 	count(r)
-	for i := range r.Replies {
-		if r.Answered[i] && r.Replies[i].Err == nil {
-			countGuardRun(g.c.nodes[i].Addr())
-		}
-	}
 	return ok
 }
