@@ -206,3 +206,60 @@ func TestGuardRestartedNodeCountsAgain(t *testing.T) {
 		})
 	}
 }
+
+// directGrantScenario: H holds; W waits in Acquire (queued on every node).
+// Nodes 0 and 1 then forget their scripts (SCRIPT FLUSH: guarded, keys
+// kept), and H releases: each node's release script hands the lock to W.
+// It reports how long W took to hold after the release.
+func directGrantScenario(t *testing.T, mode coordinator.GuardMode) time.Duration {
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ch := newCoord(t, addrs, guardMode(mode))
+	cw := newCoord(t, addrs, guardMode(mode))
+	lh, _ := primitives.NewLock(ch, "dg", primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, "dg", primitives.WithTTL(3*time.Second))
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		w, err := lw.Acquire(ctx)
+		if err != nil {
+			t.Errorf("W: %v", err)
+		}
+		got <- w
+	}()
+	queuedOnOnce(t, srv, "dg", 0, 1, 2)
+	admin(t, srv[0], "SCRIPT", "FLUSH")
+	admin(t, srv[1], "SCRIPT", "FLUSH")
+	released := time.Now()
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	took := time.Since(released)
+	if w != nil {
+		w.Release(context.Background())
+	}
+	return took
+}
+
+// TestGuardDirectGrantFromAGuardedNodeDoesNotCount: a release's handoff
+// runs in the (unarmed) release script, so a guarded node can still grant
+// directly. With the guard, W confirms each grant by an armed round: the
+// two guarded nodes' grants do not count, and W holds only once they are
+// armed again. With GuardOff the grants count at once (the test bites).
+func TestGuardDirectGrantFromAGuardedNodeDoesNotCount(t *testing.T) {
+	testutil.RequireRedis(t)
+	if took := directGrantScenario(t, coordinator.GuardAuto); took < time.Second {
+		t.Errorf("GuardAuto: W held %s after the release, with two guarded nodes' grants", took)
+	} else {
+		t.Logf("GuardAuto: W held %s after the release (the guard lifted)", took.Round(time.Millisecond))
+	}
+	if took := directGrantScenario(t, coordinator.GuardOff); took > time.Second {
+		t.Errorf("GuardOff: W held only %s after the release: the scenario does not bite", took)
+	}
+}
