@@ -263,3 +263,63 @@ func TestGuardDirectGrantFromAGuardedNodeDoesNotCount(t *testing.T) {
 		t.Errorf("GuardOff: W held only %s after the release: the scenario does not bite", took)
 	}
 }
+
+// TestGuardLeavesClusterNodesUnguarded: a Redis Cluster node of the quorum
+// stays unguarded (docs/lock.md, "Where the guard does less"): no identity,
+// never guarded, and after its masters forgot their scripts (SCRIPT FLUSH)
+// its vote still counts at once. The two servers beside it are guarded.
+func TestGuardLeavesClusterNodesUnguarded(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	c := newCoord(t, append([]string{cl.URL()}, testutil.Addrs(servers)...))
+	st := c.Nodes()
+	if st[0].Guarded || st[0].Identity != "" || st[1].Identity == "" || st[2].Identity == "" {
+		t.Fatalf("identities: cluster %q, servers %q %q", st[0].Identity, st[1].Identity, st[2].Identity)
+	}
+	for _, m := range cl.Masters {
+		admin(t, m, "SCRIPT", "FLUSH")
+	}
+	servers[0].Pause() // {cluster, server 1} must be the quorum
+	defer servers[0].Resume()
+	l, _ := primitives.NewLock(c, "unguarded", primitives.WithTTL(time.Second))
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("the flushed cluster node did not count: %v", err)
+	}
+	lease.Release(context.Background())
+	if c.Nodes()[0].Guarded {
+		t.Error("the cluster node reads guarded")
+	}
+}
+
+// TestGuardSingleNode: one node (N = 1) restarted empty. The process that
+// saw it before holds it out until its own confirmed horizon, then counts
+// it again: never longer than the horizon, never for good.
+func TestGuardSingleNode(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 1, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(c, "one", primitives.WithTTL(time.Second))
+	a, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv[0].RestartEmpty()
+	restarted := time.Now()
+	if !testutil.Eventually(5*time.Second, func() bool { return c.Nodes()[0].Guarded }) {
+		t.Fatal("the restarted single node was never guarded")
+	}
+	if _, err := l.TryAcquire(context.Background()); err == nil {
+		t.Fatal("acquired on the single node while it is guarded")
+	}
+	if !testutil.Eventually(15*time.Second, func() bool { return !c.Nodes()[0].Guarded }) {
+		t.Fatalf("still guarded %s after the restart", time.Since(restarted))
+	}
+	t.Logf("N=1: counted again %s after the restart", time.Since(restarted).Round(10*time.Millisecond))
+	_ = a.Release(context.Background())
+	b, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("after the guard: %v", err)
+	}
+	b.Release(context.Background())
+}

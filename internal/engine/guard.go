@@ -95,7 +95,7 @@ type nodeGuard struct {
 	seen      string    // the identity last found armed
 	evaluated string    // the identity the current guard is for
 	until     time.Time // the current guard's bound (zero: none yet)
-	mem       time.Time // our confirmed horizon when it was last found armed
+	mem       time.Time // our confirmed horizon when it was found to have forgotten
 }
 
 func newGuard(c *Engine) *guard {
@@ -280,7 +280,6 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr())
 		}
 		st.armed, st.seen, st.evaluated, st.until = true, lk.Identity, "", time.Time{}
-		st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
 		g.mu.Unlock()
 		return
 	}
@@ -290,17 +289,25 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 		// the identity the look read with the marker.
 		want = lk.Identity
 	} else {
-		if st.armed || st.evaluated != lk.Identity {
+		fresh := st.armed || st.evaluated != lk.Identity
+		if fresh {
 			st.armed, st.evaluated, st.until = false, lk.Identity, time.Time{}
-			g.c.set.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
-				"node", g.c.nodes[x].Addr(), "identity", lk.Identity)
+			if st.seen != "" {
+				// what this process confirmed there, perhaps under the
+				// identity it had before (a raise since only adds)
+				st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
+			}
 		}
 		b := g.bound(x, looks, errs, now)
 		if st.seen != "" && st.seen != lk.Identity && st.mem.After(b) {
-			b = st.mem // what this process knows it confirmed there
+			b = st.mem
 		}
 		if st.until.IsZero() || b.Before(st.until) {
 			st.until = b
+		}
+		if fresh && now.Before(st.until) {
+			g.c.set.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
+				"node", g.c.nodes[x].Addr(), "identity", lk.Identity, "until", st.until)
 		}
 		if now.Before(st.until) {
 			g.mu.Unlock()
@@ -317,7 +324,6 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	switch {
 	case err == nil:
 		st.armed, st.seen, st.evaluated, st.until = true, want, "", time.Time{}
-		st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
 	case errors.Is(err, nodeactor.ErrIdentityChanged):
 		st.armed, st.evaluated, st.until = false, "", time.Time{} // evaluate again
 	}
