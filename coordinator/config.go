@@ -33,6 +33,14 @@ const (
 	KeyspaceOff                      // never send CONFIG (least privilege)
 )
 
+// GuardMode says whether the node guard runs (docs/lock.md, "Node guard").
+type GuardMode int
+
+const (
+	GuardAuto GuardMode = iota // default: hold a node that forgot out of every quorum until its leases expired
+	GuardOff                   // never: a node restarted empty at once may let a second holder in
+)
+
 // Defaults for Config fields left zero.
 const (
 	DefaultKeyPrefix     = "redlock:"
@@ -66,6 +74,10 @@ type Config struct {
 	TLS           *tls.Config   // nil means plain TCP
 	ForceLua      bool          // never use native CAS/CAD even where probed
 	Logger        *slog.Logger  // nil means slog.Default()
+	// MaxTTL is the longest TTL any client of these nodes uses; 0 means 24h.
+	// A TTL above it is ErrInvalidArgument. It bounds the node guard.
+	MaxTTL    time.Duration
+	NodeGuard GuardMode // GuardAuto (default) or GuardOff
 
 	// StartTimeout bounds how long New waits for a quorum of nodes; 0 means 5s
 	// (or the ctx deadline, if sooner).
@@ -102,8 +114,20 @@ func (cfg *Config) normalize() error {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultKeyPrefix
 	}
+	if cfg.MaxTTL < 0 || cfg.MaxTTL > MaxTTL {
+		return invalid("MaxTTL %s out of range [0, %s]", cfg.MaxTTL, MaxTTL)
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = MaxTTL
+	}
+	if cfg.NodeGuard != GuardAuto && cfg.NodeGuard != GuardOff {
+		return invalid("unknown GuardMode %d", cfg.NodeGuard)
+	}
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = DefaultTTL
+	}
+	if cfg.DefaultTTL > cfg.MaxTTL {
+		return invalid("DefaultTTL %s exceeds MaxTTL %s", cfg.DefaultTTL, cfg.MaxTTL)
 	}
 	if err := ValidateTTL(cfg.DefaultTTL); err != nil {
 		return err

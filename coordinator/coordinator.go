@@ -31,6 +31,11 @@ type NodeStatus struct {
 	Latency time.Duration
 	nodeactor.Capabilities
 	LastErr error
+	// Guarded: the node guard holds the node out of every quorum until
+	// GuardedUntil (local clock; zero while not yet decided).
+	Guarded      bool
+	GuardedUntil time.Time
+	Identity     string // run_id/master_replid, as last read by the guard
 }
 
 // New validates cfg, starts one actor per node and the router, and waits
@@ -74,6 +79,8 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 
 		TracerProvider: cfg.TracerProvider,
 		NameAttribute:  cfg.NameAttribute,
+		Guard:          cfg.NodeGuard == GuardAuto,
+		MaxTTL:         cfg.MaxTTL,
 	}, specs)
 	if err != nil {
 		return nil, err
@@ -95,7 +102,9 @@ func (c *Coordinator) Nodes() []NodeStatus {
 	sts := c.eng.Nodes()
 	out := make([]NodeStatus, len(sts))
 	for i, st := range sts {
-		out[i] = NodeStatus{Addr: st.Addr, Up: st.Up, Latency: st.Latency, Capabilities: st.Caps, LastErr: st.LastErr}
+		g := c.eng.GuardState(i)
+		out[i] = NodeStatus{Addr: st.Addr, Up: st.Up, Latency: st.Latency, Capabilities: st.Caps, LastErr: st.LastErr,
+			Guarded: g.Guarded, GuardedUntil: g.Until, Identity: g.Identity}
 	}
 	return out
 }

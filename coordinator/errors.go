@@ -32,6 +32,9 @@ var (
 	// ErrNotCluster means a node given with cluster seeds (?addr=) is not a
 	// Redis Cluster; it is never used as a single node.
 	ErrNotCluster = nodeactor.ErrNotCluster
+	// ErrNodeGuarded is in a NodeError when the node guard holds a node
+	// out of the quorum (docs/lock.md, "Node guard").
+	ErrNodeGuarded = nodeactor.ErrNodeGuarded
 )
 
 // NodeError records the failure of one node; errors.As finds it inside the

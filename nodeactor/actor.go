@@ -70,6 +70,12 @@ type Options struct {
 	// OnSubscribed is called when a SUBSCRIBE was confirmed. Must not block.
 	OnSubscribed func(node int, channels []string)
 	Logger       *slog.Logger
+	// Guard, when not "", turns the node guard on with this tag (the key
+	// prefix): calls marked Armed run the armed copies. A cluster node
+	// ignores it. OnGuarded is called when an armed call found NOSCRIPT;
+	// it must not block.
+	Guard     string
+	OnGuarded func(node int)
 }
 
 // Actor owns one Redis node. Its methods are safe for concurrent use.
@@ -100,6 +106,10 @@ type Actor struct {
 	caps    atomic.Pointer[Capabilities]
 	lastErr atomic.Pointer[error]
 	fatal   atomic.Pointer[error] // a failure that makes the node unusable: a probe's (KeyspaceOn refused) or our credentials refused
+
+	// guarded: the node guard applies (Options.Guard, not a cluster, and the
+	// node reports a run_id). Set by the keeper's probe, read by the lanes.
+	guarded atomic.Bool
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

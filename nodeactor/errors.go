@@ -13,6 +13,9 @@ var (
 	ErrNotSent = errors.New("redlock: not sent: its context ended while it was queued")
 	// ErrBusy means the mailbox is full and the request was not queued.
 	ErrBusy = errors.New("redlock: node mailbox full")
+	// ErrNodeGuarded means the node guard holds the node out of the quorum:
+	// it forgot its armed scripts (docs/lock.md, "Node guard").
+	ErrNodeGuarded = errors.New("redlock: node guarded (it restarted, failed over or was flushed)")
 )
 
 // NodeError records the failure of one Redis node. Unwrap gives the cause.

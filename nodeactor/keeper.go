@@ -282,6 +282,7 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 	if !a.opt.ForceLua {
 		probeNative(ctx, cl, a.opt.ProbeKey, &caps)
 	}
+	a.probeGuard(ctx, cl, p.cluster)
 	err := a.configure(ctx, p, &caps)
 	return caps, err
 }

@@ -163,7 +163,7 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	// read-only script) redoes its resource's tail: see the package doc.
 	var eval []bool
 	for range 2 {
-		redo := fallbacks(live, res, &eval)
+		redo := a.fallbacks(live, res, &eval)
 		if len(redo) == 0 {
 			break
 		}
@@ -213,6 +213,11 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 			rep.Msg = msg
 		case rueidis.IsRedisNil(err):
 			rep.Msg = msg
+		case a.armed(live[i].Call) && isNoScript(err):
+			rep.Err = &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, err)}
+			if a.opt.OnGuarded != nil {
+				a.opt.OnGuarded(a.opt.Index)
+			}
 		default:
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
 		}
@@ -303,6 +308,9 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	if a.opt.Cluster {
 		s = s.sharded
 	}
+	if c.Armed && a.guarded.Load() {
+		s = s.armedFor(a.opt.Guard)
+	}
 	switch {
 	case eval && c.ReadOnly:
 		return cl.B().EvalRo().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
@@ -319,14 +327,14 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 // read-only call the server cannot run loses its ReadOnly. Either one, and
 // every later request of the same resource, is returned: those already ran
 // before it, out of the queued order.
-func fallbacks(live []Request, res []rueidis.RedisResult, eval *[]bool) []int {
+func (a *Actor) fallbacks(live []Request, res []rueidis.RedisResult, eval *[]bool) []int {
 	var redo []int
 	var tail map[string]bool // resources whose later requests are redone
 	for i := range live {
 		c := &live[i].Call
 		err := res[i].Error()
 		e, isRedis := rueidis.IsRedisErr(err)
-		noScript := isRedis && e.IsNoScript() && c.Script != nil && (*eval == nil || !(*eval)[i])
+		noScript := isRedis && e.IsNoScript() && c.Script != nil && (*eval == nil || !(*eval)[i]) && !a.armed(*c)
 		// a server before Redis 7.0 has no EVALSHA_RO, and miniredis counts
 		// TIME as a write: the op never writes, so the plain form runs it alike
 		roRefused := c.ReadOnly && cannotRunReadOnly(err)
@@ -356,4 +364,12 @@ func cannotRunReadOnly(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && (strings.HasPrefix(e.Error(), "ERR unknown command") ||
 		strings.Contains(e.Error(), "not allowed in read-only scripts"))
+}
+
+// armed reports whether c runs an armed copy on this node.
+func (a *Actor) armed(c Call) bool { return c.Armed && c.Script != nil && a.guarded.Load() }
+
+func isNoScript(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && e.IsNoScript()
 }

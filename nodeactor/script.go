@@ -4,6 +4,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Script is a Lua script run with EVALSHA, falling back to EVAL when the
@@ -18,6 +20,22 @@ type Script struct {
 	// redis.call('PUBLISH', ...) becomes SPUBLISH, so a message stays on the
 	// shard that owns the resource (its channel shares the keys' hash tag).
 	sharded *Script
+
+	// armed caches the last armed copy made (see armedFor).
+	armed atomic.Pointer[armedCopy]
+}
+
+// armedCopy is a script's armed copy for one guard tag.
+type armedCopy struct {
+	tag string
+	s   *Script
+}
+
+// registry holds every script made by NewScript: the guard loads the
+// armed copy of each.
+var registry struct {
+	mu sync.Mutex
+	ss []*Script
 }
 
 // NewScript returns a Script whose SHA1 is computed from body.
@@ -27,7 +45,30 @@ func NewScript(name, body string) *Script {
 	if sb := strings.ReplaceAll(body, "'PUBLISH'", "'SPUBLISH'"); sb != body {
 		s.sharded = newScript(name+"/sharded", sb)
 	}
+	registry.mu.Lock()
+	registry.ss = append(registry.ss, s)
+	registry.mu.Unlock()
 	return s
+}
+
+// registered returns every script made by NewScript so far.
+func registered() []*Script {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return append([]*Script(nil), registry.ss...)
+}
+
+// armedFor returns the armed copy of s for the guard tag: the same body
+// with one comment line more, so another SHA1. Only the guard loads it,
+// and it runs by EVALSHA alone (docs/lock.md, "Node guard"). The copy is
+// cached: one process uses one tag, so the fast path is one load.
+func (s *Script) armedFor(tag string) *Script {
+	if c := s.armed.Load(); c != nil && c.tag == tag {
+		return c.s
+	}
+	a := newScript(s.Name+"/armed", s.Body+"\n-- redlock guard "+tag+"\n")
+	s.armed.Store(&armedCopy{tag: tag, s: a})
+	return a
 }
 
 func newScript(name, body string) *Script {
@@ -48,6 +89,11 @@ type Call struct {
 	// run it, and a server that supports it may run it on a replica. A
 	// server without the _RO commands (before Redis 7.0) gets EVALSHA.
 	ReadOnly bool
+
+	// Armed runs the script's armed copy on a guarded node (Options.Guard):
+	// by EVALSHA only. NOSCRIPT then means the node forgot (a restart, a
+	// promotion, a flush): the reply is a refusal wrapping ErrNodeGuarded.
+	Armed bool
 
 	// Next, when set, makes the call the first step of a program run on
 	// this node alone (a MultiLock on a Redis Cluster node takes one slot

@@ -104,7 +104,13 @@ func TestDirectGrantSurvivesLateRollback(t *testing.T) {
 			name := "dgkeep"
 			pw, paddrs := proxied(t, addrs)
 			ch := newCoord(t, addrs)
-			cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout })
+			// GuardOff: with the guard, W confirms a direct grant by an
+			// armed round, which the held link stalls; W then takes the
+			// lock by an attempt and the case is not reached.
+			cw := newCoord(t, paddrs, func(cfg *coordinator.Config) {
+				cfg.NodeTimeout = directNodeTimeout
+				cfg.NodeGuard = coordinator.GuardOff
+			})
 			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(3*time.Second), primitives.WithLabel("w"))
 			if tc.down >= 0 {

@@ -579,7 +579,8 @@ func TestLockFaultFenceMonotonicAcrossEmptyRestarts(t *testing.T) {
 
 // ---------------------------------------------------------------- 8. DEMO: state loss
 
-// TestDemoLockStateLossDoubleGrant reproduces the known Redlock hole (F4):
+// TestDemoLockStateLossDoubleGrant reproduces the known Redlock hole (F4),
+// with NodeGuard: GuardOff:
 // A holds on all three nodes; node 1 restarts empty at once and A's key on
 // node 2 is lost too (emulated with DEL, as an early expiry would). B then
 // acquires on nodes 1 and 2 while A is still Valid. It logs the double
@@ -587,8 +588,10 @@ func TestLockFaultFenceMonotonicAcrossEmptyRestarts(t *testing.T) {
 func TestDemoLockStateLossDoubleGrant(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	ca := newCoord(t, testutil.Addrs(srv))
-	cb := newCoord(t, testutil.Addrs(srv))
+	// GuardOff: the hole as Redlock has it; the node guard closes it
+	// (TestGuardClosesTheHole).
+	ca := newCoord(t, testutil.Addrs(srv), guardMode(coordinator.GuardOff))
+	cb := newCoord(t, testutil.Addrs(srv), guardMode(coordinator.GuardOff))
 	la, _ := primitives.NewLock(ca, "demo", primitives.WithTTL(5*time.Second))
 	lb, _ := primitives.NewLock(cb, "demo", primitives.WithTTL(5*time.Second))
 	a, err := la.TryAcquire(context.Background())

@@ -150,6 +150,9 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 			return o, err
 		}
 	}
+	if set.MaxTTL > 0 && o.ttl > set.MaxTTL {
+		return o, fmt.Errorf("%w: TTL %s exceeds the coordinator's MaxTTL %s", ErrInvalidArgument, o.ttl, set.MaxTTL)
+	}
 	if nt := set.NodeTimeout; o.ttl <= nt {
 		return o, fmt.Errorf("%w: TTL %s must exceed the coordinator's NodeTimeout %s (one slow node would outlive the lease)",
 			ErrInvalidArgument, o.ttl, nt)

@@ -695,7 +695,10 @@ func TestSemaphoreProperty(t *testing.T) {
 		vs, _ := primitives.NewSemaphore(verifier, name, permits, primitives.WithTTL(5*time.Second))
 		var got []*primitives.Lease
 		for range permits {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			// A durable restart empties the script cache: the node guard
+			// holds the node out for DefaultTTL (2 s) + 3 s, and two such
+			// restarts leave no quorum meanwhile (docs/lock.md, "Node guard").
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			l, err := vs.Acquire(ctx)
 			cancel()
 			if err != nil {

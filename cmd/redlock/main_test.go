@@ -510,3 +510,26 @@ func TestCLIStatusKindsShowHoldersAndWaiters(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIStatusShowsGuardedNode: after node 0 restarts empty, status (a new
+// process) shows it guarded, and until when, in text and JSON.
+func TestCLIStatusShowsGuardedNode(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	nodes := strings.Join(addrs, ",")
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // it armed the nodes and left its horizon
+	srv[0].RestartEmpty()
+	code, out, stderr := cli(t, nil, "status", "--nodes", nodes, "k")
+	if code != 0 || !strings.Contains(out, "node "+addrs[0]+": guarded") || !strings.Contains(out, " until ") {
+		t.Fatalf("text: exit %d out %q stderr %q", code, out, stderr)
+	}
+	code, out, stderr = cli(t, nil, "status", "--json", "--nodes", nodes, "k")
+	if code != 0 || !strings.Contains(out, `"guarded": true`) || !strings.Contains(out, `"guarded_until"`) {
+		t.Fatalf("json: exit %d out %q stderr %q", code, out, stderr)
+	}
+}

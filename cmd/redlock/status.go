@@ -131,12 +131,19 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 			ReadQueue []holderJSON `json:"waiting_readers,omitempty"` // rwlock
 			Permits   []permitJSON `json:"permits,omitempty"`         // semaphore
 			Error     string       `json:"error,omitempty"`
+			Guarded   bool         `json:"guarded,omitempty"`       // held out of every quorum by the node guard
+			Until     string       `json:"guarded_until,omitempty"` // RFC 3339, when guarded
+			Identity  string       `json:"identity,omitempty"`      // run_id/master_replid
 		}
 		rows := make([]row, len(states))
 		for i, s := range states {
 			rows[i] = row{Node: s.Node, Up: health[i].Up, LatencyUs: health[i].Latency.Microseconds(), State: s.State,
 				Holder: s.Holder, Info: infoJSON(s.Info), TTLMs: s.TTL.Milliseconds(), Fence: s.Fence, Waiters: s.Waiters,
-				Queue: queueJSON(s.Queue), Permits: permitsJSON(s.Permits)}
+				Queue: queueJSON(s.Queue), Permits: permitsJSON(s.Permits),
+				Guarded: health[i].Guarded, Identity: health[i].Identity}
+			if health[i].Guarded && !health[i].GuardedUntil.IsZero() {
+				rows[i].Until = health[i].GuardedUntil.Format(time.RFC3339Nano)
+			}
 			if rwStates != nil {
 				st := rwStates[i]
 				rows[i].Queue, rows[i].Readers, rows[i].ReadQueue = queueJSON(st.WriterQueue), queueJSON(st.ReaderInfo), queueJSON(st.ReaderWaiters)
@@ -199,6 +206,15 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, h := range health {
+		if h.Guarded {
+			until := "undecided"
+			if !h.GuardedUntil.IsZero() {
+				until = h.GuardedUntil.Format("15:04:05.000") + " (" + time.Until(h.GuardedUntil).Round(time.Second).String() + ")"
+			}
+			fmt.Fprintf(out, "node %s: guarded (it restarted, failed over or was flushed) until %s\n", h.Addr, until)
+		}
 	}
 	waiters := func(what string, ws []primitives.HolderInfo) {
 		for i, w := range ws {

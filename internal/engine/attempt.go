@@ -91,6 +91,15 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		return Result{Err: nodeactor.ErrClosed}
 	}
 	n := len(c.nodes)
+	acquire := s.Op.Acquire
+	if c.guard != nil {
+		c.guard.ensure(ctx, s.TTL)
+		acquire = func(i int) nodeactor.Call {
+			call := s.Op.Acquire(i)
+			call.Armed = true
+			return call
+		}
+	}
 	mayHold := func(rep nodeactor.Reply) bool {
 		if rep.Err != nil {
 			return !errors.Is(rep.Err, nodeactor.ErrNotSent)
@@ -106,6 +115,12 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	vote := func(r *Round, i int) (Vote, error) {
 		if !classified[i] {
 			votes[i], verrs[i] = s.Op.Vote(r.Replies[i])
+			if verrs[i] == nil && votes[i].Granted && !c.guard.covers(i, r.Start, s.TTL) {
+				// no confirmed horizon outlives this grant there: neither a
+				// grant nor a holder, and rolled back (mayHold)
+				verrs[i] = &nodeactor.NodeError{Addr: c.nodes[i].Addr(),
+					Err: fmt.Errorf("%w: its horizon does not cover the TTL yet", nodeactor.ErrNodeGuarded)}
+			}
 			classified[i] = true
 		}
 		return votes[i], verrs[i]
@@ -142,7 +157,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			s.Late(rep)
 		}
 	}
-	r := c.Fanout(ctx, nodeactor.Normal, s.Op.Acquire, func(r *Round) bool {
+	r := c.Fanout(ctx, nodeactor.Normal, acquire, func(r *Round) bool {
 		t, wrong := c.NewTally(), false
 		for i := range r.Replies {
 			if r.Answered[i] {

@@ -15,6 +15,7 @@ type DirectSpec struct {
 	Start  time.Time     // when the granted attempt was sent (before any node received it)
 	TTL    time.Duration // the attempt's TTL
 	Grants []Vote        // one per granting node: its fence and TIME
+	Nodes  []int         // the granting nodes, as Grants
 	// MinValidity: take the grants only if at least this much validity is
 	// left (else the waiter makes an attempt, which gives it a fresh one).
 	MinValidity time.Duration
@@ -41,6 +42,22 @@ func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
 	left := func() time.Duration { return s.TTL - time.Since(s.Start) - c.Drift(s.TTL) }
 	if left() < s.MinValidity {
 		return nil, ErrGrantTooLate
+	}
+	if c.guard != nil {
+		// The handoff ran in the release script, which is not armed: a
+		// grant counts only from a node that an armed round confirms, and
+		// under a confirmed horizon (docs/lock.md, "Node guard").
+		ok := c.guard.confirmArmed(ctx, s.Nodes)
+		var kept []Vote
+		for j, i := range s.Nodes {
+			if ok[i] && c.guard.covers(i, s.Start, s.TTL) {
+				kept = append(kept, s.Grants[j])
+			}
+		}
+		if !c.NewTally().Enough(len(kept)) {
+			return nil, fmt.Errorf("%w: %d of %d direct grants confirmed by the node guard", ErrQuorumUnavailable, len(kept), len(s.Grants))
+		}
+		s.Grants = kept
 	}
 	for _, g := range s.Grants {
 		c.ObserveServerTime(g.Now)

@@ -61,6 +61,8 @@ type Engine struct {
 	closeOnce sync.Once
 
 	flightDone func(nodeactor.Reply) // flight.done as a Late handler
+
+	guard *guard // nil: NodeGuard off
 }
 
 // NodeSpec is one independent master, as parsed from the configuration.
@@ -91,6 +93,10 @@ type Settings struct {
 	// TracerProvider and NameAttribute: Config's (trace.go).
 	TracerProvider trace.TracerProvider
 	NameAttribute  func(name string) string
+	// Guard turns the node guard on (docs/lock.md, "Node guard"); MaxTTL
+	// bounds it.
+	Guard  bool
+	MaxTTL time.Duration
 }
 
 // New starts one actor per node and the router, and waits until a quorum of
@@ -98,7 +104,16 @@ type Settings struct {
 // within set.StartTimeout (or before ctx ends).
 func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	c := newEngine(set, specs)
+	onGuarded := func(i int) {
+		if g := c.guard; g != nil {
+			g.onGuarded(i)
+		}
+	}
 	for i, s := range specs {
+		tag := ""
+		if set.Guard && !s.Cluster {
+			tag = set.KeyPrefix
+		}
 		c.nodes = append(c.nodes, nodeactor.New(nodeactor.Options{
 			Index:        i,
 			Addr:         s.Addr,
@@ -113,7 +128,12 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 			OnPushReset:  func(int) { c.router.Reset() },
 			OnSubscribed: c.onSubscribed,
 			Logger:       set.Logger,
+			Guard:        tag,
+			OnGuarded:    onGuarded,
 		}))
+	}
+	if set.Guard {
+		c.guard = newGuard(c)
 	}
 	c.start()
 
@@ -146,6 +166,13 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 		ready, fatal = c.countReady()
 	}
 	gcancel()
+	if tl.Enough(ready) && c.guard != nil {
+		// The first look arms a fresh deployment and primes the horizon
+		// for DefaultTTL, so the first acquire waits for nothing.
+		c.guard.ttl.Store(int64(set.DefaultTTL))
+		c.guard.tick(wctx, true)
+		c.rnGo(c.guard.run)
+	}
 	if !tl.Enough(ready) {
 		errs := fatal
 		for _, n := range c.nodes {
@@ -252,6 +279,9 @@ func (c *Engine) Nodes() []nodeactor.Status {
 	}
 	return out
 }
+
+// GuardState returns node i's node guard state (zero when the guard is off).
+func (c *Engine) GuardState(i int) GuardState { return c.guard.state(i) }
 
 // NodeIsCluster reports whether node i was configured as a Redis Cluster
 // (by its ?addr= seeds).

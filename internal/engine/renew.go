@@ -61,10 +61,14 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	if m := h.c.set.MaxTTL; m > 0 && ttl > m {
+		return Invalid("TTL %s exceeds MaxTTL %s", ttl, m)
+	}
 	h.Heartbeat() // an explicit Extend is progress
 	if err := h.endedErr(); err != nil {
 		return err
 	}
+	h.c.guard.ensure(ctx, ttl)
 	if !h.startRound() {
 		return h.Err()
 	}
@@ -86,7 +90,7 @@ func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (Tally, *Round
 		t := h.c.NewTally()
 		for i, rep := range r.Replies {
 			if r.Answered[i] {
-				t.addRenewal(RenewOutcome(rep))
+				t.addRenewal(h.c.renewOutcome(i, rep, r.Start, ttl))
 			}
 		}
 		return t
@@ -193,6 +197,17 @@ func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Roun
 			return
 		}
 	}
+}
+
+// renewOutcome is RenewOutcome of node i's reply to a renewal sent at
+// start, where a confirmation counts only under a confirmed horizon
+// (docs/lock.md, "Node guard").
+func (c *Engine) renewOutcome(i int, rep nodeactor.Reply, start time.Time, ttl time.Duration) Outcome {
+	o := RenewOutcome(rep)
+	if o == OutcomeOK && !c.guard.covers(i, start, ttl) {
+		return OutcomeError
+	}
+	return o
 }
 
 // RenewOutcome reads a renewal reply. Every primitive's renewal script

@@ -238,7 +238,7 @@ func (r *renewer) renewRound(due []*Hold) {
 					continue // a duplicate counts once
 				}
 				round.record(rep)
-				t.addRenewal(RenewOutcome(rep))
+				t.addRenewal(c.renewOutcome(rep.Node, rep, p.start, p.ttl))
 			case <-ctx.Done():
 				break collect
 			}

@@ -82,8 +82,8 @@ type Input struct {
 	Latch []LatchCall
 	// DataLosses are the instants (wall-clock Unix nanoseconds) at which a
 	// node came back without its data (restarted empty, keys evicted). The
-	// soak's nodes restart from their AOF (appendfsync always) and keep
-	// everything they acknowledged, so the soak passes none.
+	// soak's nodes restart from their AOF (appendfsync always), except in
+	// its empty restarts at once, which it passes here.
 	DataLosses []int64
 }
 

@@ -11,6 +11,7 @@
 // minority of the nodes at a time:
 //   - SIGSTOP/SIGCONT for 0.5–2 s;
 //   - kill -9, and a restart on the same port after more than the TTL;
+//   - kill -9, and an empty restart at once (the node guard's case);
 //   - short pauses that act as injected delays.
 //
 // Workers print every critical section as a JSON line on their stdout,

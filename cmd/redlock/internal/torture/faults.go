@@ -14,9 +14,11 @@ import (
 type FaultEvent struct {
 	AtMillis  int64  `json:"at_ms"` // since the start of the run
 	Node      int    `json:"node"`
-	Kind      string `json:"kind"`   // pause, kill, delay
+	Kind      string `json:"kind"`   // pause, kill, empty, delay
 	ForMillis int64  `json:"for_ms"` // pause or delay length; for kill, the delay before the restart
 	Err       string `json:"error,omitempty"`
+	// WallNanos is when an empty restart came back (Unix ns): a data loss.
+	WallNanos int64 `json:"wall_ns,omitempty"`
 }
 
 // faultLog records the faults of every lane.
@@ -65,8 +67,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // is ever paused, slowed or down. The sequence of (gap, node, kind, length)
 // depends only on the seed and the lane. No fault starts after until.
 //
-// A killed node restarts with its data (appendfsync always): no node ever
-// comes back empty in this schedule.
+// A killed node restarts with its data (appendfsync always), except in an
+// empty restart at once: kill -9, data wiped, back on the same port. That
+// is Redlock's hole; the node guard holds the node out until its leases
+// expired (docs/lock.md, "Node guard").
 func runFaultLane(ctx context.Context, lane int, nodes []*node, seed uint64, ttl time.Duration, start, until time.Time, log *faultLog) {
 	r := rand.New(rand.NewPCG(seed, 0xfa17<<8|uint64(lane)))
 	for {
@@ -109,6 +113,14 @@ func runFaultLane(ctx context.Context, lane int, nodes []*node, seed uint64, ttl
 				log.add(ev)
 				return
 			}
+		case k == 9: // kill -9 and restart empty at once
+			ev.Kind = "empty"
+			if err := n.Restart(true); err != nil {
+				ev.Err = "restart failed: " + err.Error()
+				log.add(ev)
+				return
+			}
+			ev.WallNanos = time.Now().UnixNano()
 		default: // an injected delay: a brief pause of 20–200 ms
 			d := 20*time.Millisecond + time.Duration(r.Int64N(int64(180*time.Millisecond)))
 			ev.Kind, ev.ForMillis = "delay", d.Milliseconds()

@@ -170,7 +170,13 @@ func summarize(cfg Config, rec records, faults []FaultEvent) *Summary {
 	slices.Sort(all)
 	s.AcquireP50Millis, s.AcquireP99Millis = percentile(all, 50), percentile(all, 99)
 
-	v := Check(Input{Holds: holds, Latch: rec.latch})
+	var losses []int64
+	for _, e := range faults {
+		if e.Kind == "empty" && e.WallNanos > 0 {
+			losses = append(losses, e.WallNanos)
+		}
+	}
+	v := Check(Input{Holds: holds, Latch: rec.latch, DataLosses: losses})
 	s.Violations, s.ViolationExamples = v.Violations, v.ViolationExamples
 	s.FenceRegressions, s.RegressionExamples = v.FenceRegressions, v.RegressionExamples
 	s.Losses, s.LossesSignalled, s.LossesLateStalled = v.Losses, v.LossesSignalled, v.LossesLateStalled
@@ -218,7 +224,8 @@ func printTable(out io.Writer, s *Summary) {
 	fmt.Fprintf(tw, "all\t\t%d\t%s\t%s\t\t%d\t%d\t\n", s.Acquisitions, ms(s.AcquireP50Millis), ms(s.AcquireP99Millis), s.Losses, s.LossesSignalled)
 	tw.Flush()
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "faults           %d pauses, %d kill -9 + restarts, %d delays", s.Faults["pause"], s.Faults["kill"], s.Faults["delay"])
+	fmt.Fprintf(out, "faults           %d pauses, %d kill -9 + restarts, %d empty restarts at once, %d delays",
+		s.Faults["pause"], s.Faults["kill"], s.Faults["empty"], s.Faults["delay"])
 	if len(s.FaultErrors) > 0 {
 		fmt.Fprintf(out, " (%d failed: %s)", len(s.FaultErrors), strings.Join(s.FaultErrors, "; "))
 	}

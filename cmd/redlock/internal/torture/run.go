@@ -131,8 +131,8 @@ wait:
 			break wait
 		case <-tick.C:
 			m, _ := faultCounts(flog.snapshot())
-			fmt.Fprintf(stderr, "torture %5.0fs: %d critical sections; faults: %d pauses, %d kills, %d delays\n",
-				time.Since(start).Seconds(), col.count(), m["pause"], m["kill"], m["delay"])
+			fmt.Fprintf(stderr, "torture %5.0fs: %d critical sections; faults: %d pauses, %d kills, %d empty restarts, %d delays\n",
+				time.Since(start).Seconds(), col.count(), m["pause"], m["kill"], m["empty"], m["delay"])
 		case <-ctx.Done(): // Ctrl-C: the workers stop, release and report
 			interrupted = true
 			for _, p := range procs {

@@ -1,0 +1,408 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// The node guard (docs/lock.md, "Node guard"). One loop per engine looks
+// at every node about once a second, decides, arms, and raises the
+// horizon key. Acquires run armed scripts; a grant or a renewal counts
+// only under a confirmed horizon (covers).
+
+// Guard timing.
+const (
+	guardEvery    = time.Second     // the loop's period
+	guardMargin   = 3 * time.Second // the horizon's PTTL above the longest TTL
+	guardMinEvery = 100 * time.Millisecond
+	// guardWait bounds the wait for a raise's replies: a reply later than
+	// NodeTimeout still confirms (from the send time). It is the node
+	// actor's own wait for an urgent batch, so a raise holds no lane longer
+	// than a release does.
+	guardWait = time.Second
+)
+
+// horizonScript raises the horizon key's PTTL to ARGV[1] ms; it never
+// lowers it. It answers the PTTL the key has then.
+var horizonScript = nodeactor.NewScript("guard-horizon", `local want = tonumber(ARGV[1])
+local p = redis.call('PTTL', KEYS[1])
+if p == -2 then redis.call('SET', KEYS[1], '1', 'PX', want) p = want
+elseif p < want then redis.call('PEXPIRE', KEYS[1], want) p = want end
+return p`)
+
+// checkScript is run armed on a direct grant's nodes: NOSCRIPT there
+// means a guarded node, whose grant must not count.
+var checkScript = nodeactor.NewScript("guard-check", `return 1`)
+
+// guardRuns counts, per node address, the scripts the guards of this
+// process ran there (horizon raises, direct-grant checks).
+var guardRuns sync.Map // string -> *atomic.Int64
+
+func countGuardRun(addr string) {
+	v, _ := guardRuns.LoadOrStore(addr, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// GuardScriptsRun returns how many scripts the node guards of this process
+// ran on the node at addr. Tests that count a node's scripts subtract it.
+func GuardScriptsRun(addr string) int64 {
+	if v, ok := guardRuns.Load(addr); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// guardable is what the guard needs of a node: a *nodeactor.Actor. Fake
+// nodes lack it and stay unguarded.
+type guardable interface {
+	Guarded() bool
+	Look(ctx context.Context, horizonKey string) (nodeactor.Look, error)
+	Arm(ctx context.Context, want string) error
+}
+
+// GuardState is one node's guard state, for NodeStatus.
+type GuardState struct {
+	Guarded  bool
+	Until    time.Time
+	Identity string
+}
+
+type guard struct {
+	c    *Engine
+	base time.Time    // the origin of horizon
+	ttl  atomic.Int64 // the longest TTL the horizon covers (ns)
+	// horizon is each node's confirmed horizon, in ns since base.
+	horizon []atomic.Int64
+	gns     []guardable   // nil: not guardable
+	kick    chan struct{} // cap 1: an armed call found NOSCRIPT
+	raiseMu sync.Mutex    // one synchronous raise at a time
+
+	mu sync.Mutex
+	st []nodeGuard
+}
+
+// nodeGuard is the guard's view of one node; under guard.mu.
+type nodeGuard struct {
+	looked    bool      // a look answered
+	armed     bool      // the last look found the marker, or no NOSCRIPT since
+	identity  string    // as last read
+	seen      string    // the identity last found armed
+	evaluated string    // the identity the current guard is for
+	until     time.Time // the current guard's bound (zero: none yet)
+	mem       time.Time // our confirmed horizon when it was found to have forgotten
+}
+
+func newGuard(c *Engine) *guard {
+	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
+		gns: make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes))}
+	for i, n := range c.nodes {
+		if gn, ok := n.(guardable); ok {
+			g.gns[i] = gn
+		}
+	}
+	return g
+}
+
+func (g *guard) key() string { return g.c.set.KeyPrefix + "{guard}:horizon" }
+
+// onGuarded is the actors' OnGuarded: it must not block.
+func (g *guard) onGuarded(node int) {
+	g.mu.Lock()
+	g.st[node].armed = false
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the guard loop; it returns when the engine closes.
+func (g *guard) run() {
+	t := time.NewTicker(guardEvery)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-g.c.done:
+			return
+		case <-t.C:
+		case <-g.kick:
+			if d := guardMinEvery - time.Since(last); d > 0 {
+				w := time.NewTimer(d)
+				select {
+				case <-g.c.done:
+					w.Stop()
+					return
+				case <-w.C:
+				}
+			}
+		}
+		last = time.Now()
+		g.tick(g.c.closing, false)
+	}
+}
+
+// covers reports whether node i's confirmed horizon covers start+ttl, or
+// the guard does not apply to it. A local comparison.
+func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
+	if g == nil || g.gns[i] == nil || !g.gns[i].Guarded() {
+		return true
+	}
+	return int64(start.Add(ttl).Sub(g.base)) <= g.horizon[i].Load()
+}
+
+// ensure raises the horizon for ttl with one synchronous round when ttl is
+// longer than any the horizon covers yet.
+func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
+	if g == nil || int64(ttl) <= g.ttl.Load() {
+		return
+	}
+	g.raiseMu.Lock()
+	defer g.raiseMu.Unlock()
+	if int64(ttl) <= g.ttl.Load() {
+		return
+	}
+	g.raise(ctx, ttl)
+	g.ttl.Store(int64(ttl))
+}
+
+// raise sets the horizon's PTTL to at least ttl+guardMargin on every node
+// and records the confirmed horizons.
+func (g *guard) raise(ctx context.Context, ttl time.Duration) {
+	if !g.anyGuarded() {
+		return // miniredis, a cluster: no node to guard, no key to leave
+	}
+	px := ttl + guardMargin
+	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px)}}
+	r := g.c.fanout(ctx, max(guardWait, g.c.set.NodeTimeout), nodeactor.Urgent, func(i int) nodeactor.Call {
+		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
+		return call
+	}, nil, nil)
+	for i, rep := range r.Replies {
+		if !r.Answered[i] || rep.Err != nil {
+			continue
+		}
+		ms, err := rep.Msg.AsInt64()
+		if err != nil {
+			continue
+		}
+		d := time.Duration(ms) * time.Millisecond
+		h := int64(r.Start.Add(d - g.c.Drift(d)).Sub(g.base))
+		for {
+			old := g.horizon[i].Load()
+			if h <= old || g.horizon[i].CompareAndSwap(old, h) {
+				break
+			}
+		}
+	}
+}
+
+// anyGuarded reports whether the guard applies to some node.
+func (g *guard) anyGuarded() bool {
+	for _, gn := range g.gns {
+		if gn != nil && gn.Guarded() {
+			return true
+		}
+	}
+	return false
+}
+
+// tick raises the horizon everywhere and, meanwhile, looks at every node,
+// decides and arms. A node the guard does not apply to (a cluster, a
+// server without INFO) gives its horizon by a plain PTTL read. The first
+// tick (New's) raises only after its looks: they must not see its raise,
+// or a fresh deployment would not look fresh.
+func (g *guard) tick(ctx context.Context, first bool) {
+	n := len(g.gns)
+	looks := make([]nodeactor.Look, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	if !first {
+		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load())) })
+	}
+	var plain []int
+	for i, gn := range g.gns {
+		if gn == nil || !gn.Guarded() {
+			plain = append(plain, i)
+			continue
+		}
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, 500*time.Millisecond))
+			defer cancel()
+			looks[i], errs[i] = gn.Look(lctx, g.key())
+		})
+	}
+	if len(plain) > 0 {
+		call := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
+		r := g.c.fanout(ctx, max(g.c.set.NodeTimeout, 500*time.Millisecond), nodeactor.Urgent,
+			func(int) nodeactor.Call { return call }, nil, nil)
+		for _, i := range plain {
+			errs[i] = r.Replies[i].Err
+			if !r.Answered[i] {
+				errs[i] = errors.New("no answer")
+			}
+			if errs[i] == nil {
+				p, err := r.Replies[i].Msg.AsInt64()
+				looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Horizon: time.Duration(p) * time.Millisecond}, err
+				if p < 0 {
+					looks[i].Horizon = -1
+				}
+			}
+		}
+	}
+	wg.Wait()
+	for i, gn := range g.gns {
+		if errs[i] == nil && gn != nil && gn.Guarded() {
+			g.decide(ctx, i, looks, errs)
+		}
+	}
+	if first {
+		g.raise(ctx, time.Duration(g.ttl.Load()))
+	}
+}
+
+// decide updates node x's state from its look, and arms it when its guard
+// has run out.
+func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs []error) {
+	lk := looks[x]
+	now := time.Now()
+	g.mu.Lock()
+	st := &g.st[x]
+	st.looked, st.identity = true, lk.Identity
+	if lk.Marked && lk.Missing == 0 {
+		if !st.armed && st.evaluated != "" {
+			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr())
+		}
+		st.armed, st.seen, st.evaluated, st.until = true, lk.Identity, "", time.Time{}
+		g.mu.Unlock()
+		return
+	}
+	want := ""
+	if lk.Marked {
+		// Armed by some guard; a script is new since: load it, vouched by
+		// the identity the look read with the marker.
+		want = lk.Identity
+	} else {
+		fresh := st.armed || st.evaluated != lk.Identity
+		if fresh {
+			st.armed, st.evaluated, st.until = false, lk.Identity, time.Time{}
+			if st.seen != "" {
+				// what this process confirmed there, perhaps under the
+				// identity it had before (a raise since only adds)
+				st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
+			}
+		}
+		b := g.bound(x, looks, errs, now)
+		if st.seen != "" && st.seen != lk.Identity && st.mem.After(b) {
+			b = st.mem
+		}
+		if st.until.IsZero() || b.Before(st.until) {
+			st.until = b
+		}
+		if fresh && now.Before(st.until) {
+			g.c.set.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
+				"node", g.c.nodes[x].Addr(), "identity", lk.Identity, "until", st.until)
+		}
+		if now.Before(st.until) {
+			g.mu.Unlock()
+			return
+		}
+		want = st.evaluated
+	}
+	g.mu.Unlock()
+	actx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
+	err := g.gns[x].Arm(actx, want)
+	cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case err == nil:
+		st.armed, st.seen, st.evaluated, st.until = true, want, "", time.Time{}
+	case errors.Is(err, nodeactor.ErrIdentityChanged):
+		st.armed, st.evaluated, st.until = false, "", time.Time{} // evaluate again
+	}
+}
+
+// bound is how long node x stays guarded, from the looks. No horizon on
+// any node that answered, with a quorum answering: a fresh deployment,
+// nothing to wait for. Else the latest horizon read, when so few nodes
+// failed to answer that one of every forgotten lease's quorum answered.
+// Else x's restart plus MaxTTL.
+func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
+	unanswered := 0
+	var h time.Time
+	for j := range looks {
+		if errs[j] != nil {
+			unanswered++
+			continue
+		}
+		if looks[j].Horizon >= 0 {
+			h = maxTime(h, looks[j].Sent.Add(looks[j].Horizon))
+		}
+	}
+	switch {
+	case h.IsZero() && g.c.NewTally().Enough(len(looks)-unanswered):
+		return now
+	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1):
+		return h
+	}
+	return looks[x].Sent.Add(-looks[x].Uptime).Add(g.c.set.MaxTTL)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// state returns node i's guard state.
+func (g *guard) state(i int) GuardState {
+	if g == nil {
+		return GuardState{}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.st[i]
+	gs := GuardState{Identity: st.identity}
+	if g.gns[i] != nil && g.gns[i].Guarded() && st.looked && !st.armed {
+		gs.Guarded, gs.Until = true, st.until
+	}
+	return gs
+}
+
+// confirmArmed runs the armed check on every node. It waits until a
+// quorum of nodes (those given) answered it from an armed process, or
+// every one of them answered, and returns which did.
+func (g *guard) confirmArmed(ctx context.Context, nodes []int) map[int]bool {
+	call := nodeactor.Call{Script: checkScript, Armed: true}
+	ok := map[int]bool{}
+	count := func(r *Round) (yes, done int) {
+		clear(ok)
+		for _, i := range nodes {
+			if r.Answered[i] {
+				done++
+				if r.Replies[i].Err == nil {
+					ok[i] = true
+					yes++
+				}
+			}
+		}
+		return yes, done
+	}
+	r := g.c.Fanout(ctx, nodeactor.Normal, func(i int) nodeactor.Call {
+		countGuardRun(g.c.nodes[i].Addr())
+		return call
+	}, func(r *Round) bool {
+		yes, done := count(r)
+		return g.c.NewTally().Enough(yes) || done == len(nodes)
+	}, nil)
+	count(r)
+	return ok
+}

@@ -1,0 +1,188 @@
+package nodeactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The node guard's reads and loads (docs/lock.md, "Node guard"). The
+// engine decides; the actor only reports what the node says and loads
+// the armed scripts on one connection.
+
+// Look is what the node guard read on a node, in one pipeline.
+type Look struct {
+	Sent     time.Time     // when the pipeline was sent
+	Identity string        // run_id/master_replid
+	Uptime   time.Duration // since the server process started
+	Marked   bool          // the armed marker is loaded: some guard armed this process
+	Missing  int           // armed scripts not loaded
+	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
+}
+
+// marker is loaded last by Arm. Its body never changes, so another
+// version of the library, with other scripts, sees the node armed too.
+var marker = newScript("guard-marker", "return 1")
+
+// ErrIdentityChanged means the node answered the arming pipeline with
+// another identity than the one evaluated: it restarted again.
+var ErrIdentityChanged = errors.New("redlock: node identity changed before arming")
+
+// Guarded reports whether the node guard applies to the node: Options.Guard
+// is set, it is not a cluster, and it reports a run_id.
+func (a *Actor) Guarded() bool { return a.guarded.Load() }
+
+// probeGuard decides whether the guard applies. A node whose INFO has no
+// run_id, or refuses INFO server (miniredis), stays unguarded; a
+// transport error keeps the guard on.
+func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client, cluster bool) {
+	if a.opt.Guard == "" || cluster {
+		a.guarded.Store(false)
+		return
+	}
+	info, err := cl.Do(ctx, cl.B().Info().Section("server").Build()).ToString()
+	if _, answered := rueidis.IsRedisErr(err); answered {
+		// no INFO server (miniredis), or an ACL without +info: no identity
+		a.guarded.Store(false)
+		if IsNoPerm(err) {
+			a.opt.Logger.Warn("redlock: node guard off for this node: INFO refused (grant +info, docs/operations.md)",
+				"node", a.opt.Addr, "err", err)
+		}
+		return
+	}
+	a.guarded.Store(err != nil || infoField(info, "run_id") != "")
+}
+
+// Look reads the node's identity, which armed scripts it has, and the
+// PTTL of horizonKey, in one pipeline on one connection.
+func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
+	cp := a.client.Load()
+	if cp == nil {
+		return Look{}, ErrNodeDown
+	}
+	cl := *cp
+	ctx, cancel := a.noDeadline(ctx)
+	defer cancel()
+	ss := registered()
+	shas := make([]string, len(ss)+1)
+	shas[0] = marker.armedFor(a.opt.Guard).SHA
+	for i, s := range ss {
+		shas[i+1] = s.armedFor(a.opt.Guard).SHA
+	}
+	cmds := rueidis.Commands{
+		cl.B().Info().Section("server", "replication").Build(),
+		cl.B().ScriptExists().Sha1(shas...).Build(),
+		cl.B().Pttl().Key(horizonKey).Build(),
+	}
+	lk := Look{Sent: time.Now()}
+	res := cl.DoMulti(ctx, cmds...)
+	info, err := res[0].ToString()
+	if err != nil {
+		return lk, err
+	}
+	if infoField(info, "run_id") == "" {
+		// not an INFO reply: a connection out of step (a reply lost)
+		return lk, errors.New("redlock: guard look: no run_id in the INFO reply")
+	}
+	lk.Identity = identity(info)
+	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	lk.Uptime = time.Duration(up) * time.Second
+	ex, err := res[1].AsIntSlice()
+	if err != nil {
+		return lk, err
+	}
+	if len(ex) != len(shas) {
+		return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
+	}
+	lk.Marked = ex[0] == 1
+	for _, e := range ex[1:] {
+		lk.Missing += int(1 - e)
+	}
+	p, err := res[2].AsInt64()
+	if err != nil {
+		return lk, err
+	}
+	lk.Horizon = time.Duration(p) * time.Millisecond
+	if p < 0 {
+		lk.Horizon = -1
+	}
+	return lk, nil
+}
+
+// Arm loads every armed script (and its plain copy) in one pipeline that first reads the
+// identity, on one connection: both answered, so both reached one process.
+// If that identity is not want, the node restarted since it was
+// evaluated: Arm flushes its script cache and returns ErrIdentityChanged.
+func (a *Actor) Arm(ctx context.Context, want string) error {
+	cp := a.client.Load()
+	if cp == nil {
+		return ErrNodeDown
+	}
+	cl := *cp
+	ctx, cancel := a.noDeadline(ctx)
+	defer cancel()
+	ss := registered()
+	cmds := make(rueidis.Commands, 0, len(ss)+1)
+	cmds = append(cmds, cl.B().Info().Section("server", "replication").Build())
+	for _, s := range ss {
+		// the plain copy too: releases, rollbacks and renewals run it, and
+		// its first call would otherwise cost a NOSCRIPT round trip
+		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard).Body).Build(),
+			cl.B().ScriptLoad().Script(s.Body).Build())
+	}
+	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard).Body).Build())
+	res := cl.DoMulti(ctx, cmds...)
+	info, err := res[0].ToString()
+	if err != nil {
+		return err
+	}
+	if infoField(info, "run_id") == "" {
+		return errors.New("redlock: guard arm: no run_id in the INFO reply")
+	}
+	if got := identity(info); got != want {
+		_ = cl.Do(ctx, cl.B().ScriptFlush().Build()).Error()
+		return fmt.Errorf("%w: evaluated %s, found %s", ErrIdentityChanged, want, got)
+	}
+	for _, r := range res[1:] {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noDeadline returns a ctx without a deadline, canceled at ctx's deadline
+// or when ctx ends: rueidis closes a connection whose ctx deadline passes,
+// and the lanes' order lives on that connection (see until).
+func (a *Actor) noDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(a.opt.DialTimeout)
+	}
+	c, cancel := until(d)
+	stop := context.AfterFunc(ctx, cancel)
+	return c, func() {
+		stop()
+		cancel()
+	}
+}
+
+// identity is a node's run_id and master_replid from INFO.
+func identity(info string) string {
+	return infoField(info, "run_id") + "/" + infoField(info, "master_replid")
+}
+
+// infoField returns the value of name in an INFO reply, "" if absent.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

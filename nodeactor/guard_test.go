@@ -1,0 +1,69 @@
+package nodeactor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// The arming pipeline reads the identity on the connection that loads the
+// armed scripts: a node that restarted since its evaluation is flushed and
+// refused (ErrIdentityChanged), never armed for the old identity. An armed
+// acquire on an unarmed node is a refusal wrapping ErrNodeGuarded.
+func TestArmRefusesAnotherIdentity(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	if !a.Guarded() {
+		t.Fatal("a real server with Options.Guard is not guarded")
+	}
+	ctx := context.Background()
+	look := func() nodeactor.Look {
+		t.Helper()
+		var lk nodeactor.Look
+		var err error
+		if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
+			t.Fatalf("Look: %v", err)
+		}
+		return lk
+	}
+	probe := nodeactor.NewScript("guard-test", "return 7")
+	call := nodeactor.Call{Script: probe, Armed: true}
+	if rep := a.Do(ctx, nodeactor.Normal, call); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+		t.Fatalf("armed call on an unarmed node: %v, want ErrNodeGuarded", rep.Err)
+	}
+	lk := look()
+	if lk.Marked || lk.Identity == "" || lk.Horizon >= 0 {
+		t.Fatalf("fresh node: %+v", lk)
+	}
+	if err := a.Arm(ctx, lk.Identity); err != nil {
+		t.Fatalf("Arm: %v", err)
+	}
+	if lk2 := look(); !lk2.Marked || lk2.Missing != 0 {
+		t.Fatalf("after Arm: %+v", lk2)
+	}
+	if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+		t.Fatalf("armed call on an armed node: %v", rep.Err)
+	}
+	// the node restarts between the decision and the load
+	s.RestartEmpty()
+	var err error
+	testutil.Eventually(5*time.Second, func() bool {
+		err = a.Arm(ctx, lk.Identity)
+		return errors.Is(err, nodeactor.ErrIdentityChanged)
+	})
+	if !errors.Is(err, nodeactor.ErrIdentityChanged) {
+		t.Fatalf("Arm after a restart: %v, want ErrIdentityChanged", err)
+	}
+	if lk3 := look(); lk3.Marked || lk3.Identity == lk.Identity {
+		t.Fatalf("after a refused Arm: %+v (old identity %s)", lk3, lk.Identity)
+	}
+	if rep := a.Do(ctx, nodeactor.Normal, call); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+		t.Fatalf("armed call after the restart: %v, want ErrNodeGuarded", rep.Err)
+	}
+}

@@ -1,0 +1,325 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+func guardMode(m coordinator.GuardMode) func(*coordinator.Config) {
+	return func(c *coordinator.Config) { c.NodeGuard = m }
+}
+
+// forgets is how node 0 forgets A's grant in the guard scenarios.
+type forgets int
+
+const (
+	emptyAtOnce forgets = iota // kill -9, restart empty at once
+	oldSnapshot                // kill -9, restart from an RDB saved before A's grant
+	scriptFlush                // SCRIPT FLUSH and the key lost (FLUSHALL)
+)
+
+// holeScenario is issue 25's hole. A holds {0, 1} (its key on node 2 is
+// gone, as an early expiry would do). Node 0 forgets A's grant. B (a
+// coordinator that saw node 0 before, and one started after) then tries
+// for as long as A is Valid. It reports whether B ever held while A was
+// Valid: every hold is checked.
+func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ca := newCoord(t, addrs, guardMode(mode))
+	cb := newCoord(t, addrs, guardMode(mode))
+	if how == oldSnapshot {
+		admin(t, srv[0], "SAVE")
+	}
+	const ttl = 4 * time.Second
+	la, _ := primitives.NewLock(ca, "hole", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(context.Background())
+	admin(t, srv[2], "DEL", lockKey("hole", "lock"))
+	switch how {
+	case emptyAtOnce:
+		srv[0].RestartEmpty()
+	case oldSnapshot:
+		srv[0].Restart() // loads the snapshot saved before A's grant
+	case scriptFlush:
+		admin(t, srv[0], "FLUSHALL")
+		admin(t, srv[0], "SCRIPT", "FLUSH")
+	}
+	cc := newCoord(t, addrs, guardMode(mode)) // a new process: never saw node 0 before
+	lockers := []*primitives.Lock{}
+	for _, c := range []*coordinator.Coordinator{cb, cc} {
+		l, _ := primitives.NewLock(c, "hole", primitives.WithTTL(ttl))
+		lockers = append(lockers, l)
+	}
+	double := false
+	for a.Valid() {
+		for i, l := range lockers {
+			b, err := l.TryAcquire(context.Background())
+			if err != nil {
+				continue
+			}
+			if a.Valid() {
+				if !double {
+					t.Logf("B%d holds (fence %d) while A is Valid (fence %d)", i, b.Fence(), a.Fence())
+				}
+				double = true
+			}
+			b.Release(context.Background())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return double
+}
+
+// TestGuardClosesTheHole: with the guard no second holder gets in while A
+// is Valid; with GuardOff the same scenario lets one in (the test bites).
+func TestGuardClosesTheHole(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, tc := range []struct {
+		name string
+		how  forgets
+	}{{"empty restart at once", emptyAtOnce}, {"old snapshot", oldSnapshot}, {"script flush", scriptFlush}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if holeScenario(t, coordinator.GuardAuto, tc.how) {
+				t.Errorf("GuardAuto: a second holder got in while A was Valid")
+			}
+		})
+		t.Run(tc.name+", GuardOff shows the hole", func(t *testing.T) {
+			if !holeScenario(t, coordinator.GuardOff, tc.how) {
+				t.Errorf("GuardOff: no second holder: the scenario does not bite")
+			}
+		})
+	}
+}
+
+// A guarded node's acquire reply is a refusal wrapping ErrNodeGuarded, in
+// a process that never saw the node before; Nodes reports it guarded,
+// with an end and an identity; a fresh deployment is not guarded.
+func TestGuardReportsAndRefuses(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ca := newCoord(t, addrs)
+	for i, st := range ca.Nodes() {
+		if st.Guarded || st.Identity == "" {
+			t.Errorf("fresh deployment: node %d guarded=%v identity=%q", i, st.Guarded, st.Identity)
+		}
+	}
+	l, _ := primitives.NewLock(ca, "rep", primitives.WithTTL(time.Second))
+	a, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("fresh deployment: first acquire: %v", err)
+	}
+	a.Release(context.Background())
+	old := ca.Nodes()[0].Identity
+	srv[0].RestartEmpty()
+	cb := newCoord(t, addrs)
+	st := cb.Nodes()[0]
+	if !st.Guarded || st.GuardedUntil.IsZero() || st.Identity == old {
+		t.Fatalf("new process: node 0 = guarded %v until %v identity %q (old %q)", st.Guarded, st.GuardedUntil, st.Identity, old)
+	}
+	if d := time.Until(st.GuardedUntil); d < time.Second || d > 10*time.Second {
+		t.Errorf("guarded for %v, want about DefaultTTL + 3s", d)
+	}
+	// Nodes 1 and 2 still make a quorum; node 0's refusal is ErrNodeGuarded.
+	srv[1].Pause()
+	defer srv[1].Resume()
+	lb, _ := primitives.NewLock(cb, "rep2", primitives.WithTTL(time.Second))
+	_, err = lb.TryAcquire(context.Background())
+	if !errors.Is(err, coordinator.ErrNodeGuarded) || !errors.Is(err, coordinator.ErrQuorumUnavailable) {
+		t.Fatalf("TryAcquire with node 1 paused and node 0 guarded: %v, want ErrNodeGuarded in ErrQuorumUnavailable", err)
+	}
+}
+
+// TestGuardBadInput: MaxTTL < 0 and a TTL above MaxTTL are ErrInvalidArgument.
+func TestGuardBadInput(t *testing.T) {
+	t.Parallel()
+	ms := testutil.StartMinis(t, 1)
+	_, err := coordinator.New(context.Background(), coordinator.Config{Nodes: testutil.MiniAddrs(ms), MaxTTL: -time.Second})
+	if !errors.Is(err, coordinator.ErrInvalidArgument) {
+		t.Errorf("MaxTTL < 0: %v", err)
+	}
+	_, err = coordinator.New(context.Background(), coordinator.Config{Nodes: testutil.MiniAddrs(ms), MaxTTL: time.Second})
+	if !errors.Is(err, coordinator.ErrInvalidArgument) {
+		t.Errorf("DefaultTTL 30s above MaxTTL 1s: %v", err)
+	}
+	c := newCoord(t, testutil.MiniAddrs(ms), func(c *coordinator.Config) { c.MaxTTL = 5 * time.Second })
+	if _, err := primitives.NewLock(c, "x", primitives.WithTTL(6*time.Second)); !errors.Is(err, coordinator.ErrInvalidArgument) {
+		t.Errorf("WithTTL above MaxTTL: %v", err)
+	}
+	l, _ := primitives.NewLock(c, "x", primitives.WithTTL(time.Second))
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	if err := lease.Extend(context.Background(), 6*time.Second); !errors.Is(err, coordinator.ErrInvalidArgument) {
+		t.Errorf("Extend above MaxTTL: %v", err)
+	}
+}
+
+// TestGuardRestartedNodeCountsAgain: a node restarted empty is counted again
+// within about its coordinators' longest TTL plus a few seconds, not
+// MaxTTL. The numbers are in docs/reliability.md.
+func TestGuardRestartedNodeCountsAgain(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, ttl := range []time.Duration{4 * time.Second, 30 * time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+			c := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL = ttl })
+			l, _ := primitives.NewLock(c, "back")
+			a, err := l.TryAcquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Release(context.Background())
+			srv[0].RestartEmpty()
+			restarted := time.Now()
+			if !testutil.Eventually(5*time.Second, func() bool { return c.Nodes()[0].Guarded }) {
+				t.Fatal("node 0 never guarded")
+			}
+			if !testutil.Eventually(ttl+10*time.Second, func() bool { return !c.Nodes()[0].Guarded }) {
+				t.Fatalf("node 0 still guarded %s after its restart", time.Since(restarted))
+			}
+			back := time.Since(restarted)
+			// node 0 counts: with node 1 paused, {0, 2} is a quorum
+			srv[1].Pause()
+			defer srv[1].Resume()
+			b, err := l.TryAcquire(context.Background())
+			if err != nil {
+				t.Fatalf("node 0 not counted after the guard: %v", err)
+			}
+			b.Release(context.Background())
+			t.Logf("TTL %s: node 0 counted again %s after its restart", ttl, back.Round(10*time.Millisecond))
+			if back > ttl+6*time.Second {
+				t.Errorf("guarded %s, want at most TTL + 6s", back)
+			}
+		})
+	}
+}
+
+// directGrantScenario: H holds; W waits in Acquire (queued on every node).
+// Nodes 0 and 1 then forget their scripts (SCRIPT FLUSH: guarded, keys
+// kept), and H releases: each node's release script hands the lock to W.
+// It reports how long W took to hold after the release.
+func directGrantScenario(t *testing.T, mode coordinator.GuardMode) time.Duration {
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ch := newCoord(t, addrs, guardMode(mode))
+	cw := newCoord(t, addrs, guardMode(mode))
+	lh, _ := primitives.NewLock(ch, "dg", primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, "dg", primitives.WithTTL(3*time.Second))
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		w, err := lw.Acquire(ctx)
+		if err != nil {
+			t.Errorf("W: %v", err)
+		}
+		got <- w
+	}()
+	queuedOnOnce(t, srv, "dg", 0, 1, 2)
+	admin(t, srv[0], "SCRIPT", "FLUSH")
+	admin(t, srv[1], "SCRIPT", "FLUSH")
+	released := time.Now()
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	took := time.Since(released)
+	if w != nil {
+		w.Release(context.Background())
+	}
+	return took
+}
+
+// TestGuardDirectGrantFromAGuardedNodeDoesNotCount: a release's handoff
+// runs in the (unarmed) release script, so a guarded node can still grant
+// directly. With the guard, W confirms each grant by an armed round: the
+// two guarded nodes' grants do not count, and W holds only once they are
+// armed again. With GuardOff the grants count at once (the test bites).
+func TestGuardDirectGrantFromAGuardedNodeDoesNotCount(t *testing.T) {
+	testutil.RequireRedis(t)
+	if took := directGrantScenario(t, coordinator.GuardAuto); took < time.Second {
+		t.Errorf("GuardAuto: W held %s after the release, with two guarded nodes' grants", took)
+	} else {
+		t.Logf("GuardAuto: W held %s after the release (the guard lifted)", took.Round(time.Millisecond))
+	}
+	if took := directGrantScenario(t, coordinator.GuardOff); took > time.Second {
+		t.Errorf("GuardOff: W held only %s after the release: the scenario does not bite", took)
+	}
+}
+
+// TestGuardLeavesClusterNodesUnguarded: a Redis Cluster node of the quorum
+// stays unguarded (docs/lock.md, "Where the guard does less"): no identity,
+// never guarded, and after its masters forgot their scripts (SCRIPT FLUSH)
+// its vote still counts at once. The two servers beside it are guarded.
+func TestGuardLeavesClusterNodesUnguarded(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	c := newCoord(t, append([]string{cl.URL()}, testutil.Addrs(servers)...))
+	st := c.Nodes()
+	if st[0].Guarded || st[0].Identity != "" || st[1].Identity == "" || st[2].Identity == "" {
+		t.Fatalf("identities: cluster %q, servers %q %q", st[0].Identity, st[1].Identity, st[2].Identity)
+	}
+	for _, m := range cl.Masters {
+		admin(t, m, "SCRIPT", "FLUSH")
+	}
+	servers[0].Pause() // {cluster, server 1} must be the quorum
+	defer servers[0].Resume()
+	l, _ := primitives.NewLock(c, "unguarded", primitives.WithTTL(time.Second))
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("the flushed cluster node did not count: %v", err)
+	}
+	lease.Release(context.Background())
+	if c.Nodes()[0].Guarded {
+		t.Error("the cluster node reads guarded")
+	}
+}
+
+// TestGuardSingleNode: one node (N = 1) restarted empty. The process that
+// saw it before holds it out until its own confirmed horizon, then counts
+// it again: never longer than the horizon, never for good.
+func TestGuardSingleNode(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 1, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	l, _ := primitives.NewLock(c, "one", primitives.WithTTL(time.Second))
+	a, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv[0].RestartEmpty()
+	restarted := time.Now()
+	if !testutil.Eventually(5*time.Second, func() bool { return c.Nodes()[0].Guarded }) {
+		t.Fatal("the restarted single node was never guarded")
+	}
+	if _, err := l.TryAcquire(context.Background()); err == nil {
+		t.Fatal("acquired on the single node while it is guarded")
+	}
+	if !testutil.Eventually(15*time.Second, func() bool { return !c.Nodes()[0].Guarded }) {
+		t.Fatalf("still guarded %s after the restart", time.Since(restarted))
+	}
+	t.Logf("N=1: counted again %s after the restart", time.Since(restarted).Round(10*time.Millisecond))
+	_ = a.Release(context.Background())
+	b, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("after the guard: %v", err)
+	}
+	b.Release(context.Background())
+}
