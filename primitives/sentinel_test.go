@@ -83,3 +83,48 @@ func TestSentinelNodeLosslessFailover(t *testing.T) {
 		t.Fatalf("Release after the failover: %v", err)
 	}
 }
+
+// A lossy failover must not let a second holder in. A holds the lock on
+// the set's master and node 1 (node 2 is cut off for A). The replica's
+// link is cut first, so it never receives A's key; the master is killed
+// and the sentinels promote the replica. B, a fresh coordinator that
+// reaches every node, then tries to take the name while A is still valid:
+// the promoted replica must not count for B until A's lease has expired.
+func TestSentinelNodeLossyFailover(t *testing.T) {
+	set := testutil.StartSentinelSet(t, testutil.SentinelOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	ttl := 15 * time.Second
+	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()})
+	waitAllUp(t, ca)
+	cut.SetFault(testutil.Reset)
+	set.Link.SetFault(testutil.Blackhole)
+	ctx := context.Background()
+	la, _ := primitives.NewLock(ca, "sentinel-lossy", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	set.Master.Kill()
+	next := set.WaitSwitch(set.Master)
+	if v := admin(t, next, "KEYS", "redlock:{sentinel-lossy}*"); v != "[]" {
+		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
+	}
+	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()})
+	waitMaster(t, cb, next.Addr())
+	lb, _ := primitives.NewLock(cb, "sentinel-lossy", primitives.WithTTL(ttl))
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			valid := a.Valid()
+			b.Release(ctx)
+			if valid {
+				t.Fatalf("mutual exclusion violated: B holds (fence %d) while A is valid (fence %d, %v left)",
+					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
