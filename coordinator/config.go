@@ -207,7 +207,12 @@ func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 			spec.Client = opt
 			spec.DB = opt.SelectDB
 			spec.Addr = u.Host
-			if extra := u.Query()["addr"]; len(extra) > 0 {
+			if set := opt.Sentinel.MasterSet; set != "" {
+				// A Sentinel-managed master: the host and every addr= are
+				// sentinels. The master set is one node of the quorum,
+				// named by its set's name, wherever its master runs.
+				spec.Addr = "sentinel(" + set + ")"
+			} else if extra := u.Query()["addr"]; len(extra) > 0 {
 				// Extra seeds make this node one Redis Cluster: one
 				// independent master of the quorum, however many shards it has.
 				if spec.DB != 0 {
@@ -246,12 +251,12 @@ func (cfg *Config) parseNodes() ([]nodeSpec, error) {
 
 // urlParams are the node URL parameters that rueidis.ParseURL reads and
 // that we accept; any other is refused rather than ignored.
-var urlParams = map[string]bool{"addr": true, "db": true, "dial_timeout": true, "write_timeout": true,
+var urlParams = map[string]bool{"addr": true, "db": true, "master_set": true, "dial_timeout": true, "write_timeout": true,
 	"skip_verify": true, "protocol": true, "client_cache": true, "max_retries": true, "client_name": true}
 
 // checkURL refuses what rueidis.ParseURL would accept silently: no host
 // (it dials localhost:6379), a bad port, an unknown parameter or
-// protocol, a Sentinel master set (not supported yet).
+// protocol, an empty master set.
 func checkURL(u *url.URL) error {
 	switch u.Scheme {
 	case "redis", "rediss", "valkey", "valkeys":
@@ -267,12 +272,12 @@ func checkURL(u *url.URL) error {
 		}
 	}
 	q := u.Query()
-	if q.Has("master_set") {
-		return fmt.Errorf("master_set (a Sentinel-managed master) is not supported yet: give the master's host:port")
+	if q.Has("master_set") && q.Get("master_set") == "" {
+		return fmt.Errorf("master_set is empty: name the Sentinel master set")
 	}
 	for k := range q {
 		if !urlParams[k] {
-			return fmt.Errorf("unknown parameter %q (known: addr, db, dial_timeout, write_timeout, skip_verify, protocol, client_cache, max_retries, client_name)", k)
+			return fmt.Errorf("unknown parameter %q (known: addr, db, master_set, dial_timeout, write_timeout, skip_verify, protocol, client_cache, max_retries, client_name)", k)
 		}
 	}
 	if p := q.Get("protocol"); q.Has("protocol") && p != "2" && p != "3" {

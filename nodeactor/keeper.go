@@ -28,7 +28,13 @@ type Capabilities struct {
 	DedicatedPush   bool   // push messages use their own connection
 	Cluster         bool   // the node is a Redis Cluster: sharded pub/sub, one push connection per master
 	Masters         int    // masters owning slots (1 on a single node)
-	Probed          bool
+	// Sentinel is set for a Sentinel-managed master. Master is the
+	// address the sentinels named last. MinReplicasToWrite is that
+	// master's min-replicas-to-write (-1 if CONFIG is refused).
+	Sentinel           bool
+	Master             string
+	MinReplicasToWrite int
+	Probed             bool
 }
 
 // ErrKeyspaceUnavailable means KeyspaceOn was asked for and the node refused
@@ -44,6 +50,11 @@ func (a *Actor) connect() (rueidis.Client, error) {
 		// after a failover the first request to a moved slot would go to
 		// the dead master and fail (DisableRetry), a release included.
 		opt.ClusterOption.ShardsRefreshInterval = healthInterval
+	}
+	if a.sentinel() && opt.Sentinel.TopologyRefreshInterval == 0 {
+		// rueidis follows +switch-master; without this a missed message
+		// leaves it on the demoted master for good.
+		opt.Sentinel.TopologyRefreshInterval = healthInterval
 	}
 	opt.DisableRetry = true // the worker retries a broken connection itself, once
 	// One connection per node: requests of one client reach the node in the
@@ -63,6 +74,9 @@ func (a *Actor) connect() (rueidis.Client, error) {
 	if err != nil && opt.TLSConfig != nil && !a.opt.Cluster && opt.DialCtxFn == nil && len(opt.InitAddress) == 1 &&
 		!IsAuthFailure(err) && speaksPlainRESP(opt.InitAddress[0], opt.Dialer.Timeout) {
 		return nil, fmt.Errorf("%w (the node answers plain RESP, not TLS: drop Config.TLS or use a redis:// URL)", err)
+	}
+	if err != nil && a.sentinel() && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		return nil, fmt.Errorf("%w (%s: the URL's addresses must be sentinels, not the master)", err, a.opt.Addr)
 	}
 	if err != nil && a.opt.Cluster && strings.Contains(err.Error(), "cluster support disabled") {
 		return nil, fmt.Errorf("%w: %s was given cluster seeds: %v", ErrNotCluster, a.opt.Addr, err)
@@ -191,6 +205,9 @@ func (a *Actor) keeper() {
 					}
 				}
 			}
+			if a.sentinel() && sentinelMaster(cl) != a.Caps().Master {
+				a.switched(p, cl)
+			}
 			if p.cluster && !p.allConfigured() {
 				a.configureMasters(p)
 			}
@@ -272,7 +289,10 @@ func (a *Actor) kick() {
 func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
 	defer cancel()
-	caps := Capabilities{DedicatedPush: true, Probed: true, Cluster: p.cluster}
+	caps := Capabilities{DedicatedPush: true, Probed: true, Cluster: p.cluster, Sentinel: a.sentinel()}
+	if caps.Sentinel {
+		caps.Master = sentinelMaster(cl)
+	}
 	if m, err := cl.Do(ctx, cl.B().Arbitrary("HELLO").Build()).ToMap(); err == nil {
 		if p, ok := m["proto"]; ok {
 			n, _ := p.AsInt64()
@@ -353,6 +373,9 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 				a.opt.Logger.Warn("redlock: maxmemory-policy may evict lock keys (an eviction is an early expiry); use noeviction or volatile-*",
 					"node", where, "policy", pol)
 			}
+		}
+		if caps.Sentinel {
+			a.checkMinReplicas(ctx, cl, caps)
 		}
 		if a.opt.Keyspace == KeyspaceOff {
 			p.configured[m] = true

@@ -97,6 +97,9 @@ type Config struct {
 	TLS *TLS
 	// Env is added to the server's environment (e.g. an LD_PRELOAD).
 	Env []string
+	// ConfFile, if set, is passed as the first argument: the server's
+	// configuration file. A Sentinel needs one it can rewrite.
+	ConfFile string
 }
 
 // Process is one redis-server process on a loopback port. Its methods are
@@ -282,16 +285,20 @@ func (p *Process) killLocked() {
 }
 
 func (p *Process) args() []string {
-	args := []string{"--port", strconv.Itoa(p.port)}
+	var args []string
+	if p.cfg.ConfFile != "" {
+		args = append(args, p.cfg.ConfFile)
+	}
+	args = append(args, "--port", strconv.Itoa(p.port))
 	if t := p.cfg.TLS; t != nil {
-		args = []string{
+		args = append(args[:len(args)-2],
 			"--port", "0",
 			"--tls-port", strconv.Itoa(p.port),
 			"--tls-cert-file", t.CertFile,
 			"--tls-key-file", t.KeyFile,
 			"--tls-ca-cert-file", t.CAFile,
 			"--tls-auth-clients", "no",
-		}
+		)
 	}
 	args = append(args,
 		"--bind", "127.0.0.1",
