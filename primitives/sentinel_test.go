@@ -88,14 +88,32 @@ func TestSentinelNodeLosslessFailover(t *testing.T) {
 // the set's master and node 1 (node 2 is cut off for A). The replica's
 // link is cut first, so it never receives A's key; the master is killed
 // and the sentinels promote the replica. B, a fresh coordinator that
-// reaches every node, then tries to take the name while A is still valid:
-// the promoted replica must not count for B until A's lease has expired.
+// reaches every node, then tries to take the name for as long as A is
+// valid. With the node guard the promoted replica counts for nobody until
+// A's lease has expired; with GuardOff B gets in (the test bites).
 func TestSentinelNodeLossyFailover(t *testing.T) {
+	for _, tc := range []struct {
+		mode   coordinator.GuardMode
+		double bool
+	}{{coordinator.GuardAuto, false}, {coordinator.GuardOff, true}} {
+		name := "guard"
+		if tc.mode == coordinator.GuardOff {
+			name = "guardoff"
+		}
+		t.Run(name, func(t *testing.T) {
+			if got := lossyFailover(t, tc.mode); got != tc.double {
+				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
+			}
+		})
+	}
+}
+
+func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 	set := testutil.StartSentinelSet(t, testutil.SentinelOptions{})
 	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	cut := testutil.NewProxy(t, srv[1].Addr())
-	ttl := 15 * time.Second
-	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()})
+	ttl := 6 * time.Second
+	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
 	waitAllUp(t, ca)
 	cut.SetFault(testutil.Reset)
 	set.Link.SetFault(testutil.Blackhole)
@@ -111,20 +129,37 @@ func TestSentinelNodeLossyFailover(t *testing.T) {
 	if v := admin(t, next, "KEYS", "redlock:{sentinel-lossy}*"); v != "[]" {
 		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
 	}
-	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()})
-	waitMaster(t, cb, next.Addr())
+	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
 	lb, _ := primitives.NewLock(cb, "sentinel-lossy", primitives.WithTTL(ttl))
+	double := false
 	for a.Valid() {
 		b, err := lb.TryAcquire(ctx)
 		if err == nil {
-			valid := a.Valid()
-			b.Release(ctx)
-			if valid {
-				t.Fatalf("mutual exclusion violated: B holds (fence %d) while A is valid (fence %d, %v left)",
+			if a.Valid() && !double {
+				double = true
+				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
 					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
 			}
-			return
+			b.Release(ctx)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
+	if mode == coordinator.GuardAuto {
+		// The promoted replica counts again once A's lease has expired:
+		// a new holder's key lands there.
+		start := time.Now()
+		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
+			t.Fatalf("node 0 still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
+		}
+		t.Logf("node 0 counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
+		b, err := lb.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("B after the guard: %v", err)
+		}
+		defer b.Release(ctx)
+		if v := admin(t, next, "KEYS", "redlock:{sentinel-lossy}:lock"); v == "[]" {
+			t.Fatalf("B's grant did not land on the promoted master once unguarded")
+		}
+	}
+	return double
 }
