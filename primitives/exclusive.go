@@ -126,9 +126,16 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 	} else {
 		token = newToken()
 	}
+	var life time.Duration
+	for _, p := range []any{x, base} {
+		if kl, ok := p.(interface{ keyLife() time.Duration }); ok {
+			life = max(life, kl.keyLife())
+		}
+	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
 		Op:     newExclusiveOp(base, x, token, x.acquireCall(token, wid, enqueue), x.rollbackCall(token, wid)),
 		TTL:    x.leaseTTL(),
+		Life:   life,
 		Queue:  enqueue, // a waiter's place on every node, also a slow one
 		Splits: splits,
 	})

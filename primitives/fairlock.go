@@ -215,6 +215,8 @@ func (w *fairWaiter) fenceCall(fence int64) nodeactor.Call {
 
 func (w *fairWaiter) leaseTTL() time.Duration { return w.f.o.ttl }
 
+func (w *fairWaiter) keyLife() time.Duration { return w.f.o.keyLife() }
+
 // attemptToken carries the holder metadata and, when the attempt queues,
 // the waiter whose entry the hold keeps (meta.go).
 func (w *fairWaiter) attemptToken(wid string, enqueue bool) string {
@@ -234,7 +236,7 @@ func (w *fairWaiter) holdSpec(token string, fence uint64) engine.HoldSpec {
 	f := w.f
 	return engine.HoldSpec{
 		Keys: f.names, Token: bareToken(token), TTL: f.o.ttl,
-		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat, KeepOnLoss: f.o.lockDelay > 0,
+		AutoRenew: f.o.autoRenew, MaxHold: f.o.maxHold, Heartbeat: f.o.heartbeat, KeepOnLoss: f.o.lockDelay > 0, Linger: f.o.lockDelay,
 		Protocol: newFairProto(f, token, fence, w.wid),
 	}
 }

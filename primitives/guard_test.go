@@ -323,3 +323,46 @@ func TestGuardSingleNode(t *testing.T) {
 	}
 	b.Release(context.Background())
 }
+
+// The guard's horizon covers how long a name stays held, not only the
+// lease's TTL: a min-hold tail and a lock delay outlive it. A holds
+// {0, 1} (its key on node 2 gone) with a 2 s TTL and a 10 s min-hold,
+// and releases at once: the tail keeps the name held 10 s from the grant.
+// Node 0 restarts empty. A fresh coordinator must not take the name
+// before the tail ends; with a horizon of the TTL alone it got node 0
+// back after about 5 s.
+func TestGuardCoversMinHoldTail(t *testing.T) {
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ca := newCoord(t, addrs)
+	const minHold = 10 * time.Second
+	la, _ := primitives.NewLock(ca, "tail", primitives.WithTTL(2*time.Second), primitives.WithMinHold(minHold))
+	before := time.Now()
+	a, err := la.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin(t, srv[2], "DEL", lockKey("tail", "lock"))
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv[0].RestartEmpty()
+	cb := newCoord(t, addrs)
+	lb, _ := primitives.NewLock(cb, "tail", primitives.WithTTL(2*time.Second))
+	for {
+		b, err := lb.TryAcquire(context.Background())
+		if err == nil {
+			at := time.Since(before)
+			b.Release(context.Background())
+			if at < minHold {
+				t.Fatalf("B took the name %v after A's grant, inside its %v min-hold", at.Round(time.Millisecond), minHold)
+			}
+			t.Logf("B took the name %v after A's grant", at.Round(time.Millisecond))
+			return
+		}
+		if time.Since(before) > 40*time.Second {
+			t.Fatalf("B never took the name: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -194,12 +194,14 @@ func (l *Lock) holdSpec(token string, fence uint64) engine.HoldSpec {
 func (l *Lock) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
 	return engine.HoldSpec{
 		Keys: l.names, Token: bareToken(token), TTL: l.o.ttl,
-		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat, KeepOnLoss: l.o.lockDelay > 0,
+		AutoRenew: l.o.autoRenew, MaxHold: l.o.maxHold, Heartbeat: l.o.heartbeat, KeepOnLoss: l.o.lockDelay > 0, Linger: l.o.lockDelay,
 		Protocol: newLockProto(l, token, wid, fence),
 	}
 }
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
+
+func (l *Lock) keyLife() time.Duration { return l.o.keyLife() }
 
 func (l *Lock) attemptToken(wid string, enqueue bool) string {
 	if !enqueue {

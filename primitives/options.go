@@ -101,6 +101,10 @@ func WithMinHold(d time.Duration) Option {
 // delay.
 func (o *options) keyTTL(ttl time.Duration) time.Duration { return ttl + o.lockDelay }
 
+// keyLife is how long a grant's keys may live from the grant: the key TTL,
+// or the min-hold tail when longer. The node guard's horizon covers it.
+func (o *options) keyLife() time.Duration { return max(o.keyTTL(o.ttl), o.minHold) }
+
 // durationOption sets a duration d (called what in errors) that must lie
 // in (0, coordinator.MaxTTL].
 func durationOption(what string, d time.Duration, set func(*options)) Option {

@@ -47,6 +47,10 @@ type Op interface {
 type AttemptSpec struct {
 	Op  Op
 	TTL time.Duration // the hold's TTL (validity = TTL − elapsed − drift)
+	// Life is how long the grant's keys may live from the attempt's start
+	// when longer than TTL (a lock delay, a min-hold tail). The node guard's
+	// horizon must cover it. 0 means TTL.
+	Life time.Duration
 	// Late, if set, also sees every reply that arrives after the attempt
 	// stopped waiting for it (on an actor goroutine: it must not block).
 	Late func(nodeactor.Reply)
@@ -93,7 +97,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	n := len(c.nodes)
 	acquire := s.Op.Acquire
 	if c.guard != nil {
-		c.guard.ensure(ctx, s.TTL)
+		c.guard.ensure(ctx, max(s.TTL, s.Life))
 		acquire = func(i int) nodeactor.Call {
 			call := s.Op.Acquire(i)
 			call.Armed = true
@@ -115,7 +119,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	vote := func(r *Round, i int) (Vote, error) {
 		if !classified[i] {
 			votes[i], verrs[i] = s.Op.Vote(r.Replies[i])
-			if verrs[i] == nil && votes[i].Granted && !c.guard.covers(i, r.Start, s.TTL) {
+			if verrs[i] == nil && votes[i].Granted && !c.guard.covers(i, r.Start, max(s.TTL, s.Life)) {
 				// no confirmed horizon outlives this grant there: neither a
 				// grant nor a holder, and rolled back (mayHold)
 				verrs[i] = &nodeactor.NodeError{Addr: c.nodes[i].Addr(),

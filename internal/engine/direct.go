@@ -14,6 +14,7 @@ import (
 type DirectSpec struct {
 	Start  time.Time     // when the granted attempt was sent (before any node received it)
 	TTL    time.Duration // the attempt's TTL
+	Life   time.Duration // as AttemptSpec.Life
 	Grants []Vote        // one per granting node: its fence and TIME
 	Nodes  []int         // the granting nodes, as Grants
 	// MinValidity: take the grants only if at least this much validity is
@@ -50,7 +51,7 @@ func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
 		ok := c.guard.confirmArmed(ctx, s.Nodes)
 		var kept []Vote
 		for j, i := range s.Nodes {
-			if ok[i] && c.guard.covers(i, s.Start, s.TTL) {
+			if ok[i] && c.guard.covers(i, s.Start, max(s.TTL, s.Life)) {
 				kept = append(kept, s.Grants[j])
 			}
 		}

@@ -60,7 +60,10 @@ type HoldSpec struct {
 	// KeepOnLoss leaves a lost hold's keys to expire by their TTL instead
 	// of deleting them (a lock delay: the name stays blocked after a loss).
 	KeepOnLoss bool
-	Protocol   Protocol
+	// Linger is how much longer than the validity the keys live (a lock
+	// delay): renewals count only under a horizon that covers it.
+	Linger   time.Duration
+	Protocol Protocol
 }
 
 // Hold is a held primitive: the lease behind every primitive. It renews

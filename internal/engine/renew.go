@@ -68,7 +68,7 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := h.endedErr(); err != nil {
 		return err
 	}
-	h.c.guard.ensure(ctx, ttl)
+	h.c.guard.ensure(ctx, ttl+h.spec.Linger)
 	if !h.startRound() {
 		return h.Err()
 	}
@@ -90,7 +90,7 @@ func (h *Hold) renewRound(ctx context.Context, ttl time.Duration) (Tally, *Round
 		t := h.c.NewTally()
 		for i, rep := range r.Replies {
 			if r.Answered[i] {
-				t.addRenewal(h.c.renewOutcome(i, rep, r.Start, ttl))
+				t.addRenewal(h.c.renewOutcome(i, rep, r.Start, ttl+h.spec.Linger))
 			}
 		}
 		return t

@@ -238,7 +238,7 @@ func (r *renewer) renewRound(due []*Hold) {
 					continue // a duplicate counts once
 				}
 				round.record(rep)
-				t.addRenewal(c.renewOutcome(rep.Node, rep, p.start, p.ttl))
+				t.addRenewal(c.renewOutcome(rep.Node, rep, p.start, p.ttl+p.h.spec.Linger))
 			case <-ctx.Done():
 				break collect
 			}
