@@ -295,6 +295,9 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	actx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
 	err := g.gns[x].Arm(actx, want)
 	cancel()
+	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
+		countGuardRun(g.c.nodes[x].Addr()) // the arm key's EVAL
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
