@@ -392,3 +392,41 @@ func TestAdvGuardSingleNode(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvGuardFrozenLongTTLHolder: A's coordinator uses 20 s TTLs, every
+// other one 2 s. A takes a quorum {0..Q-1}; then A is cut off from every
+// node (its process frozen, as far as the nodes can tell: no raise, no
+// renewal) while its lease stays Valid. 4 s later node 0 restarts empty.
+// B (old, 2 s) and C (new, 2 s) try for as long as A is Valid. Held: the
+// horizon keys A raised are never lowered by the 2 s coordinators, so they
+// still outlive A's lease when node 0's guard reads them.
+func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
+	testutil.RequireRedis(t)
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			var ps []*testutil.Proxy
+			var paddrs []string
+			for _, s := range srv {
+				p := testutil.NewProxy(t, s.Addr())
+				ps = append(ps, p)
+				paddrs = append(paddrs, p.Addr())
+			}
+			const ttl = 20 * time.Second
+			ca := newCoord(t, paddrs, func(c *coordinator.Config) { c.DefaultTTL = ttl })
+			cb := newCoord(t, addrs)
+			waitAllUp(t, ca)
+			a := advHold(t, ca, srv, "frozen", ttl)
+			for _, p := range ps {
+				p.SetFault(testutil.DropRequests)
+			}
+			time.Sleep(4 * time.Second)
+			srv[0].RestartEmpty()
+			cc := newCoord(t, addrs)
+			if d := advContend(t, a, "frozen", 2*time.Second, cb, cc); d != "" {
+				t.Errorf("S1 broken: %s", d)
+			}
+		})
+	}
+}
