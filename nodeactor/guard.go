@@ -18,6 +18,7 @@ import (
 // Look is what the node guard read on a node, in one pipeline.
 type Look struct {
 	Sent     time.Time     // when the pipeline was sent
+	Recv     time.Time     // when its replies had all come: the node read them in between
 	Identity string        // run_id/master_replid
 	Uptime   time.Duration // since the server process started
 	Marked   bool          // the armed marker is loaded: some guard armed this process
@@ -104,6 +105,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	}
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
+	lk.Recv = time.Now()
 	info, err := res[0].ToString()
 	if err != nil {
 		return lk, err

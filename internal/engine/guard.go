@@ -232,7 +232,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 			}
 			if errs[i] == nil {
 				p, err := r.Replies[i].Msg.AsInt64()
-				looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Horizon: time.Duration(p) * time.Millisecond}, err
+				looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Recv: time.Now(), Horizon: time.Duration(p) * time.Millisecond}, err
 				if p < 0 {
 					looks[i].Horizon = -1
 				}
@@ -323,7 +323,11 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 			continue
 		}
 		if looks[j].Horizon >= 0 {
-			h = maxTime(h, looks[j].Sent.Add(looks[j].Horizon))
+			// The key expires at most Horizon (plus the clock-rate drift)
+			// after the node read it, which was before Recv: a bound from
+			// the send time would fall short by the look's latency.
+			d := looks[j].Horizon
+			h = maxTime(h, looks[j].Recv.Add(d+g.c.Drift(d)))
 		}
 	}
 	switch {
@@ -332,7 +336,9 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1):
 		return h
 	}
-	return looks[x].Sent.Add(-looks[x].Uptime).Add(g.c.set.MaxTTL)
+	// the restart happened at most Uptime (whole seconds, rounded down)
+	// before the node answered: Recv gives the later, safe estimate
+	return looks[x].Recv.Add(-looks[x].Uptime).Add(g.c.set.MaxTTL)
 }
 
 func maxTime(a, b time.Time) time.Time {
