@@ -336,10 +336,9 @@ func TestAdvGuardRollingRestart(t *testing.T) {
 // horizon". Alone, B holds that. With a new process C (documented to arm a
 // fresh-looking node at once) B is granted too: C's arming loads the
 // armed scripts every process shares, and B's guard, finding the marker,
-// takes the node as armed and drops its own memory.
-//
-// "with a new process" FAILS (S1 broken for B, which the docs say is
-// protected): see the commit message.
+// took the node as armed and dropped its own memory (failed before
+// the guard's local rule: a process that remembers a horizon the node
+// forgot counts no grant from it until then, whoever armed it).
 func TestAdvGuardSingleNode(t *testing.T) {
 	testutil.RequireRedis(t)
 	for _, withC := range []bool{false, true} {

@@ -77,6 +77,11 @@ type guard struct {
 	ttl  atomic.Int64 // the longest TTL the horizon covers (ns)
 	// horizon is each node's confirmed horizon, in ns since base.
 	horizon []atomic.Int64
+	// local is, per node, until when (ns since base) this process counts
+	// no grant from it: its own memory of a horizon it confirmed there
+	// under an identity the node no longer has. Kept even when another
+	// process armed the node (the arming is shared by every process).
+	local   []atomic.Int64
 	gns     []guardable   // nil: not guardable
 	kick    chan struct{} // cap 1: an armed call found NOSCRIPT
 	raiseMu sync.Mutex    // one synchronous raise at a time
@@ -98,7 +103,8 @@ type nodeGuard struct {
 
 func newGuard(c *Engine) *guard {
 	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
-		gns: make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes))}
+		local: make([]atomic.Int64, len(c.nodes)),
+		gns:   make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes))}
 	for i, n := range c.nodes {
 		if gn, ok := n.(guardable); ok {
 			g.gns[i] = gn
@@ -151,6 +157,9 @@ func (g *guard) run() {
 func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
 	if g == nil || g.gns[i] == nil || !g.gns[i].Guarded() {
 		return true
+	}
+	if int64(time.Since(g.base)) < g.local[i].Load() {
+		return false // this process remembers a horizon the node forgot
 	}
 	return int64(start.Add(ttl).Sub(g.base)) <= g.horizon[i].Load()
 }
@@ -259,6 +268,17 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	st := &g.st[x]
 	st.looked, st.identity = true, lk.Identity
 	if lk.Marked && lk.Missing == 0 {
+		if st.seen != "" && st.seen != lk.Identity && st.mem.After(now) {
+			// another process armed the node under a new identity before
+			// this one's memory of it ran out: keep that memory here
+			m := int64(st.mem.Sub(g.base))
+			for {
+				old := g.local[x].Load()
+				if m <= old || g.local[x].CompareAndSwap(old, m) {
+					break
+				}
+			}
+		}
 		if !st.armed && st.evaluated != "" {
 			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr())
 		}
