@@ -429,3 +429,34 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvGuardResyncedNodeUptimeBound: the bound for a node whose other
+// nodes do not all answer is "its restart plus MaxTTL", from its
+// uptime_in_seconds. A node that forgot without restarting (a promoted
+// replica, a resync) has been up long: that bound is already past. A new
+// process C starts while node 1 is cut off from it (New returns with a
+// quorum up), sees node 0 resynced (up for longer than MaxTTL), arms it at
+// once for every process, and wins {0, 2} while A holds {0, 1}.
+func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 4, testutil.ServerOptions{})
+	other, srv := srv[3], srv[:3]
+	addrs := testutil.Addrs(srv)
+	const maxTTL = 10 * time.Second
+	mt := func(c *coordinator.Config) { c.MaxTTL = maxTTL }
+	ca := newCoord(t, addrs, mt)
+	waitAllUp(t, ca)
+	time.Sleep(maxTTL + 1500*time.Millisecond) // node 0 has been up longer than MaxTTL
+	const ttl = 8 * time.Second
+	a := advHold(t, ca, srv, "uptime", ttl)
+	resyncFrom(t, srv[0], other)
+	p1 := testutil.NewProxy(t, srv[1].Addr())
+	p1.SetFault(testutil.Blackhole)
+	caddrs := append([]string(nil), addrs...)
+	caddrs[1] = p1.Addr()
+	cc := newCoord(t, caddrs, mt) // a new process, node 1 unreachable for it
+	t.Logf("C: node 0 guarded %v until %v", cc.Nodes()[0].Guarded, cc.Nodes()[0].GuardedUntil)
+	if d := advContend(t, a, "uptime", 2*time.Second, cc); d != "" {
+		t.Errorf("S1 broken: %s", d)
+	}
+}
