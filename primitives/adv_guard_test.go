@@ -435,8 +435,9 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 // uptime_in_seconds. A node that forgot without restarting (a promoted
 // replica, a resync) has been up long: that bound is already past. A new
 // process C starts while node 1 is cut off from it (New returns with a
-// quorum up), sees node 0 resynced (up for longer than MaxTTL), arms it at
-// once for every process, and wins {0, 2} while A holds {0, 1}.
+// quorum up), sees node 0 resynced (up for longer than MaxTTL), armed it
+// at once for every process, and won {0, 2} while A held {0, 1} — until
+// that bound counted MaxTTL from the look instead.
 func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 4, testutil.ServerOptions{})

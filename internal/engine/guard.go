@@ -333,7 +333,7 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 // any node that answered, with a quorum answering: a fresh deployment,
 // nothing to wait for. Else the latest horizon read, when so few nodes
 // failed to answer that one of every forgotten lease's quorum answered.
-// Else x's restart plus MaxTTL.
+// Else MaxTTL from now.
 func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
 	unanswered := 0
 	var h time.Time
@@ -356,9 +356,12 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1):
 		return h
 	}
-	// the restart happened at most Uptime (whole seconds, rounded down)
-	// before the node answered: Recv gives the later, safe estimate
-	return looks[x].Recv.Add(-looks[x].Uptime).Add(g.c.set.MaxTTL)
+	// From now, not from the restart (uptime_in_seconds): a promoted
+	// replica, a resync or a FLUSHALL forgets long after the process
+	// started, and its uptime says nothing about when. Each look keeps
+	// the earliest bound, so this one counts from the first look that
+	// found the node guarded.
+	return looks[x].Recv.Add(g.c.set.MaxTTL)
 }
 
 func maxTime(a, b time.Time) time.Time {
