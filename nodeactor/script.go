@@ -61,13 +61,16 @@ func registered() []*Script {
 // armedPrelude starts every armed copy. The call passes the node's arm
 // key as its last key and the identity the node was armed under as its
 // last argument (Actor.build); the prelude refuses, as NOSCRIPT, when the
-// key does not hold that identity, then drops both so the body sees its
-// own KEYS and ARGV. The script cache survives FLUSHALL and a replica's
+// key does not hold that identity, then shadows KEYS and ARGV with
+// copies without them, so the body sees its own. The script cache survives FLUSHALL and a replica's
 // full resync; the arm key does not: it is emptied by FLUSHALL and
 // replaced by the master's on a resync (docs/lock.md, "Node guard").
 const armedPrelude = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end\n" +
-	"KEYS[#KEYS] = nil\nARGV[#ARGV] = nil\n"
+	// locals that shadow the globals for the body (a copy: newer servers
+	// make KEYS and ARGV read-only)
+	"local KEYS, ARGV = (function(k, a) local k2, a2 = {}, {} " +
+	"for i = 1, #k - 1 do k2[i] = k[i] end for i = 1, #a - 1 do a2[i] = a[i] end return k2, a2 end)(KEYS, ARGV)\n"
 
 // armedFor returns the armed copy of s for the guard tag: the body behind
 // armedPrelude, with one comment line more, so another SHA1. Only the
