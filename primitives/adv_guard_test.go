@@ -461,3 +461,71 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 		t.Errorf("S1 broken: %s", d)
 	}
 }
+
+// TestAdvGuardExtendLargerRaiseBlocked: A holds with 2 s TTLs and Extends
+// to 20 s while its horizon raise to node 1 (and all it sends there after)
+// is held in the network: the Extend counts {0, 2}. A's old 2 s key on node
+// 1 expires; node 0 restarts empty; the hold is released. B (old) and C
+// (new), with 2 s TTLs, try for 12 s: node 1 is free and node 0 forgot, so
+// only the guard stands between them and {0, 1}. Held.
+//
+// The Extend itself failed before: ensure's synchronous raise waited
+// guardWait (2 s, not NodeTimeout) for the held node, so A's 2 s lease
+// reached its deadline inside Extend ("lease lost"), and a first acquire
+// with a larger TTL took 2 s with one node paused, against "acquisitions
+// succeed after at most NodeTimeout" (docs/lock.md, What each fault does).
+func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	p1 := testutil.NewProxy(t, srv[1].Addr())
+	aaddrs := append([]string(nil), addrs...)
+	aaddrs[1] = p1.Addr()
+	ca := newCoord(t, aaddrs)
+	cb := newCoord(t, addrs)
+	waitAllUp(t, ca)
+	la, _ := primitives.NewLock(ca, "extend", primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(context.Background())
+	h := p1.Hold("$7\r\nEVALSHA\r\n", "{guard}:horizon")
+	defer h.Release()
+	select {
+	case <-h.Caught():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A's horizon raise to node 1 never caught")
+	}
+	began := time.Now()
+	if err := a.Extend(context.Background(), 20*time.Second); err != nil {
+		t.Fatalf("Extend with node 1 held: %v (after %v)", err, time.Since(began).Round(time.Millisecond))
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("Extend with one node held took %v, want about NodeTimeout (250ms)", d.Round(time.Millisecond))
+	}
+	if !testutil.Eventually(5*time.Second, func() bool { return admin(t, srv[1], "EXISTS", lockKey("extend", "lock")) == "0" }) {
+		t.Fatal("A's 2 s key on node 1 never expired")
+	}
+	srv[0].RestartEmpty()
+	h.Release()
+	cc := newCoord(t, addrs)
+	stop := time.Now().Add(12 * time.Second)
+	var ls []*primitives.Lock
+	for _, c := range []*coordinator.Coordinator{cb, cc} {
+		l, _ := primitives.NewLock(c, "extend", primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false))
+		ls = append(ls, l)
+	}
+	for time.Now().Before(stop) && a.Valid() {
+		for i, l := range ls {
+			if b, err := l.TryAcquire(context.Background()); err == nil {
+				if a.Valid() {
+					t.Errorf("S1 broken: contender %d holds while A (extended to 20 s) is Valid for %v more",
+						i, time.Until(a.Deadline()).Round(time.Millisecond))
+				}
+				b.Release(context.Background())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
