@@ -175,16 +175,19 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	if int64(ttl) <= g.ttl.Load() {
 		return
 	}
-	g.raise(ctx, ttl)
+	// NodeTimeout, as the acquire or renewal that follows: a node that
+	// answers later is not covered for ttl until the loop's next raise,
+	// which only costs its grant there (covers), not the caller's lease.
+	g.raise(ctx, ttl, g.c.set.NodeTimeout)
 	g.ttl.Store(int64(ttl))
 }
 
 // raise sets the horizon's PTTL to at least ttl+guardMargin on every node
 // and records the confirmed horizons.
-func (g *guard) raise(ctx context.Context, ttl time.Duration) {
+func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 	px := ttl + guardMargin
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px)}}
-	r := g.c.fanout(ctx, max(guardWait, g.c.set.NodeTimeout), nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
+	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
 	for i, rep := range r.Replies {
 		if !r.Answered[i] || rep.Err != nil {
 			continue
@@ -216,7 +219,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	if !first {
-		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load())) })
+		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout)) })
 	}
 	var plain []int
 	for i, gn := range g.gns {
@@ -255,7 +258,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		}
 	}
 	if first {
-		g.raise(ctx, time.Duration(g.ttl.Load()))
+		g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout))
 	}
 }
 
