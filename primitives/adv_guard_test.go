@@ -529,3 +529,48 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAdvGuardFreshRuleNewProcessStartup: the fresh rule ("no horizon on
+// any node that answered, and a quorum answered") is documented to err
+// only with three faults at once. But a new process's first look runs as
+// soon as a quorum is connected, so a node whose connection is a moment
+// late counts as one that did not answer. Issue 25's own scenario: A is
+// cut off from node 2 (so node 2 never got a horizon) and holds {0, 1};
+// node 0 restarts empty; a new process C starts and its handshake with
+// node 1 is delayed 1.5 s (as one lost SYN delays a connect by 1 s). C's
+// first look sees nodes 0 and 2 without a horizon, a quorum: "fresh". It
+// arms node 0 (for every process) and wins {0, 2} while A is Valid.
+//
+// FAILS (S1 broken with two faults: A cut off from node 2, node 0
+// restarted): see the commit message.
+func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	pa2 := testutil.NewProxy(t, srv[2].Addr())
+	pa2.SetFault(testutil.Blackhole)
+	aaddrs := append([]string(nil), addrs...)
+	aaddrs[2] = pa2.Addr()
+	ca := newCoord(t, aaddrs)
+	const ttl = 8 * time.Second
+	la, _ := primitives.NewLock(ca, "fresh", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(context.Background())
+	if r := admin(t, srv[2], "EXISTS", "redlock:{guard}:horizon"); r != "0" {
+		t.Fatalf("node 2 has a horizon: %s", r)
+	}
+	pc1 := testutil.NewProxy(t, srv[1].Addr())
+	pc1.Delay(1500*time.Millisecond, "HELLO")
+	caddrs := append([]string(nil), addrs...)
+	caddrs[1] = pc1.Addr()
+	srv[0].RestartEmpty()
+	cc := newCoord(t, caddrs)
+	st := cc.Nodes()[0]
+	t.Logf("C after New: node 0 guarded %v until %v", st.Guarded, st.GuardedUntil)
+	if d := advContend(t, a, "fresh", 2*time.Second, cc); d != "" {
+		t.Errorf("S1 broken: %s", d)
+	}
+}
