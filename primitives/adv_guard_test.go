@@ -539,10 +539,9 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 // node 0 restarts empty; a new process C starts and its handshake with
 // node 1 is delayed 1.5 s (as one lost SYN delays a connect by 1 s). C's
 // first look sees nodes 0 and 2 without a horizon, a quorum: "fresh". It
-// arms node 0 (for every process) and wins {0, 2} while A is Valid.
-//
-// FAILS (S1 broken with two faults: A cut off from node 2, node 0
-// restarted): see the commit message.
+// armed node 0 (for every process) and won {0, 2} while A was Valid —
+// two faults (A cut off from node 2, node 0 restarted), not three — until
+// New waited up to 3 s for every node to connect before the first look.
 func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})

@@ -21,6 +21,9 @@ const (
 	guardEvery    = time.Second     // the loop's period
 	guardMargin   = 3 * time.Second // the horizon's PTTL above the longest TTL
 	guardMinEvery = 100 * time.Millisecond
+	// guardFreshPatience is how long New waits for every node to connect
+	// before the guard's first look, which may take the deployment as fresh.
+	guardFreshPatience = 3 * time.Second
 	// guardWait bounds the wait for a raise's replies: a reply that comes
 	// later than NodeTimeout still confirms (from the send time), as long
 	// as it comes before the last confirmed horizon runs out.
