@@ -163,6 +163,10 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	wait := max(100*time.Millisecond, set.NodeTimeout)
 	if c.guard != nil {
 		wait = max(wait, guardFreshPatience)
+		if dl, ok := wctx.Deadline(); ok {
+			// leave the first look half of what StartTimeout has left
+			wait = min(wait, max(100*time.Millisecond, set.NodeTimeout, time.Until(dl)/2))
+		}
 	}
 	grace, gcancel := context.WithTimeout(wctx, wait)
 	for tl.Enough(ready) && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
