@@ -110,6 +110,10 @@ type Actor struct {
 	// guarded: the node guard applies (Options.Guard, not a cluster, and the
 	// node reports a run_id). Set by the keeper's probe, read by the lanes.
 	guarded atomic.Bool
+	// armedAs is the identity the node was last found or made armed under
+	// (Look, Arm): armed calls pass it for the prelude to compare with the
+	// node's arm key.
+	armedAs atomic.Pointer[string]
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

@@ -18,12 +18,37 @@ import (
 // Look is what the node guard read on a node, in one pipeline.
 type Look struct {
 	Sent     time.Time     // when the pipeline was sent
+	Recv     time.Time     // when its replies had all come: the node read them in between
 	Identity string        // run_id/master_replid
 	Uptime   time.Duration // since the server process started
 	Marked   bool          // the armed marker is loaded: some guard armed this process
 	Missing  int           // armed scripts not loaded
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
+	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none)
 }
+
+// armKey is the key an arming sets to the node's identity. It has no TTL.
+// A node whose arm key is not its identity forgot: its keys were flushed
+// (FLUSHALL), replaced by a full resync, or it restarted.
+func (a *Actor) armKey() string { return a.opt.Guard + "{guard}:armed" }
+
+// armedIdentity is what armed calls pass for the prelude to compare.
+func (a *Actor) armedIdentity() string {
+	if p := a.armedAs.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// armSet sets the arm key to ARGV[1] only if that is the node's identity
+// now: atomic, so a restart or a resync after the identity read in Arm's
+// pipeline cannot leave the key naming an identity the node no longer has.
+const armSet = `local s = redis.call('INFO', 'server')
+local r = redis.call('INFO', 'replication')
+local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
+if id ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1`
 
 // marker is loaded last by Arm. Its body never changes, so another
 // version of the library, with other scripts, sees the node armed too.
@@ -78,9 +103,11 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		cl.B().Info().Section("server", "replication").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(),
 		cl.B().Pttl().Key(horizonKey).Build(),
+		cl.B().Get().Key(a.armKey()).Build(),
 	}
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
+	lk.Recv = time.Now()
 	info, err := res[0].ToString()
 	if err != nil {
 		return lk, err
@@ -99,7 +126,18 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	if len(ex) != len(shas) {
 		return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
 	}
-	lk.Marked = ex[0] == 1
+	switch v, err := res[3].ToString(); {
+	case err == nil:
+		lk.ArmedAs = v
+	case !rueidis.IsRedisNil(err):
+		return lk, err
+	}
+	// armed: some guard armed this process, under its present identity
+	lk.Marked = ex[0] == 1 && lk.ArmedAs == lk.Identity
+	if lk.Marked {
+		id := lk.Identity
+		a.armedAs.Store(&id)
+	}
 	for _, e := range ex[1:] {
 		lk.Missing += int(1 - e)
 	}
@@ -136,6 +174,7 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 			cl.B().ScriptLoad().Script(s.Body).Build())
 	}
 	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard).Body).Build())
+	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(1).Key(a.armKey()).Arg(want).Build())
 	res := cl.DoMulti(ctx, cmds...)
 	info, err := res[0].ToString()
 	if err != nil {
@@ -144,7 +183,8 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 	if infoField(info, "run_id") == "" {
 		return errors.New("redlock: guard arm: no run_id in the INFO reply")
 	}
-	if got := identity(info); got != want {
+	set, serr := res[len(res)-1].AsInt64()
+	if got := identity(info); got != want || (serr == nil && set != 1) {
 		_ = cl.Do(ctx, cl.B().ScriptFlush().Build()).Error()
 		return fmt.Errorf("%w: evaluated %s, found %s", ErrIdentityChanged, want, got)
 	}
@@ -153,6 +193,7 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 			return err
 		}
 	}
+	a.armedAs.Store(&want)
 	return nil
 }
 

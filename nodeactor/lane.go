@@ -308,18 +308,22 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	if a.opt.Cluster {
 		s = s.sharded
 	}
+	keys, args := c.Keys, c.Args
 	if c.Armed && a.guarded.Load() {
 		s = s.armedFor(a.opt.Guard)
+		// the prelude's arm key and identity, last (armedPrelude)
+		keys = append(keys[:len(keys):len(keys)], a.armKey())
+		args = append(args[:len(args):len(args)], a.armedIdentity())
 	}
 	switch {
 	case eval && c.ReadOnly:
-		return cl.B().EvalRo().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+		return cl.B().EvalRo().Script(s.Body).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	case eval:
-		return cl.B().Eval().Script(s.Body).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+		return cl.B().Eval().Script(s.Body).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	case c.ReadOnly:
-		return cl.B().EvalshaRo().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+		return cl.B().EvalshaRo().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
 // fallbacks returns the requests of live to send again after a fallback,

@@ -58,15 +58,30 @@ func registered() []*Script {
 	return append([]*Script(nil), registry.ss...)
 }
 
-// armedFor returns the armed copy of s for the guard tag: the same body
-// with one comment line more, so another SHA1. Only the guard loads it,
-// and it runs by EVALSHA alone (docs/lock.md, "Node guard"). The copy is
-// cached: one process uses one tag, so the fast path is one load.
+// armedPrelude starts every armed copy. The call passes the node's arm
+// key as its last key and the identity the node was armed under as its
+// last argument (Actor.build); the prelude refuses, as NOSCRIPT, when the
+// key does not hold that identity, then shadows KEYS and ARGV with
+// copies without them, so the body sees its own. The script cache survives FLUSHALL and a replica's
+// full resync; the arm key does not: it is emptied by FLUSHALL and
+// replaced by the master's on a resync (docs/lock.md, "Node guard").
+const armedPrelude = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end\n" +
+	// locals that shadow the globals for the body (a copy: newer servers
+	// make KEYS and ARGV read-only)
+	"local KEYS, ARGV = (function(k, a) local k2, a2 = {}, {} " +
+	"for i = 1, #k - 1 do k2[i] = k[i] end for i = 1, #a - 1 do a2[i] = a[i] end return k2, a2 end)(KEYS, ARGV)\n"
+
+// armedFor returns the armed copy of s for the guard tag: the body behind
+// armedPrelude, with one comment line more, so another SHA1. Only the
+// guard loads it, and it runs by EVALSHA alone (docs/lock.md, "Node
+// guard"). The copy is cached: one process uses one tag, so the fast path
+// is one load.
 func (s *Script) armedFor(tag string) *Script {
 	if c := s.armed.Load(); c != nil && c.tag == tag {
 		return c.s
 	}
-	a := newScript(s.Name+"/armed", s.Body+"\n-- redlock guard "+tag+"\n")
+	a := newScript(s.Name+"/armed", armedPrelude+s.Body+"\n-- redlock guard "+tag+"\n")
 	s.armed.Store(&armedCopy{tag: tag, s: a})
 	return a
 }

@@ -155,7 +155,20 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	// A quorum answered. Give the others a short grace (they are usually a
 	// moment behind), so that the first operation does not find a healthy
 	// node still connecting.
-	grace, gcancel := context.WithTimeout(wctx, max(100*time.Millisecond, set.NodeTimeout))
+	// With the node guard, longer: its first look takes a quorum of nodes
+	// without a horizon for a fresh deployment, and a node still
+	// connecting (a lost SYN costs 1 s) would count as one that did not
+	// answer, letting a restarted node look fresh while the node that
+	// holds the evidence is a moment late (TestAdvGuardFreshRuleNewProcessStartup).
+	wait := max(100*time.Millisecond, set.NodeTimeout)
+	if c.guard != nil {
+		wait = max(wait, guardFreshPatience)
+		if dl, ok := wctx.Deadline(); ok {
+			// leave the first look half of what StartTimeout has left
+			wait = min(wait, max(100*time.Millisecond, set.NodeTimeout, time.Until(dl)/2))
+		}
+	}
+	grace, gcancel := context.WithTimeout(wctx, wait)
 	for tl.Enough(ready) && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {

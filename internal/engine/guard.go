@@ -21,10 +21,13 @@ const (
 	guardEvery    = time.Second     // the loop's period
 	guardMargin   = 3 * time.Second // the horizon's PTTL above the longest TTL
 	guardMinEvery = 100 * time.Millisecond
-	// guardWait bounds the wait for a raise's replies: a reply later than
-	// NodeTimeout still confirms (from the send time). It is the node
-	// actor's own wait for an urgent batch, so a raise holds no lane longer
-	// than a release does.
+	// guardFreshPatience is how long New waits for every node to connect
+	// before the guard's first look, which may take the deployment as fresh.
+	guardFreshPatience = 3 * time.Second
+	// guardWait bounds the wait for a periodic raise's replies: a reply
+	// later than NodeTimeout still confirms (from the send time). It is the
+	// node actor's own wait for an urgent batch, so a raise holds no lane
+	// longer than a release does.
 	guardWait = time.Second
 )
 
@@ -79,6 +82,11 @@ type guard struct {
 	ttl  atomic.Int64 // the longest TTL the horizon covers (ns)
 	// horizon is each node's confirmed horizon, in ns since base.
 	horizon []atomic.Int64
+	// local is, per node, until when (ns since base) this process counts
+	// no grant from it: its own memory of a horizon it confirmed there
+	// under an identity the node no longer has. Kept even when another
+	// process armed the node (the arming is shared by every process).
+	local   []atomic.Int64
 	gns     []guardable   // nil: not guardable
 	kick    chan struct{} // cap 1: an armed call found NOSCRIPT
 	raiseMu sync.Mutex    // one synchronous raise at a time
@@ -100,7 +108,8 @@ type nodeGuard struct {
 
 func newGuard(c *Engine) *guard {
 	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
-		gns: make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes))}
+		local: make([]atomic.Int64, len(c.nodes)),
+		gns:   make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes))}
 	for i, n := range c.nodes {
 		if gn, ok := n.(guardable); ok {
 			g.gns[i] = gn
@@ -154,6 +163,9 @@ func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
 	if g == nil || g.gns[i] == nil || !g.gns[i].Guarded() {
 		return true
 	}
+	if int64(time.Since(g.base)) < g.local[i].Load() {
+		return false // this process remembers a horizon the node forgot
+	}
 	return int64(start.Add(ttl).Sub(g.base)) <= g.horizon[i].Load()
 }
 
@@ -168,19 +180,22 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	if int64(ttl) <= g.ttl.Load() {
 		return
 	}
-	g.raise(ctx, ttl)
+	// NodeTimeout, as the acquire or renewal that follows: a node that
+	// answers later is not covered for ttl until the loop's next raise,
+	// which only costs its grant there (covers), not the caller's lease.
+	g.raise(ctx, ttl, g.c.set.NodeTimeout)
 	g.ttl.Store(int64(ttl))
 }
 
 // raise sets the horizon's PTTL to at least ttl+guardMargin on every node
 // and records the confirmed horizons.
-func (g *guard) raise(ctx context.Context, ttl time.Duration) {
+func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 	if !g.anyGuarded() {
 		return // miniredis, a cluster: no node to guard, no key to leave
 	}
 	px := ttl + guardMargin
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px)}}
-	r := g.c.fanout(ctx, max(guardWait, g.c.set.NodeTimeout), nodeactor.Urgent, func(i int) nodeactor.Call {
+	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
 		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
 		return call
 	}, nil, nil)
@@ -224,7 +239,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	if !first {
-		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load())) })
+		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout)) })
 	}
 	var plain []int
 	for i, gn := range g.gns {
@@ -249,7 +264,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 			}
 			if errs[i] == nil {
 				p, err := r.Replies[i].Msg.AsInt64()
-				looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Horizon: time.Duration(p) * time.Millisecond}, err
+				looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Recv: time.Now(), Horizon: time.Duration(p) * time.Millisecond}, err
 				if p < 0 {
 					looks[i].Horizon = -1
 				}
@@ -263,7 +278,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		}
 	}
 	if first {
-		g.raise(ctx, time.Duration(g.ttl.Load()))
+		g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout))
 	}
 }
 
@@ -276,6 +291,17 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	st := &g.st[x]
 	st.looked, st.identity = true, lk.Identity
 	if lk.Marked && lk.Missing == 0 {
+		if st.seen != "" && st.seen != lk.Identity && st.mem.After(now) {
+			// another process armed the node under a new identity before
+			// this one's memory of it ran out: keep that memory here
+			m := int64(st.mem.Sub(g.base))
+			for {
+				old := g.local[x].Load()
+				if m <= old || g.local[x].CompareAndSwap(old, m) {
+					break
+				}
+			}
+		}
 		if !st.armed && st.evaluated != "" {
 			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr())
 		}
@@ -319,6 +345,9 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	actx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
 	err := g.gns[x].Arm(actx, want)
 	cancel()
+	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
+		countGuardRun(g.c.nodes[x].Addr()) // the arm key's EVAL
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
@@ -333,7 +362,7 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 // any node that answered, with a quorum answering: a fresh deployment,
 // nothing to wait for. Else the latest horizon read, when so few nodes
 // failed to answer that one of every forgotten lease's quorum answered.
-// Else x's restart plus MaxTTL.
+// Else MaxTTL from now.
 func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
 	unanswered := 0
 	var h time.Time
@@ -343,7 +372,11 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 			continue
 		}
 		if looks[j].Horizon >= 0 {
-			h = maxTime(h, looks[j].Sent.Add(looks[j].Horizon))
+			// The key expires at most Horizon (plus the clock-rate drift)
+			// after the node read it, which was before Recv: a bound from
+			// the send time would fall short by the look's latency.
+			d := looks[j].Horizon
+			h = maxTime(h, looks[j].Recv.Add(d+g.c.Drift(d)))
 		}
 	}
 	switch {
@@ -352,7 +385,12 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1):
 		return h
 	}
-	return looks[x].Sent.Add(-looks[x].Uptime).Add(g.c.set.MaxTTL)
+	// From now, not from the restart (uptime_in_seconds): a promoted
+	// replica, a resync or a FLUSHALL forgets long after the process
+	// started, and its uptime says nothing about when. Each look keeps
+	// the earliest bound, so this one counts from the first look that
+	// found the node guarded.
+	return looks[x].Recv.Add(g.c.set.MaxTTL)
 }
 
 func maxTime(a, b time.Time) time.Time {
