@@ -291,10 +291,20 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	st := &g.st[x]
 	st.looked, st.identity = true, lk.Identity
 	if lk.Marked && lk.Missing == 0 {
-		if st.seen != "" && st.seen != lk.Identity && st.mem.After(now) {
+		mem := st.mem
+		if st.seen != "" && st.seen != lk.Identity {
+			// another process armed the node under a new identity before
+			// this one looked at it forgotten (an armed call's NOSCRIPT
+			// may have told it first): what this one confirmed there (a
+			// raise since only adds) is its memory
+			if h := g.base.Add(time.Duration(g.horizon[x].Load())); h.After(mem) {
+				mem = h
+			}
+		}
+		if st.seen != "" && st.seen != lk.Identity && mem.After(now) {
 			// another process armed the node under a new identity before
 			// this one's memory of it ran out: keep that memory here
-			m := int64(st.mem.Sub(g.base))
+			m := int64(mem.Sub(g.base))
 			for {
 				old := g.local[x].Load()
 				if m <= old || g.local[x].CompareAndSwap(old, m) {
