@@ -696,9 +696,11 @@ func TestSemaphoreProperty(t *testing.T) {
 		var got []*primitives.Lease
 		for range permits {
 			// A durable restart empties the script cache: the node guard
-			// holds the node out for DefaultTTL (2 s) + 3 s, and two such
-			// restarts leave no quorum meanwhile (docs/lock.md, "Node guard").
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// holds the node out for the longest TTL in use + 3 s, the
+			// verifier's own 5 s here (8 s), plus up to a look's second.
+			// Two such restarts late in a case leave no quorum meanwhile
+			// (docs/lock.md, "Node guard").
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			l, err := vs.Acquire(ctx)
 			cancel()
 			if err != nil {
