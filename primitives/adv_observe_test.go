@@ -214,15 +214,7 @@ func TestAdvObserveHandoffStaysLeading(t *testing.T) {
 			}
 			w.await(t, "a", advPush, leading("a"))
 			for i := 1; i <= 6; i++ {
-				got := make(chan *primitives.Lease, 1)
-				go func() {
-					l, err := locks[i%2].Acquire(ctx)
-					if err != nil {
-						t.Error(err)
-					}
-					got <- l
-				}()
-				time.Sleep(100 * time.Millisecond) // it queues
+				got := acquireQueued(t, locks[i%2])
 				if err := lease.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -453,15 +445,7 @@ func TestAdvObserveSplitHandoffOnEvenNodes(t *testing.T) {
 	}
 	w.await(t, "a", advPush, leading("a"))
 	for i := 1; i <= 4; i++ {
-		got := make(chan *primitives.Lease, 1)
-		go func() {
-			l, err := locks[i%2].Acquire(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		time.Sleep(100 * time.Millisecond) // it queues
+		got := acquireQueued(t, locks[i%2])
 		for _, p := range px[(i+1)%2][2:] {
 			p.Delay(150*time.Millisecond, "$7\r\nrelease\r\n")
 		}
@@ -704,4 +688,19 @@ func TestAdvObserveDeadlineReadHeld(t *testing.T) {
 	for _, p := range hpx {
 		p.SetFault(testutil.Reset)
 	}
+}
+
+// acquireQueued starts l.Acquire on its own goroutine and gives it 100 ms
+// to queue. The lease (nil on an error, reported) comes on the channel.
+func acquireQueued(t *testing.T, l *primitives.Lock) <-chan *primitives.Lease {
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	time.Sleep(100 * time.Millisecond) // it queues
+	return got
 }
