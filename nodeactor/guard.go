@@ -58,6 +58,10 @@ var marker = newScript("guard-marker", "return 1")
 // another identity than the one evaluated: it restarted again.
 var ErrIdentityChanged = errors.New("redlock: node identity changed before arming")
 
+// Adopt makes armed calls carry identity: the node was found armed under
+// it by another process, and the guard has taken what it must remember.
+func (a *Actor) Adopt(identity string) { a.armedAs.Store(&identity) }
+
 // Guarded reports whether the node guard applies to the node: Options.Guard
 // is set, it is not a cluster, and it reports a run_id.
 func (a *Actor) Guarded() bool { return a.guarded.Load() }
@@ -135,8 +139,13 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	// armed: some guard armed this process, under its present identity
 	lk.Marked = ex[0] == 1 && lk.ArmedAs == lk.Identity
 	if lk.Marked {
-		id := lk.Identity
-		a.armedAs.Store(&id)
+		if p := a.armedAs.Load(); p == nil || *p == lk.Identity {
+			id := lk.Identity
+			a.armedAs.Store(&id)
+		}
+		// Armed under an identity other than the one this actor knew:
+		// the engine's guard adopts it (Adopt) once it has kept its own
+		// memory of the node, so no armed call counts before that.
 	}
 	for _, e := range ex[1:] {
 		lk.Missing += int(1 - e)

@@ -67,6 +67,7 @@ type guardable interface {
 	Guarded() bool
 	Look(ctx context.Context, horizonKey string) (nodeactor.Look, error)
 	Arm(ctx context.Context, want string) error
+	Adopt(identity string)
 }
 
 // GuardState is one node's guard state, for NodeStatus.
@@ -312,6 +313,7 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 				}
 			}
 		}
+		g.gns[x].Adopt(lk.Identity) // after the local bound above
 		if !st.armed && st.evaluated != "" {
 			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr())
 		}
