@@ -183,13 +183,18 @@ func TestFenceMonotonicAcrossCounterExpiry(t *testing.T) {
 	}
 
 	// A counter ahead of the clock (here: 5 s ahead) is kept until the
-	// hybrid clock has passed it, not just keep after its write.
+	// hybrid clock has passed it, not just keep after its write. The servers
+	// share this machine's clock: from the TIME read to the PTTL read, the
+	// TTL can shrink by no more than the time that passed here.
+	start := time.Now()
 	tm, err := srv[0].Do("TIME")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec, _ := strconv.ParseInt(strings.Fields(strings.Trim(tm, "[]"))[0], 10, 64)
-	ahead := (sec*1000 + 5000) << engine.HLCShift
+	f := strings.Fields(strings.Trim(tm, "[]"))
+	sec, _ := strconv.ParseInt(f[0], 10, 64)
+	usec, _ := strconv.ParseInt(f[1], 10, 64)
+	ahead := (sec*1000 + usec/1000 + 5000) << engine.HLCShift
 	for _, s := range srv {
 		if _, err := s.Do("SET", fenceKey, strconv.FormatInt(ahead, 10)); err != nil {
 			t.Fatal(err)
@@ -206,10 +211,13 @@ func TestFenceMonotonicAcrossCounterExpiry(t *testing.T) {
 	for i, s := range srv {
 		r, _ := s.Do("PTTL", fenceKey)
 		pttl, _ := strconv.ParseInt(r, 10, 64)
-		// (ahead >> HLCShift) + keep − now ≥ 5 s + keep − 1 s of TIME's
-		// second resolution here
-		if min := (4*time.Second + keep).Milliseconds(); pttl < min {
-			t.Fatalf("node %d: counter 5 s ahead of the clock has PTTL %d ms, want at least %d", i, pttl, min)
+		// 5 s + keep − the time since TIME, less 1 ms of rounding
+		passed := time.Since(start)
+		if min := (5*time.Second + keep - passed).Milliseconds() - 1; pttl < min {
+			t.Fatalf("node %d: counter 5 s ahead of the clock has PTTL %d ms %s after TIME, want at least %d", i, pttl, passed, min)
+		}
+		if max := (5*time.Second + keep).Milliseconds(); pttl > max {
+			t.Fatalf("node %d: counter 5 s ahead of the clock has PTTL %d ms, want at most %d", i, pttl, max)
 		}
 	}
 }
