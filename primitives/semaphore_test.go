@@ -616,6 +616,7 @@ func (m *semModel) acquire(s *primitives.Semaphore) {
 }
 
 func TestSemaphoreProperty(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	if f := flag.Lookup("rapid.checks"); f != nil {
 		set := false
