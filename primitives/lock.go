@@ -23,7 +23,7 @@ var (
 	lockScript = nodeactor.NewScript("lock", scripts.Lock)
 	// lockTryScript is lock.lua's acquire for an attempt that does not
 	// queue (scripts.LockTryAcquire): the uncontended path's server cost.
-	lockTryScript = nodeactor.NewScript("lock.try", scripts.LockTry)
+	lockTryScript = nodeactor.NewFixedScript("lock.try", scripts.LockTry)
 )
 
 // The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is

@@ -8,6 +8,10 @@
 -- ARGV: token, ttl (ms, as sent), fence keep, fence_init, skew, wid.
 --   wid: the waiter id ('' for a TryAcquire); a reservation for it is
 --   taken, as lock.lua's acquire does.
+-- Every call sends all 8 keys and 6 arguments, and the script reads no
+-- others (never #KEYS or #ARGV): the node guard's armed copy appends its
+-- arm key and identity and checks them without copying KEYS and ARGV
+-- (nodeactor.NewFixedScript).
 -- use: grant_codes wrong check_types clock pexpire_max fence_ttl fence_step fence_floor
 local LOCK, FENCE, WATCH = KEYS[1], KEYS[2], KEYS[7]
 local tok, px, keep, fence_init, skew, wid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
