@@ -114,6 +114,8 @@ type Actor struct {
 	// (Look, Arm): armed calls pass it for the prelude to compare with the
 	// node's arm key.
 	armedAs atomic.Pointer[string]
+	// armKeyName is armKey's value, made once (an armed call passes it)
+	armKeyName string
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount
@@ -198,6 +200,7 @@ func New(opt Options) *Actor {
 		stopped:   make(chan struct{}),
 	}
 	a.life, a.endLife = context.WithCancel(context.Background())
+	a.armKeyName = opt.Guard + "{guard}:armed"
 	a.caps.Store(&Capabilities{})
 	for range opt.Workers {
 		l := &fifo{kick: make(chan struct{}, 1)}

@@ -30,7 +30,7 @@ type Look struct {
 // armKey is the key an arming sets to the node's identity. It has no TTL.
 // A node whose arm key is not its identity forgot: its keys were flushed
 // (FLUSHALL), replaced by a full resync, or it restarted.
-func (a *Actor) armKey() string { return a.opt.Guard + "{guard}:armed" }
+func (a *Actor) armKey() string { return a.armKeyName }
 
 // armedIdentity is what armed calls pass for the prelude to compare.
 func (a *Actor) armedIdentity() string {

@@ -3,6 +3,8 @@ package nodeactor_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +67,60 @@ func TestArmRefusesAnotherIdentity(t *testing.T) {
 	}
 	if rep := a.Do(ctx, nodeactor.Normal, call); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
 		t.Fatalf("armed call after the restart: %v, want ErrNodeGuarded", rep.Err)
+	}
+}
+
+var (
+	fixedProbe  = nodeactor.NewFixedScript("guard-test-fixed", "return {KEYS[1], ARGV[1], #KEYS, #ARGV}")
+	copiedProbe = nodeactor.NewScript("guard-test-copied", "return {KEYS[1], ARGV[1], #KEYS, #ARGV}")
+)
+
+// A fixed script's armed copy checks the arm key as every armed copy
+// does, and leaves the arm key and identity in KEYS and ARGV (uncopied)
+// where another script's copy hides them: once the arm key is gone (a
+// FLUSHALL), both answer ErrNodeGuarded.
+func TestFixedScriptArmedCopyChecksTheArmKey(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	ctx := context.Background()
+	var lk nodeactor.Look
+	var err error
+	if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
+		t.Fatalf("Look: %v", err)
+	}
+	if err := a.Arm(ctx, lk.Identity); err != nil {
+		t.Fatalf("Arm: %v", err)
+	}
+	for _, c := range []struct {
+		script *nodeactor.Script
+		want   string
+	}{{fixedProbe, "k v 2 2"}, {copiedProbe, "k v 1 1"}} {
+		rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: c.script, Keys: []string{"k"}, Args: []string{"v"}, Armed: true})
+		if rep.Err != nil {
+			t.Fatalf("%s armed on an armed node: %v", c.script.Name, rep.Err)
+		}
+		got, _ := rep.Msg.ToArray()
+		var parts []string
+		for _, m := range got {
+			if v, err := m.ToString(); err == nil {
+				parts = append(parts, v)
+			} else if n, err := m.AsInt64(); err == nil {
+				parts = append(parts, strconv.FormatInt(n, 10))
+			}
+		}
+		if g := strings.Join(parts, " "); g != c.want {
+			t.Errorf("%s armed: %q, want %q", c.script.Name, g, c.want)
+		}
+	}
+	if _, err := s.Do("DEL", "redlock:{guard}:armed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []*nodeactor.Script{fixedProbe, copiedProbe} {
+		rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: sc, Keys: []string{"k"}, Args: []string{"v"}, Armed: true})
+		if !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+			t.Errorf("%s armed, arm key gone: %v, want ErrNodeGuarded", sc.Name, rep.Err)
+		}
 	}
 }

@@ -23,6 +23,10 @@ type Script struct {
 
 	// armed caches the last armed copy made (see armedFor).
 	armed atomic.Pointer[armedCopy]
+
+	// fixed: the body reads KEYS and ARGV only at the indexes every call
+	// sends (NewFixedScript).
+	fixed bool
 }
 
 // armedCopy is a script's armed copy for one guard tag.
@@ -51,6 +55,18 @@ func NewScript(name, body string) *Script {
 	return s
 }
 
+// NewFixedScript is NewScript for a body that reads KEYS and ARGV only at
+// indexes every call of it sends: never #KEYS, #ARGV, unpack or an index
+// a call may leave out. Its armed copy then checks the arm key (the last
+// key and argument, which the body never reads) without copying KEYS and
+// ARGV first, which costs the server about a tenth of a Lock acquire.
+func NewFixedScript(name, body string) *Script {
+	s := NewScript(name, body)
+	s.fixed = true
+	s.sharded.fixed = true
+	return s
+}
+
 // registered returns every script made by NewScript so far.
 func registered() []*Script {
 	registry.mu.Lock()
@@ -65,12 +81,17 @@ func registered() []*Script {
 // copies without them, so the body sees its own. The script cache survives FLUSHALL and a replica's
 // full resync; the arm key does not: it is emptied by FLUSHALL and
 // replaced by the master's on a resync (docs/lock.md, "Node guard").
-const armedPrelude = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then " +
-	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end\n" +
+const armedPrelude = armedCheck +
 	// locals that shadow the globals for the body (a copy: newer servers
 	// make KEYS and ARGV read-only)
 	"local KEYS, ARGV = (function(k, a) local k2, a2 = {}, {} " +
 	"for i = 1, #k - 1 do k2[i] = k[i] end for i = 1, #a - 1 do a2[i] = a[i] end return k2, a2 end)(KEYS, ARGV)\n"
+
+// armedCheck is armedPrelude's check alone: the armed prelude of a fixed
+// script (NewFixedScript), whose body never reads the extra key and
+// argument.
+const armedCheck = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end\n"
 
 // armedFor returns the armed copy of s for the guard tag: the body behind
 // armedPrelude, with one comment line more, so another SHA1. Only the
@@ -81,7 +102,11 @@ func (s *Script) armedFor(tag string) *Script {
 	if c := s.armed.Load(); c != nil && c.tag == tag {
 		return c.s
 	}
-	a := newScript(s.Name+"/armed", armedPrelude+s.Body+"\n-- redlock guard "+tag+"\n")
+	prelude := armedPrelude
+	if s.fixed {
+		prelude = armedCheck
+	}
+	a := newScript(s.Name+"/armed", prelude+s.Body+"\n-- redlock guard "+tag+"\n")
 	s.armed.Store(&armedCopy{tag: tag, s: a})
 	return a
 }

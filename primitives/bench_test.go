@@ -121,13 +121,18 @@ func BenchmarkLockHandoff(b *testing.B) {
 	}
 }
 
-// reportClientCPU starts measuring the process's CPU time; the function it
-// returns reports it per op (call it when the timed loop ends).
+// reportClientCPU starts measuring the process's CPU time and voluntary
+// context switches; the function it returns reports them per op (call it
+// when the timed loop ends).
 func reportClientCPU(b *testing.B) func() {
 	start, ok := processCPU()
+	sw, swOK := processSwitches()
 	return func() {
 		if end, ok2 := processCPU(); ok && ok2 && b.N > 0 {
 			b.ReportMetric(float64(end-start)/float64(b.N), "client-cpu-ns/op")
+		}
+		if end, ok2 := processSwitches(); swOK && ok2 && b.N > 0 {
+			b.ReportMetric(float64(end-sw)/float64(b.N), "ctxsw/op")
 		}
 	}
 }

@@ -19,7 +19,12 @@ import (
 	"github.com/redlock-go/redlock/notify"
 )
 
-var lockScript = nodeactor.NewScript("lock", scripts.Lock)
+var (
+	lockScript = nodeactor.NewScript("lock", scripts.Lock)
+	// lockTryScript is lock.lua's acquire for an attempt that does not
+	// queue (scripts.LockTryAcquire): the uncontended path's server cost.
+	lockTryScript = nodeactor.NewFixedScript("lock.try", scripts.LockTry)
+)
 
 // The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
 // kept fenceKeep after its last write. It is never removed before its

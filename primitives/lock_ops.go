@@ -39,6 +39,9 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 	if seq > 0 {
 		a.Seq, a.Proc = seq, l.c.Proc()
 	}
+	if t, ok := a.Try(); ok {
+		return nodeactor.Call{Script: lockTryScript, Keys: l.keys, Args: t.Args()}
+	}
 	return l.call(a)
 }
 

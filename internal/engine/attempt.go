@@ -139,7 +139,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	// gets the hold's fence written back, and its counter is raised if
 	// lower. An owner's epoch fence, which later reentrant holds return,
 	// becomes the hold's. So every hold of one owner has one fence.
-	lf := &lateFences{fences: map[int]int64{}}
+	lf := &lateFences{}
 	fw := NewPending(func(node int) {
 		if f, ok := lf.differs(node); ok {
 			c.SendLate(node, s.Op.Fence(f, node))
@@ -188,7 +188,8 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	c.ins.Attempts.Add(ctx, 1)
 	var (
 		granted, refused, abstained int
-		grants                      []Vote
+		grantBuf                    [5]Vote
+		grants                      = grantBuf[:0] // on the stack up to 5 nodes
 		fails                       failures
 		abstain                     error
 	)

@@ -24,6 +24,9 @@ type lateFences struct {
 
 func (l *lateFences) add(node int, f int64) {
 	l.mu.Lock()
+	if l.fences == nil {
+		l.fences = map[int]int64{} // made only when a grant comes late
+	}
 	l.fences[node] = f
 	l.mu.Unlock()
 }

@@ -15,15 +15,38 @@ import (
 // by their next event (renewal time or deadline) and one timer. Due holds are
 // renewed together in one round whose requests the node actors batch per
 // node; no hold has a goroutine or timer of its own.
+//
+// Holds reach run through pending, not a channel: a send wakes run only
+// when run sleeps and the hold's next event comes before run's timer
+// (or pending is full). A hold acquired and released within that time
+// costs run nothing but two entries of a slice (docs/benchmarks.md,
+// "Issue 28").
 type renewer struct {
-	c      *Engine
-	in     chan renewMsg
-	done   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
-	mu     sync.Mutex // orders wg.Go against close's wg.Wait
+	c    *Engine
+	kick chan struct{} // capacity 1: a send wakes run; only run receives; never closed
+	done chan struct{} // closed by close
+	once sync.Once
+	wg   sync.WaitGroup
+	mu   sync.Mutex // orders wg.Go against close's wg.Wait
+	// closed is set by close (under mu)
 	closed bool
+
+	pmu     sync.Mutex // guards the fields below
+	pending []renewMsg // for run, in the order sent; at most maxPending
+	spare   []renewMsg // run's drained slice, for reuse
+	parked  bool       // run sleeps until wakeAt or a kick
+	wakeAt  time.Time  // when run's timer fires (valid while parked)
+	room    *sync.Cond // on pmu: pending has room again, or the renewer closed
+	stopped bool       // close began: sends are dropped (run is gone)
 }
+
+// maxPending bounds pending: a sender finding it full wakes run and
+// waits for room.
+const maxPending = 4096
+
+// idleWake is the longest run sleeps: it then takes what is pending
+// although no event is due, so pending holds released meanwhile leave.
+const idleWake = time.Second
 
 type renewMsg struct {
 	h      *Hold
@@ -31,7 +54,8 @@ type renewMsg struct {
 }
 
 func newRenewer(c *Engine) *renewer {
-	r := &renewer{c: c, in: make(chan renewMsg, 256), done: make(chan struct{})}
+	r := &renewer{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	r.room = sync.NewCond(&r.pmu)
 	r.wg.Go(r.run)
 	return r
 }
@@ -40,11 +64,69 @@ func (r *renewer) add(h *Hold)    { r.send(renewMsg{h: h}) }
 func (r *renewer) update(h *Hold) { r.send(renewMsg{h: h}) }
 func (r *renewer) remove(h *Hold) { r.send(renewMsg{h: h, remove: true}) }
 
+// send queues m for run. It wakes run only if run sleeps past the hold's
+// next event, or pending is full. A removal never needs run early: the
+// hold is no longer held, and run drops it when it next looks.
 func (r *renewer) send(m renewMsg) {
-	select {
-	case r.in <- m:
-	case <-r.done:
+	var next time.Time
+	if !m.remove {
+		next = m.h.nextEvent()
 	}
+	r.pmu.Lock()
+	for len(r.pending) >= maxPending && !r.stopped {
+		r.wake()
+		r.room.Wait()
+	}
+	if r.stopped {
+		r.pmu.Unlock()
+		return
+	}
+	r.pending = append(r.pending, m)
+	if r.parked && (len(r.pending) >= maxPending || (!m.remove && next.Before(r.wakeAt))) {
+		r.parked = false
+		r.wake()
+	}
+	r.pmu.Unlock()
+}
+
+// wake kicks run without blocking (a kick already pending is enough).
+func (r *renewer) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take hands run what is pending and gives a waiting sender room.
+func (r *renewer) take() []renewMsg {
+	r.pmu.Lock()
+	ms := r.pending
+	r.pending, r.spare = r.spare[:0], nil
+	r.room.Broadcast()
+	r.pmu.Unlock()
+	return ms
+}
+
+// park records that run sleeps until at; false if something came
+// meanwhile (run takes it first).
+func (r *renewer) park(at time.Time) bool {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if len(r.pending) > 0 {
+		return false
+	}
+	r.parked, r.wakeAt = true, at
+	return true
+}
+
+// giveBack returns a drained slice for reuse.
+func (r *renewer) giveBack(ms []renewMsg) {
+	clear(ms)
+	r.pmu.Lock()
+	if cap(ms) <= maxPending {
+		r.spare = ms[:0]
+	}
+	r.pmu.Unlock()
 }
 
 // rnGo runs f on a goroutine owned by the renewer; Close waits for it.
@@ -62,6 +144,10 @@ func (r *renewer) close() {
 		r.mu.Lock()
 		r.closed = true
 		r.mu.Unlock()
+		r.pmu.Lock()
+		r.stopped = true
+		r.room.Broadcast()
+		r.pmu.Unlock()
 		close(r.done)
 	})
 	r.wg.Wait()
@@ -87,7 +173,26 @@ func (q *holdHeap) Pop() any {
 	return h
 }
 
-// run is the only goroutine that touches the heap and Hold.idx.
+// nextEvent is when the renewer must next look at h: its renewal time
+// (auto-renew, no round in flight, not starved, before MaxHold) or its
+// Deadline.
+func (h *Hold) nextEvent() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nextEventLocked()
+}
+
+func (h *Hold) nextEventLocked() time.Time {
+	next := h.deadline
+	if h.spec.AutoRenew && !h.inflight && !h.starved.Load() && h.renewAt.Before(next) && (h.maxAt.IsZero() || h.renewAt.Before(h.maxAt)) {
+		next = h.renewAt
+	}
+	return next
+}
+
+// run is the only goroutine that touches the heap and Hold.idx. Each turn
+// it takes what is pending, handles the holds that are due, and sleeps
+// until the next event (at most idleWake) or a kick.
 func (r *renewer) run() {
 	q := &holdHeap{next: map[*Hold]time.Time{}}
 	timer := time.NewTimer(time.Hour)
@@ -95,10 +200,7 @@ func (r *renewer) run() {
 	schedule := func(h *Hold) {
 		h.mu.Lock()
 		held := h.state == stateHeld
-		next := h.deadline
-		if h.spec.AutoRenew && !h.inflight && !h.starved.Load() && h.renewAt.Before(next) && (h.maxAt.IsZero() || h.renewAt.Before(h.maxAt)) {
-			next = h.renewAt
-		}
+		next := h.nextEventLocked()
 		h.mu.Unlock()
 		if !held {
 			if h.idx >= 0 {
@@ -114,15 +216,8 @@ func (r *renewer) run() {
 		}
 	}
 	for {
-		if q.Len() > 0 {
-			timer.Reset(time.Until(q.next[q.hs[0]]))
-		} else {
-			timer.Stop()
-		}
-		select {
-		case <-r.done:
-			return
-		case m := <-r.in:
+		ms := r.take()
+		for _, m := range ms {
 			if m.remove {
 				if m.h.idx >= 0 {
 					heap.Remove(q, m.h.idx)
@@ -130,43 +225,60 @@ func (r *renewer) run() {
 			} else {
 				schedule(m.h)
 			}
-		case <-timer.C:
-			now := time.Now()
-			var due []*Hold
-			for q.Len() > 0 && !q.next[q.hs[0]].After(now) {
-				h := heap.Pop(q).(*Hold)
-				h.mu.Lock()
-				expired := !now.Before(h.deadline)
-				renew := !expired && h.state == stateHeld && h.spec.AutoRenew && !h.inflight
-				beating := h.beating(now)
-				if renew && !beating {
-					// No progress reported: let the hold run out at its
-					// Deadline (a late Heartbeat reschedules it).
-					renew = false
-					h.starved.Store(true)
-				}
-				if renew {
-					h.inflight = true
-				}
-				h.mu.Unlock()
-				switch {
-				case expired && !beating:
-					r.wg.Go(func() {
-						h.lose(fmt.Errorf("%w within %s: renewals stopped", ErrNoHeartbeat, h.spec.Heartbeat))
-					})
-				case expired:
-					r.wg.Go(func() { h.lose(errors.New("deadline reached without a confirmed renewal")) })
-				case renew:
-					due = append(due, h)
-					schedule(h) // now keyed by its deadline
-				default:
-					schedule(h)
-				}
+		}
+		r.giveBack(ms)
+		now := time.Now()
+		var due []*Hold
+		for q.Len() > 0 && !q.next[q.hs[0]].After(now) {
+			h := heap.Pop(q).(*Hold)
+			h.mu.Lock()
+			expired := !now.Before(h.deadline)
+			renew := !expired && h.state == stateHeld && h.spec.AutoRenew && !h.inflight
+			beating := h.beating(now)
+			if renew && !beating {
+				// No progress reported: let the hold run out at its
+				// Deadline (a late Heartbeat reschedules it).
+				renew = false
+				h.starved.Store(true)
 			}
-			if len(due) > 0 {
-				r.wg.Go(func() { r.renewRound(due) })
+			if renew {
+				h.inflight = true
+			}
+			h.mu.Unlock()
+			switch {
+			case expired && !beating:
+				r.wg.Go(func() {
+					h.lose(fmt.Errorf("%w within %s: renewals stopped", ErrNoHeartbeat, h.spec.Heartbeat))
+				})
+			case expired:
+				r.wg.Go(func() { h.lose(errors.New("deadline reached without a confirmed renewal")) })
+			case renew:
+				due = append(due, h)
+				schedule(h) // now keyed by its deadline
+			default:
+				schedule(h)
 			}
 		}
+		if len(due) > 0 {
+			r.wg.Go(func() { r.renewRound(due) })
+		}
+		at := now.Add(idleWake)
+		if q.Len() > 0 && q.next[q.hs[0]].Before(at) {
+			at = q.next[q.hs[0]]
+		}
+		if !r.park(at) {
+			continue
+		}
+		timer.Reset(time.Until(at))
+		select {
+		case <-r.done:
+			return
+		case <-r.kick:
+		case <-timer.C:
+		}
+		r.pmu.Lock()
+		r.parked = false
+		r.pmu.Unlock()
 	}
 }
 
@@ -269,4 +381,11 @@ func (r *renewer) renewRound(due []*Hold) {
 			p.h.endRound()
 		}
 	}
+}
+
+// pendingLen is how many sends run has not taken yet.
+func (r *renewer) pendingLen() int {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	return len(r.pending)
 }

@@ -49,6 +49,32 @@ func (a LockAcquire) Args() []string {
 	return args
 }
 
+// LockTryAcquire is LockAcquire for an attempt that does not queue, has
+// no owner and no min-hold, sent to lock_try.lua (script LockTry): the
+// same keys, writes and reply, with only the arguments that case reads.
+type LockTryAcquire struct {
+	Token     string
+	TTL       time.Duration
+	FenceKeep time.Duration
+	FenceInit int64
+	FenceSkew time.Duration
+	Waiter    string // a reservation for it is taken ("" none)
+}
+
+func (a LockTryAcquire) Args() []string {
+	return []string{a.Token, Ms(a.TTL), Ms(a.FenceKeep), itoa(a.FenceInit), Ms(a.FenceSkew), a.Waiter}
+}
+
+// Try returns a as a LockTryAcquire, and whether it is one: it does not
+// queue, has no owner and no min-hold.
+func (a LockAcquire) Try() (LockTryAcquire, bool) {
+	if a.Enqueue || a.Owner != "" || a.MinHold > 0 || a.Seq > 0 {
+		return LockTryAcquire{}, false
+	}
+	return LockTryAcquire{Token: a.Token, TTL: a.TTL, FenceKeep: a.FenceKeep, FenceInit: a.FenceInit,
+		FenceSkew: a.FenceSkew, Waiter: a.Waiter}, true
+}
+
 // LockRelease ends a lease (ReleaseReleased, ReleaseNotOurs, or
 // ReleaseTaken where another holder's key is); with Rollback it undoes one
 // attempt's grant (1, or 0 not ours) and keeps Waiter's place in the queue.

@@ -18,7 +18,8 @@ import (
 // Each is its .lua file with the prelude parts it names pulled in (see
 // WithPrelude).
 var (
-	Lock      = WithPrelude(lockBody) // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
+	Lock      = WithPrelude(lockBody)    // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
+	LockTry   = WithPrelude(lockTryBody) // lock.lua's acquire for an attempt that does not queue (LockTryAcquire)
 	MultiLock = WithPrelude(multiLockBody)
 	FairLock  = WithPrelude(fairLockBody)
 	RWLock    = WithPrelude(rwLockBody)
@@ -31,6 +32,8 @@ var (
 	prelude string
 	//go:embed lock.lua
 	lockBody string
+	//go:embed lock_try.lua
+	lockTryBody string
 	//go:embed multilock.lua
 	multiLockBody string
 	//go:embed fairlock.lua
