@@ -265,3 +265,110 @@ func (c *Cluster) MasterFor(key string) *Server {
 func (c *Cluster) Do(key string, args ...string) (string, error) {
 	return c.MasterFor(key).Do(args...)
 }
+
+// ReplicaOf returns a replica of master m (nil if it has none), as the
+// replicas report their master.
+func (c *Cluster) ReplicaOf(m *Server) *Server {
+	c.t.Helper()
+	_, port, _ := splitAddr(m.Addr())
+	for _, r := range c.all {
+		info, err := r.Do("INFO", "replication")
+		if err == nil && infoField(info, "role") == "slave" && infoField(info, "master_port") == port {
+			return r
+		}
+	}
+	return nil
+}
+
+// CutLink cuts replica's replication link for good: the replica is told
+// to authenticate to its master as a user that does not exist there, and
+// the master drops its replica connections. The replica keeps retrying
+// and failing, so it receives no write its master takes from now on, and
+// it keeps serving what it had (a lossy failover's replica). Clients and
+// the cluster bus are untouched. CutLink waits until the replica reports
+// its link down.
+func (c *Cluster) CutLink(replica *Server) {
+	c.t.Helper()
+	info, err := replica.Do("INFO", "replication")
+	if err != nil || infoField(info, "role") != "slave" {
+		c.t.Fatalf("CutLink: %s is not a replica: %v", replica.Addr(), err)
+	}
+	master := infoField(info, "master_host") + ":" + infoField(info, "master_port")
+	for _, kv := range [][2]string{{"masteruser", "redlock-cut-link"}, {"masterauth", "cut"}} {
+		if _, err := replica.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			c.t.Fatalf("CutLink: CONFIG SET %s: %v", kv[0], err)
+		}
+	}
+	var m *Server
+	for _, s := range c.all {
+		if s.Addr() == master {
+			m = s
+		}
+	}
+	if m == nil {
+		c.t.Fatalf("CutLink: the replica's master %s is not in the cluster", master)
+	}
+	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		c.t.Fatalf("CutLink: CLIENT KILL TYPE replica on %s: %v", master, err)
+	}
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		info, err := replica.Do("INFO", "replication")
+		if err == nil && infoField(info, "master_link_status") == "down" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("CutLink: %s still linked to %s after %v", replica.Addr(), master, clusterTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Takeover promotes replica with CLUSTER FAILOVER TAKEOVER: at once,
+// without its master's agreement or the other masters' votes, as an
+// operator does when the master is gone. It waits until every live
+// master reports the replica as a master and cluster_state:ok. A replica
+// that the cluster promoted on its own meanwhile is fine.
+func (c *Cluster) Takeover(replica *Server) {
+	c.t.Helper()
+	if _, err := replica.Do("CLUSTER", "FAILOVER", "TAKEOVER"); err != nil && c.Role(replica) != "master" {
+		c.t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr(), err)
+	}
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		ok := c.Role(replica) == "master"
+		for _, s := range c.Masters {
+			if !ok {
+				break
+			}
+			if s == replica {
+				continue
+			}
+			info, err := s.Do("CLUSTER", "INFO")
+			if err != nil {
+				continue // a killed master
+			}
+			nodes, err := s.Do("CLUSTER", "NODES")
+			ok = infoField(info, "cluster_state") == "ok" && err == nil && strings.Contains(nodes, replica.Addr()+"@") &&
+				masterLine(nodes, replica.Addr())
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("Takeover: %s not the agreed master within %v", replica.Addr(), clusterTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// masterLine reports whether the CLUSTER NODES line of addr says master.
+func masterLine(nodes, addr string) bool {
+	for line := range strings.Lines(nodes) {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.HasPrefix(f[1], addr+"@") {
+			return strings.Contains(f[2], "master")
+		}
+	}
+	return false
+}
