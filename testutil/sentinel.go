@@ -283,6 +283,21 @@ func (s *SentinelSet) agreedMaster() (*Server, bool) {
 	return nil, false
 }
 
+// WaitSyncedTo waits until replica has acknowledged every write master
+// took so far: after a failover, the old master replicates the new one.
+func (s *SentinelSet) WaitSyncedTo(master, replica *Server) {
+	s.t.Helper()
+	if err := s.waitReplicaSynced(master, replica); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// CutLink cuts replica's replication link for good (see [CutLink]).
+func (s *SentinelSet) CutLink(replica *Server) {
+	s.t.Helper()
+	CutLink(s.t, replica, s.Master, s.Replica)
+}
+
 // WaitSynced waits until the replica has acknowledged every write the
 // master took so far (its offset reached the master's).
 func (s *SentinelSet) WaitSynced() {
