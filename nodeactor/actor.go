@@ -114,6 +114,8 @@ type Actor struct {
 	// (Look, Arm): armed calls pass it for the prelude to compare with the
 	// node's arm key.
 	armedAs atomic.Pointer[string]
+	// armedCopies caches the armed copies for armedAs (armedScript).
+	armedCopies atomic.Pointer[armedSet]
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

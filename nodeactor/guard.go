@@ -40,6 +40,18 @@ func (a *Actor) armedIdentity() string {
 	return ""
 }
 
+// armedScript returns s's armed copy for identity id (Script.armedFor),
+// from a set cached for the identity last used: one map lookup on the
+// fast path.
+func (a *Actor) armedScript(s *Script, id string) *Script {
+	set := a.armedCopies.Load()
+	if set == nil || set.identity != id {
+		set = newArmedSet(a.opt.Guard, id)
+		a.armedCopies.Store(set)
+	}
+	return set.get(s, a.opt.Guard)
+}
+
 // armSet sets the arm key to ARGV[1] only if that is the node's identity
 // now: atomic, so a restart or a resync after the identity read in Arm's
 // pipeline cannot leave the key naming an identity the node no longer has.
@@ -98,10 +110,15 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
 	ss := registered()
+	// The armed copies differ per identity, and the identity is read in
+	// this pipeline: ask for those of the identity the node was last
+	// found armed under. If the node answers another, its copies are
+	// counted missing, and a node armed under it is loaded (Arm).
+	guess := a.armedIdentity()
 	shas := make([]string, len(ss)+1)
-	shas[0] = marker.armedFor(a.opt.Guard).SHA
+	shas[0] = marker.armedFor(a.opt.Guard, "").SHA
 	for i, s := range ss {
-		shas[i+1] = s.armedFor(a.opt.Guard).SHA
+		shas[i+1] = a.armedScript(s, guess).SHA
 	}
 	cmds := rueidis.Commands{
 		cl.B().Info().Section("server", "replication").Build(),
@@ -147,6 +164,29 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		// the engine's guard adopts it (Adopt) once it has kept its own
 		// memory of the node, so no armed call counts before that.
 	}
+	if lk.Identity != guess {
+		// another identity's copies were asked for: ask for this one's,
+		// with the identity again, on the same client
+		shas = shas[:1]
+		for _, s := range ss {
+			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity).SHA)
+		}
+		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
+			cl.B().ScriptExists().Sha1(shas...).Build())
+		info, err := res[0].ToString()
+		if err != nil {
+			return lk, err
+		}
+		if id := identity(info); infoField(info, "run_id") == "" || id != lk.Identity {
+			return lk, fmt.Errorf("redlock: guard look: the identity changed from %s to %s", lk.Identity, id)
+		}
+		if ex, err = res[1].AsIntSlice(); err != nil {
+			return lk, err
+		}
+		if len(ex) != len(shas) {
+			return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
+		}
+	}
 	for _, e := range ex[1:] {
 		lk.Missing += int(1 - e)
 	}
@@ -179,10 +219,10 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 	for _, s := range ss {
 		// the plain copy too: releases, rollbacks and renewals run it, and
 		// its first call would otherwise cost a NOSCRIPT round trip
-		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard).Body).Build(),
+		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want).Body).Build(),
 			cl.B().ScriptLoad().Script(s.Body).Build())
 	}
-	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard).Body).Build())
+	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "").Body).Build())
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(1).Key(a.armKey()).Arg(want).Build())
 	res := cl.DoMulti(ctx, cmds...)
 	info, err := res[0].ToString()

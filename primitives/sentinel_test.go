@@ -342,6 +342,21 @@ func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if mode == coordinator.GuardAuto {
+		start := time.Now()
+		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
+			t.Fatalf("X still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
+		}
+		t.Logf("X counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
+		b, err := lb.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("B after the guard: %v", err)
+		}
+		defer b.Release(ctx)
+		if v := admin(t, x, "KEYS", "redlock:{sentinel-failback}:lock"); v == "[]" {
+			t.Fatalf("B's grant did not land on X once unguarded")
+		}
+	}
 	return double
 }
 
