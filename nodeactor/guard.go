@@ -24,6 +24,7 @@ type Look struct {
 	Marked   bool          // the armed marker is loaded: some guard armed this process
 	Missing  int           // armed scripts not loaded
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
+	MaxTTL   time.Duration // the largest MaxTTL written in the horizon key (0 if none)
 	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none)
 }
 
@@ -125,6 +126,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		cl.B().ScriptExists().Sha1(shas...).Build(),
 		cl.B().Pttl().Key(horizonKey).Build(),
 		cl.B().Get().Key(a.armKey()).Build(),
+		cl.B().Get().Key(horizonKey).Build(),
 	}
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
@@ -197,6 +199,11 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	lk.Horizon = time.Duration(p) * time.Millisecond
 	if p < 0 {
 		lk.Horizon = -1
+	}
+	// the horizon key's value: the largest MaxTTL (ms) of the processes
+	// that raised it ("1" from a version before it carried one)
+	if v, err := res[4].AsInt64(); err == nil && v > 0 {
+		lk.MaxTTL = time.Duration(v) * time.Millisecond
 	}
 	return lk, nil
 }
