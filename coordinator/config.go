@@ -75,7 +75,9 @@ type Config struct {
 	ForceLua      bool          // never use native CAS/CAD even where probed
 	Logger        *slog.Logger  // nil means slog.Default()
 	// MaxTTL is the longest TTL any client of these nodes uses; 0 means 24h.
-	// A TTL above it is ErrInvalidArgument. It bounds the node guard.
+	// A TTL above it is ErrInvalidArgument. It bounds the node guard: give
+	// every process the same (the guard uses the largest it reads on the
+	// nodes, and warns when that is not its own).
 	MaxTTL    time.Duration
 	NodeGuard GuardMode // GuardAuto (default) or GuardOff
 

@@ -116,6 +116,8 @@ type Actor struct {
 	armedAs atomic.Pointer[string]
 	// armKeyName is armKey's value, made once (an armed call passes it)
 	armKeyName string
+	// armedCopies caches the armed copies for armedAs (armedScript).
+	armedCopies atomic.Pointer[armedSet]
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

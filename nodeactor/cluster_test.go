@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,56 @@ func TestClusterSeedsThatAreNotACluster(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("no error reported for seeds that are not a cluster")
+}
+
+// TestClusterFactsForThePerMasterGuard checks on a real cluster the Redis
+// behaviour the per-master guard's design relies on (docs/lock.md, "Redis
+// Cluster nodes: the per-master guard"): a script without a shebang,
+// routed by its declared key, reads an undeclared key of another slot
+// that its master serves; a master that does not serve that slot answers
+// an error, not a nil; a script loaded on a master is not on its replica,
+// so a promoted replica answers NOSCRIPT.
+func TestClusterFactsForThePerMasterGuard(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{Replicas: 1})
+	m := cl.MasterFor("{lock}")
+	// a tag in another slot of the same master (a neighbour slot: masters
+	// own contiguous ranges), and one of another master's
+	ls := int(nodeactor.Slot("lock"))
+	own := nodeactor.SlotTag(uint16((ls + 1) % 16384))
+	if cl.MasterFor("{"+own+"}") != m {
+		own = nodeactor.SlotTag(uint16((ls + 16383) % 16384))
+	}
+	foreign := nodeactor.SlotTag(uint16((ls + 8192) % 16384))
+	if cl.MasterFor("{"+own+"}") != m || cl.MasterFor("{"+foreign+"}") == m {
+		t.Fatalf("slot %d: no neighbour slot on the same master, or slot %d on it too", ls, (ls+8192)%16384)
+	}
+	armKey := "redlock:{" + own + "}:armed"
+	if _, err := m.Do("SET", armKey, "id"); err != nil {
+		t.Fatal(err)
+	}
+	const read = "return redis.call('GET', ARGV[1])"
+	if v, err := m.Do("EVAL", read, "1", "redlock:{lock}:lock", armKey); err != nil || v != "id" {
+		t.Fatalf("undeclared key of another slot on the same master: %q, %v; want id", v, err)
+	}
+	v, err := m.Do("EVAL", read, "1", "redlock:{lock}:lock", "redlock:{"+foreign+"}:armed")
+	if err == nil {
+		t.Fatalf("undeclared key of a slot another master serves: %q, want an error", v)
+	}
+	t.Logf("a key another master serves: %v", err)
+	sha, err := m.Do("SCRIPT", "LOAD", "return 'armed'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cl.ReplicaOf(m)
+	if r == nil {
+		t.Fatalf("no replica of %s", m.Addr())
+	}
+	if v, _ := r.Do("SCRIPT", "EXISTS", sha); v != "[0]" {
+		t.Fatalf("SCRIPT EXISTS on the replica = %s, want [0]: the script cache was replicated", v)
+	}
+	m.Kill()
+	cl.Takeover(r)
+	if v, err := r.Do("EVALSHA", sha, "0"); err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
+		t.Fatalf("EVALSHA on the promoted replica = %q, %v; want NOSCRIPT", v, err)
+	}
 }

@@ -24,6 +24,7 @@ type Look struct {
 	Marked   bool          // the armed marker is loaded: some guard armed this process
 	Missing  int           // armed scripts not loaded
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
+	MaxTTL   time.Duration // the largest MaxTTL written in the horizon key (0 if none)
 	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none)
 }
 
@@ -38,6 +39,18 @@ func (a *Actor) armedIdentity() string {
 		return *p
 	}
 	return ""
+}
+
+// armedScript returns s's armed copy for identity id (Script.armedFor),
+// from a set cached for the identity last used: one map lookup on the
+// fast path.
+func (a *Actor) armedScript(s *Script, id string) *Script {
+	set := a.armedCopies.Load()
+	if set == nil || set.identity != id {
+		set = newArmedSet(a.opt.Guard, id)
+		a.armedCopies.Store(set)
+	}
+	return set.get(s, a.opt.Guard)
 }
 
 // armSet sets the arm key to ARGV[1] only if that is the node's identity
@@ -98,16 +111,22 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
 	ss := registered()
+	// The armed copies differ per identity, and the identity is read in
+	// this pipeline: ask for those of the identity the node was last
+	// found armed under. If the node answers another, its copies are
+	// counted missing, and a node armed under it is loaded (Arm).
+	guess := a.armedIdentity()
 	shas := make([]string, len(ss)+1)
-	shas[0] = marker.armedFor(a.opt.Guard).SHA
+	shas[0] = marker.armedFor(a.opt.Guard, "").SHA
 	for i, s := range ss {
-		shas[i+1] = s.armedFor(a.opt.Guard).SHA
+		shas[i+1] = a.armedScript(s, guess).SHA
 	}
 	cmds := rueidis.Commands{
 		cl.B().Info().Section("server", "replication").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(),
 		cl.B().Pttl().Key(horizonKey).Build(),
 		cl.B().Get().Key(a.armKey()).Build(),
+		cl.B().Get().Key(horizonKey).Build(),
 	}
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
@@ -147,6 +166,29 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		// the engine's guard adopts it (Adopt) once it has kept its own
 		// memory of the node, so no armed call counts before that.
 	}
+	if lk.Identity != guess {
+		// another identity's copies were asked for: ask for this one's,
+		// with the identity again, on the same client
+		shas = shas[:1]
+		for _, s := range ss {
+			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity).SHA)
+		}
+		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
+			cl.B().ScriptExists().Sha1(shas...).Build())
+		info, err := res[0].ToString()
+		if err != nil {
+			return lk, err
+		}
+		if id := identity(info); infoField(info, "run_id") == "" || id != lk.Identity {
+			return lk, fmt.Errorf("redlock: guard look: the identity changed from %s to %s", lk.Identity, id)
+		}
+		if ex, err = res[1].AsIntSlice(); err != nil {
+			return lk, err
+		}
+		if len(ex) != len(shas) {
+			return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
+		}
+	}
 	for _, e := range ex[1:] {
 		lk.Missing += int(1 - e)
 	}
@@ -157,6 +199,11 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	lk.Horizon = time.Duration(p) * time.Millisecond
 	if p < 0 {
 		lk.Horizon = -1
+	}
+	// the horizon key's value: the largest MaxTTL (ms) of the processes
+	// that raised it ("1" from a version before it carried one)
+	if v, err := res[4].AsInt64(); err == nil && v > 0 {
+		lk.MaxTTL = time.Duration(v) * time.Millisecond
 	}
 	return lk, nil
 }
@@ -179,10 +226,10 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 	for _, s := range ss {
 		// the plain copy too: releases, rollbacks and renewals run it, and
 		// its first call would otherwise cost a NOSCRIPT round trip
-		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard).Body).Build(),
+		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want).Body).Build(),
 			cl.B().ScriptLoad().Script(s.Body).Build())
 	}
-	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard).Body).Build())
+	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "").Body).Build())
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(1).Key(a.armKey()).Arg(want).Build())
 	res := cl.DoMulti(ctx, cmds...)
 	info, err := res[0].ToString()

@@ -322,10 +322,11 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	}
 	keys, args := c.Keys, c.Args
 	if c.Armed && a.guarded.Load() {
-		s = s.armedFor(a.opt.Guard)
+		id := a.armedIdentity()
+		s = a.armedScript(s, id)
 		// the prelude's arm key and identity, last (armedPrelude)
 		keys = append(keys[:len(keys):len(keys)], a.armKey())
-		args = append(args[:len(args):len(args)], a.armedIdentity())
+		args = append(args[:len(args):len(args)], id)
 	}
 	switch {
 	case eval && c.ReadOnly:

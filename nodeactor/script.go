@@ -29,10 +29,10 @@ type Script struct {
 	fixed bool
 }
 
-// armedCopy is a script's armed copy for one guard tag.
+// armedCopy is a script's armed copy for one guard tag and identity.
 type armedCopy struct {
-	tag string
-	s   *Script
+	tag, identity string
+	s             *Script
 }
 
 // registry holds every script made by NewScript: the guard loads the
@@ -93,22 +93,58 @@ const armedPrelude = armedCheck +
 const armedCheck = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end\n"
 
-// armedFor returns the armed copy of s for the guard tag: the body behind
-// armedPrelude, with one comment line more, so another SHA1. Only the
-// guard loads it, and it runs by EVALSHA alone (docs/lock.md, "Node
-// guard"). The copy is cached: one process uses one tag, so the fast path
-// is one load.
-func (s *Script) armedFor(tag string) *Script {
-	if c := s.armed.Load(); c != nil && c.tag == tag {
+// armedFor returns the armed copy of s for the guard tag and the node
+// identity it is armed under: the body behind armedPrelude, with two
+// comment lines more, so another SHA1 for each identity. Only the guard
+// loads it, on a node whose identity it read in the same pipeline, and it
+// runs by EVALSHA alone (docs/lock.md, "Node guard"). A node so holds
+// only the copies of identities it had itself: a demoted master keeps its
+// script cache across a resync, and receives its new master's arm key,
+// but not that master's copies. The marker's copy is made with identity
+// "" (one body for every identity). The last copy made is cached.
+func (s *Script) armedFor(tag, identity string) *Script {
+	if c := s.armed.Load(); c != nil && c.tag == tag && c.identity == identity {
 		return c.s
 	}
 	prelude := armedPrelude
 	if s.fixed {
 		prelude = armedCheck
 	}
-	a := newScript(s.Name+"/armed", prelude+s.Body+"\n-- redlock guard "+tag+"\n")
-	s.armed.Store(&armedCopy{tag: tag, s: a})
+	body := prelude + s.Body + "\n-- redlock guard " + tag + "\n"
+	if identity != "" {
+		body += "-- armed for " + identity + "\n"
+	}
+	a := newScript(s.Name+"/armed", body)
+	s.armed.Store(&armedCopy{tag: tag, identity: identity, s: a})
 	return a
+}
+
+// armedSet is the armed copy of every registered script for one identity.
+// It is immutable once made: the lanes read it without a lock.
+type armedSet struct {
+	identity string
+	copies   map[*Script]*Script
+}
+
+// newArmedSet makes the armed copies of every registered script.
+func newArmedSet(tag, identity string) *armedSet {
+	set := &armedSet{identity: identity, copies: map[*Script]*Script{}}
+	for _, s := range registered() {
+		set.copies[s] = s.armedFor(tag, identity)
+		if s.sharded != s {
+			set.copies[s.sharded] = s.sharded.armedFor(tag, identity)
+		}
+	}
+	return set
+}
+
+// get returns s's armed copy in the set, or makes it (a script registered
+// after the set was made).
+func (set *armedSet) get(s *Script, tag string) *Script {
+	if a, ok := set.copies[s]; ok {
+		return a
+	}
+	return s.armedFor(tag, set.identity)
 }
 
 func newScript(name, body string) *Script {

@@ -379,3 +379,47 @@ func TestGuardCoversMinHoldTail(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestGuardMaxTTLDiffersBetweenProcesses: one process with a smaller
+// MaxTTL must not arm a node early for everyone. L (MaxTTL 24 h) holds
+// {0, 1} for 12 s (node 2 cut off for it). Node 0 restarts empty. S
+// (MaxTTL 3 s) starts then, and cannot reach node 2: its look at node 0
+// misses too many nodes to trust the horizons, so it bounds by MaxTTL.
+// Unless it reads L's larger MaxTTL on the nodes, it arms node 0 after
+// 3 s, and C, a new process that reaches every node, adopts that arming
+// and takes {0, 2} while L is valid.
+func TestGuardMaxTTLDiffersBetweenProcesses(t *testing.T) {
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	pl := testutil.NewProxy(t, srv[2].Addr())
+	ps := testutil.NewProxy(t, srv[2].Addr())
+	cl := newCoord(t, []string{srv[0].Addr(), srv[1].Addr(), pl.Addr()})
+	waitAllUp(t, cl)
+	ctx := context.Background()
+	ttl := 12 * time.Second
+	ll, _ := primitives.NewLock(cl, "maxttl", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	pl.SetFault(testutil.Reset)
+	a, err := ll.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("L: %v", err)
+	}
+	defer a.Release(ctx)
+	srv[0].RestartEmpty()
+	ps.SetFault(testutil.Reset)
+	cs := newCoord(t, []string{srv[0].Addr(), srv[1].Addr(), ps.Addr()}, func(c *coordinator.Config) { c.MaxTTL = 3 * time.Second })
+	cc := newCoord(t, testutil.Addrs(srv))
+	lc, _ := primitives.NewLock(cc, "maxttl", primitives.WithTTL(2*time.Second))
+	for a.Valid() {
+		b, err := lc.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() {
+				t.Fatalf("C holds (fence %d) while L is valid (fence %d, %v left): S armed node 0 by its own MaxTTL",
+					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := cs.Nodes()[0]; !st.Guarded || time.Until(st.GuardedUntil) < time.Hour {
+		t.Errorf("S: node 0 guarded=%v until %v, want guarded for about L's MaxTTL (24 h)", st.Guarded, st.GuardedUntil)
+	}
+}

@@ -166,3 +166,211 @@ func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 	}
 	return double
 }
+
+// A missed +switch-master: every sentinel is reached through a proxy that
+// drops the message, so A and B, both connected before the failover, learn
+// of it only from rueidis's topology refresh (each second) and the
+// keeper's check of the master it sends to. The failover is lossy. With
+// the node guard no second holder gets in, and the promoted master counts
+// again after the guard; with GuardOff B gets in while A is valid (the
+// test bites).
+func TestSentinelNodeMissedSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		mode   coordinator.GuardMode
+		double bool
+	}{{coordinator.GuardAuto, false}, {coordinator.GuardOff, true}} {
+		name := "guard"
+		if tc.mode == coordinator.GuardOff {
+			name = "guardoff"
+		}
+		t.Run(name, func(t *testing.T) {
+			if got := missedSwitch(t, tc.mode); got != tc.double {
+				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
+			}
+		})
+	}
+}
+
+func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
+	set := testutil.StartSentinelSet(t, testutil.SentinelOptions{Fronted: true})
+	for _, f := range set.Fronts {
+		f.DropValues("message", "+switch-master")
+	}
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	ttl := 10 * time.Second
+	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
+	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
+	waitAllUp(t, ca)
+	waitAllUp(t, cb)
+	cut.SetFault(testutil.Reset)
+	set.Link.SetFault(testutil.Blackhole)
+	ctx := context.Background()
+	la, _ := primitives.NewLock(ca, "sentinel-missed", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	set.Master.Kill()
+	next := set.WaitSwitch(set.Master)
+	switched := time.Now()
+	if v := admin(t, next, "KEYS", "redlock:{sentinel-missed}*"); v != "[]" {
+		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
+	}
+	lb, _ := primitives.NewLock(cb, "sentinel-missed", primitives.WithTTL(ttl))
+	double, followed := false, time.Duration(0)
+	for a.Valid() {
+		if followed == 0 && cb.Nodes()[0].Master == next.Addr() {
+			followed = time.Since(switched)
+		}
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() && !double {
+				double = true
+				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
+					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	dropped := 0
+	for _, f := range set.Fronts {
+		dropped += f.Dropped()
+	}
+	// dropped may be 0: while the dead master is named, each refresh
+	// fails and closes its sentinel connection, so a client may not be
+	// subscribed when the sentinels publish. Every path to a sentinel goes
+	// through a front, so none receives the message either way.
+	if followed == 0 {
+		t.Fatalf("B never followed the switch to %s while A was valid: %+v", next.Addr(), cb.Nodes()[0])
+	}
+	t.Logf("%d +switch-master messages dropped by the fronts; B followed the switch %v after the sentinels agreed",
+		dropped, followed.Round(time.Millisecond))
+	if mode == coordinator.GuardAuto {
+		start := time.Now()
+		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
+			t.Fatalf("node 0 still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
+		}
+		t.Logf("node 0 counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
+		b, err := lb.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("B after the guard: %v", err)
+		}
+		defer b.Release(ctx)
+		if v := admin(t, next, "KEYS", "redlock:{sentinel-missed}:lock"); v == "[]" {
+			t.Fatalf("B's grant did not land on the promoted master once unguarded")
+		}
+	}
+	return double
+}
+
+// A lossy fail-back to a master that was never restarted. X (the set's
+// first master) was armed; a lossless failover promotes Y, which the guard
+// arms after its horizon, and X, demoted, replicates Y: it receives Y's
+// arm key (Y's identity) and keeps its own script cache, armed copies
+// included. X's link is then cut, A takes the name on Y, Y is killed and
+// X promoted without A's key. B, a coordinator that followed the set all
+// along (so its armed calls carry Y's identity), then tries the name for
+// as long as A is valid. The guard must hold X out; with GuardOff B gets
+// in (the test bites).
+func TestSentinelNodeLossyFailback(t *testing.T) {
+	for _, tc := range []struct {
+		mode   coordinator.GuardMode
+		double bool
+	}{{coordinator.GuardAuto, false}, {coordinator.GuardOff, true}} {
+		name := "guard"
+		if tc.mode == coordinator.GuardOff {
+			name = "guardoff"
+		}
+		t.Run(name, func(t *testing.T) {
+			if got := lossyFailback(t, tc.mode); got != tc.double {
+				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
+			}
+		})
+	}
+}
+
+func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
+	set := testutil.StartSentinelSet(t, testutil.SentinelOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	ttl := 8 * time.Second
+	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
+	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
+	waitAllUp(t, ca)
+	waitAllUp(t, cb)
+	x := set.Master
+	set.WaitSynced()
+	y := set.Failover()
+	for _, c := range []*coordinator.Coordinator{ca, cb} {
+		waitMaster(t, c, y.Addr())
+		if mode == coordinator.GuardAuto && !testutil.Eventually(30*time.Second, func() bool {
+			st := c.Nodes()[0]
+			return !st.Guarded && strings.HasPrefix(st.Identity, infoRunID(t, y))
+		}) {
+			t.Fatalf("the promoted Y was never armed: %+v", c.Nodes()[0])
+		}
+	}
+	set.WaitSyncedTo(y, x)
+	set.CutLink(x)
+	cut.SetFault(testutil.Reset)
+	ctx := context.Background()
+	la, _ := primitives.NewLock(ca, "sentinel-failback", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	y.Kill()
+	next := set.WaitSwitch(y)
+	if next != x {
+		t.Fatalf("the sentinels promoted %s, want X %s", next.Addr(), x.Addr())
+	}
+	if v := admin(t, x, "KEYS", "redlock:{sentinel-failback}*"); v != "[]" {
+		t.Fatalf("X has A's keys (%s): the fail-back was not lossy", v)
+	}
+	lb, _ := primitives.NewLock(cb, "sentinel-failback", primitives.WithTTL(ttl))
+	double := false
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() && !double {
+				double = true
+				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
+					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if mode == coordinator.GuardAuto {
+		start := time.Now()
+		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
+			t.Fatalf("X still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
+		}
+		t.Logf("X counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
+		b, err := lb.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("B after the guard: %v", err)
+		}
+		defer b.Release(ctx)
+		if v := admin(t, x, "KEYS", "redlock:{sentinel-failback}:lock"); v == "[]" {
+			t.Fatalf("B's grant did not land on X once unguarded")
+		}
+	}
+	return double
+}
+
+// infoRunID returns s's run_id.
+func infoRunID(t *testing.T, s *testutil.Server) string {
+	t.Helper()
+	for _, line := range strings.Split(admin(t, s, "INFO", "server"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v
+		}
+	}
+	t.Fatalf("no run_id in INFO server of %s", s.Addr())
+	return ""
+}

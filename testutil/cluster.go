@@ -265,3 +265,72 @@ func (c *Cluster) MasterFor(key string) *Server {
 func (c *Cluster) Do(key string, args ...string) (string, error) {
 	return c.MasterFor(key).Do(args...)
 }
+
+// ReplicaOf returns a replica of master m (nil if it has none), as the
+// replicas report their master.
+func (c *Cluster) ReplicaOf(m *Server) *Server {
+	c.t.Helper()
+	_, port, _ := splitAddr(m.Addr())
+	for _, r := range c.all {
+		info, err := r.Do("INFO", "replication")
+		if err == nil && infoField(info, "role") == "slave" && infoField(info, "master_port") == port {
+			return r
+		}
+	}
+	return nil
+}
+
+// CutLink cuts replica's replication link for good (see [CutLink]).
+func (c *Cluster) CutLink(replica *Server) {
+	c.t.Helper()
+	CutLink(c.t, replica, c.all...)
+}
+
+// Takeover promotes replica with CLUSTER FAILOVER TAKEOVER: at once,
+// without its master's agreement or the other masters' votes, as an
+// operator does when the master is gone. It waits until every live
+// master reports the replica as a master and cluster_state:ok. A replica
+// that the cluster promoted on its own meanwhile is fine.
+func (c *Cluster) Takeover(replica *Server) {
+	c.t.Helper()
+	if _, err := replica.Do("CLUSTER", "FAILOVER", "TAKEOVER"); err != nil && c.Role(replica) != "master" {
+		c.t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr(), err)
+	}
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		ok := c.Role(replica) == "master"
+		for _, s := range c.Masters {
+			if !ok {
+				break
+			}
+			if s == replica {
+				continue
+			}
+			info, err := s.Do("CLUSTER", "INFO")
+			if err != nil {
+				continue // a killed master
+			}
+			nodes, err := s.Do("CLUSTER", "NODES")
+			ok = infoField(info, "cluster_state") == "ok" && err == nil && strings.Contains(nodes, replica.Addr()+"@") &&
+				masterLine(nodes, replica.Addr())
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("Takeover: %s not the agreed master within %v", replica.Addr(), clusterTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// masterLine reports whether the CLUSTER NODES line of addr says master.
+func masterLine(nodes, addr string) bool {
+	for line := range strings.Lines(nodes) {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.HasPrefix(f[1], addr+"@") {
+			return strings.Contains(f[2], "master")
+		}
+	}
+	return false
+}

@@ -31,6 +31,12 @@ type SentinelSet struct {
 	Replica   *Server   // the replica at start
 	Link      *Proxy    // the replica's replication link to Master
 	Sentinels []*Server // the sentinels
+	// Fronts are the proxies in front of the sentinels, one each, when
+	// SentinelOptions.Fronted is set (nil otherwise). Each sentinel
+	// announces its proxy's address, so a client that learns the others
+	// from one (SENTINEL SENTINELS, +sentinel) reaches them through their
+	// proxies too, and [SentinelSet.URL] names the proxies.
+	Fronts []*Proxy
 }
 
 // SentinelOptions configures [StartSentinelSet].
@@ -41,6 +47,10 @@ type SentinelOptions struct {
 	Server ServerOptions
 	// DownAfter is the sentinels' down-after-milliseconds; 0 means 1 s.
 	DownAfter time.Duration
+	// Fronted puts a proxy in front of each sentinel (SentinelSet.Fronts):
+	// a test can then drop what the sentinels publish to clients (say, a
+	// +switch-master, with Proxy.DropValues) and nothing else.
+	Fronted bool
 }
 
 // StartSentinelSet starts a master, a replica of it (through a proxy) and
@@ -90,6 +100,16 @@ func StartSentinelSet(t testing.TB, opts SentinelOptions) *SentinelSet {
 		sv := &Server{t: t, p: p}
 		t.Cleanup(sv.cleanup)
 		s.Sentinels = append(s.Sentinels, sv)
+		if opts.Fronted {
+			front := NewProxy(t, sv.Addr())
+			fhost, fport, _ := splitAddr(front.Addr())
+			for _, kv := range [][2]string{{"announce-ip", fhost}, {"announce-port", fport}} {
+				if _, err := sv.Do("SENTINEL", "CONFIG", "SET", kv[0], kv[1]); err != nil {
+					t.Fatalf("sentinel %s: SENTINEL CONFIG SET %s: %v", sv.Addr(), kv[0], err)
+				}
+			}
+			s.Fronts = append(s.Fronts, front)
+		}
 	}
 	deadline := time.Now().Add(sentinelTimeout)
 	for {
@@ -97,6 +117,10 @@ func StartSentinelSet(t testing.TB, opts SentinelOptions) *SentinelSet {
 		for _, sv := range s.Sentinels {
 			m, err := sv.Do("SENTINEL", "MASTER", opts.Name)
 			if err != nil || sentinelField(m, "num-slaves") != "1" || sentinelField(m, "num-other-sentinels") != "2" {
+				ready = false
+				break
+			}
+			if opts.Fronted && !s.knowsFronts(sv) {
 				ready = false
 				break
 			}
@@ -123,11 +147,42 @@ func (s *SentinelSet) URL() string {
 	if pw := s.Master.opts.Password; pw != "" {
 		u += ":" + pw + "@"
 	}
-	u += s.Sentinels[0].Addr() + "?master_set=" + s.Name
-	for _, sv := range s.Sentinels[1:] {
-		u += "&addr=" + sv.Addr()
+	addrs := make([]string, len(s.Sentinels))
+	for i, sv := range s.Sentinels {
+		addrs[i] = sv.Addr()
+		if s.Fronts != nil {
+			addrs[i] = s.Fronts[i].Addr()
+		}
+	}
+	u += addrs[0] + "?master_set=" + s.Name
+	for _, a := range addrs[1:] {
+		u += "&addr=" + a
 	}
 	return u
+}
+
+// knowsFronts reports whether sentinel sv names every other sentinel by
+// its front's address, and by no other.
+func (s *SentinelSet) knowsFronts(sv *Server) bool {
+	r, err := sv.Do("SENTINEL", "SENTINELS", s.Name)
+	if err != nil {
+		return false
+	}
+	known := 0
+	for i, other := range s.Sentinels {
+		if other == sv {
+			continue
+		}
+		_, rport, _ := splitAddr(other.Addr())
+		_, fport, _ := splitAddr(s.Fronts[i].Addr())
+		if strings.Contains(r, "port "+rport+" ") || strings.Contains(r, "port "+rport+"]") {
+			return false
+		}
+		if strings.Contains(r, "port "+fport+" ") || strings.Contains(r, "port "+fport+"]") {
+			known++
+		}
+	}
+	return known == len(s.Sentinels)-1
 }
 
 // MasterAddr returns the master's address as the first sentinel that
@@ -226,6 +281,21 @@ func (s *SentinelSet) agreedMaster() (*Server, bool) {
 		}
 	}
 	return nil, false
+}
+
+// WaitSyncedTo waits until replica has acknowledged every write master
+// took so far: after a failover, the old master replicates the new one.
+func (s *SentinelSet) WaitSyncedTo(master, replica *Server) {
+	s.t.Helper()
+	if err := s.waitReplicaSynced(master, replica); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// CutLink cuts replica's replication link for good (see [CutLink]).
+func (s *SentinelSet) CutLink(replica *Server) {
+	s.t.Helper()
+	CutLink(s.t, replica, s.Master, s.Replica)
 }
 
 // WaitSynced waits until the replica has acknowledged every write the

@@ -1,7 +1,13 @@
 package testutil_test
 
 import (
+	"context"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -52,5 +58,61 @@ func TestSentinelSetLossyFailover(t *testing.T) {
 	}
 	if v, err := next.Do("GET", "lost"); err != nil || v != testutil.NilReply {
 		t.Fatalf("GET lost on the promoted replica = %q, %v; want nil (a lossy failover)", v, err)
+	}
+}
+
+// TestSentinelSetFrontedDropsSwitch checks the fronted set: each sentinel
+// announces its proxy, and a proxy told to drop +switch-master messages
+// drops them and nothing else, so a client subscribed through it misses
+// the switch but still hears the other events of the failover.
+func TestSentinelSetFrontedDropsSwitch(t *testing.T) {
+	s := testutil.StartSentinelSet(t, testutil.SentinelOptions{Fronted: true})
+	for _, f := range s.Fronts {
+		f.DropValues("message", "+switch-master")
+	}
+	if u := s.URL(); !strings.Contains(u, s.Fronts[0].Addr()) || strings.Contains(u, s.Sentinels[0].Addr()) {
+		t.Fatalf("URL %s does not name the fronts", u)
+	}
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Fronts[0].Addr()}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan string, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Receive(ctx, cl.B().Subscribe().Channel("+switch-master", "+try-failover").Build(), func(m rueidis.PubSubMessage) {
+			select {
+			case got <- m.Channel:
+			default:
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	// the subscription is live once the sentinel lists a client with both
+	if !testutil.Eventually(5*time.Second, func() bool {
+		l, err := s.Sentinels[0].Do("CLIENT", "LIST")
+		return err == nil && strings.Contains(l, "sub=2")
+	}) {
+		t.Fatal("the subscription through the front never took")
+	}
+	s.Failover()
+	var seen []string
+	timeout := time.After(5 * time.Second)
+wait:
+	for {
+		select {
+		case ch := <-got:
+			seen = append(seen, ch)
+		case <-timeout:
+			break wait
+		}
+	}
+	if !slices.Contains(seen, "+try-failover") || slices.Contains(seen, "+switch-master") {
+		t.Fatalf("messages through the front: %v; want +try-failover and no +switch-master", seen)
+	}
+	if d := s.Fronts[0].Dropped(); d < 1 {
+		t.Fatalf("front dropped %d values, want the +switch-master", d)
 	}
 }

@@ -32,11 +32,16 @@ const (
 )
 
 // horizonScript raises the horizon key's PTTL to ARGV[1] ms; it never
-// lowers it. It answers the PTTL the key has then.
-var horizonScript = nodeactor.NewScript("guard-horizon", `local want = tonumber(ARGV[1])
+// lowers it. Its value is the largest MaxTTL (ms, ARGV[2]) of the
+// processes that raised it: it never lowers that either. It answers the
+// PTTL the key has then.
+var horizonScript = nodeactor.NewScript("guard-horizon", `local want, mine = tonumber(ARGV[1]), tonumber(ARGV[2])
 local p = redis.call('PTTL', KEYS[1])
-if p == -2 then redis.call('SET', KEYS[1], '1', 'PX', want) p = want
-elseif p < want then redis.call('PEXPIRE', KEYS[1], want) p = want end
+if p == -2 then redis.call('SET', KEYS[1], ARGV[2], 'PX', want) return want end
+local raise = p < want
+if raise then p = want end
+if mine > (tonumber(redis.call('GET', KEYS[1])) or 0) then redis.call('SET', KEYS[1], ARGV[2], 'PX', p)
+elseif raise then redis.call('PEXPIRE', KEYS[1], p) end
 return p`)
 
 // checkScript is run armed on a direct grant's nodes: NOSCRIPT there
@@ -91,6 +96,9 @@ type guard struct {
 	gns     []guardable   // nil: not guardable
 	kick    chan struct{} // cap 1: an armed call found NOSCRIPT
 	raiseMu sync.Mutex    // one synchronous raise at a time
+	// maxTTL is the largest MaxTTL read in a horizon key (ns), never
+	// below this process's own: the bound of last resort (bound).
+	maxTTL atomic.Int64
 
 	mu sync.Mutex
 	st []nodeGuard
@@ -116,7 +124,33 @@ func newGuard(c *Engine) *guard {
 			g.gns[i] = gn
 		}
 	}
+	g.maxTTL.Store(int64(c.set.MaxTTL))
 	return g
+}
+
+// learnMaxTTL keeps the largest MaxTTL read on the nodes, and warns the
+// first time it exceeds this process's own (docs/lock.md, "MaxTTL is the
+// same in every process").
+func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
+	for i, lk := range looks {
+		if errs[i] != nil || lk.MaxTTL <= 0 {
+			continue
+		}
+		lk.MaxTTL = min(lk.MaxTTL, MaxTTL) // no process may use more
+		for {
+			old := g.maxTTL.Load()
+			if int64(lk.MaxTTL) <= old {
+				break
+			}
+			if g.maxTTL.CompareAndSwap(old, int64(lk.MaxTTL)) {
+				if old == int64(g.c.set.MaxTTL) {
+					g.c.set.Logger.Warn("redlock: another process uses a larger MaxTTL; the node guard goes by it. Give every process the same MaxTTL",
+						"own", g.c.set.MaxTTL, "other", lk.MaxTTL, "node", g.c.nodes[i].Addr())
+				}
+				break
+			}
+		}
+	}
 }
 
 func (g *guard) key() string { return g.c.set.KeyPrefix + "{guard}:horizon" }
@@ -195,7 +229,7 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 		return // miniredis, a cluster: no node to guard, no key to leave
 	}
 	px := ttl + guardMargin
-	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px)}}
+	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
 	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
 		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
 		return call
@@ -273,6 +307,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		}
 	}
 	wg.Wait()
+	g.learnMaxTTL(looks, errs)
 	for i, gn := range g.gns {
 		if errs[i] == nil && gn != nil && gn.Guarded() {
 			g.decide(ctx, i, looks, errs)
@@ -374,7 +409,8 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 // any node that answered, with a quorum answering: a fresh deployment,
 // nothing to wait for. Else the latest horizon read, when so few nodes
 // failed to answer that one of every forgotten lease's quorum answered.
-// Else MaxTTL from now.
+// Else the largest MaxTTL known (this process's, or one read on the
+// nodes) from now.
 func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
 	unanswered := 0
 	var h time.Time
@@ -402,7 +438,7 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 	// started, and its uptime says nothing about when. Each look keeps
 	// the earliest bound, so this one counts from the first look that
 	// found the node guarded.
-	return looks[x].Recv.Add(g.c.set.MaxTTL)
+	return looks[x].Recv.Add(time.Duration(g.maxTTL.Load()))
 }
 
 func maxTime(a, b time.Time) time.Time {
