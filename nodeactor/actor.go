@@ -123,6 +123,8 @@ type Actor struct {
 	subDirty chan struct{}   // cap 1
 
 	done      chan struct{}
+	life      context.Context // canceled when Close starts: ends upkeep calls
+	endLife   context.CancelFunc
 	closeOnce sync.Once
 	stopped   chan struct{} // closed by Close once every goroutine returned and the queues are drained
 	wg        sync.WaitGroup
@@ -198,6 +200,7 @@ func New(opt Options) *Actor {
 		stopped:   make(chan struct{}),
 	}
 	a.armKeyName = opt.Guard + "{guard}:armed"
+	a.life, a.endLife = context.WithCancel(context.Background())
 	a.caps.Store(&Capabilities{})
 	for range opt.Workers {
 		l := &fifo{kick: make(chan struct{}, 1)}
@@ -349,6 +352,7 @@ func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {
 func (a *Actor) Close() error {
 	a.closeOnce.Do(func() {
 		close(a.done)
+		a.endLife()
 		a.wg.Wait()
 		a.drain()
 		if c := a.client.Load(); c != nil {

@@ -310,3 +310,33 @@ return 1`)
 		}
 	}
 }
+
+// Close does not wait out the keeper's upkeep on a node that stopped
+// answering: a subscription or a ping in flight ends with Close, not at
+// its DialTimeout bound.
+func TestCloseDoesNotWaitForUpkeep(t *testing.T) {
+	ms := testutil.StartMinis(t, 1)
+	px := testutil.NewProxy(t, ms[0].Addr())
+	subscribed := make(chan struct{}, 4)
+	a := start(t, px.Addr(), func(o *nodeactor.Options) {
+		o.DialTimeout = 30 * time.Second
+		o.OnSubscribed = func(int, []string) { subscribed <- struct{}{} }
+	})
+	ready(t, a)
+	a.Subscribe("c1")
+	select {
+	case <-subscribed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription never confirmed")
+	}
+	px.SetFault(testutil.DropRequests)
+	a.Subscribe("c2") // the keeper's SUBSCRIBE now waits for a reply that never comes
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	a.Close()
+	t.Logf("Close took %v", time.Since(start))
+	// generous: the bound it must not wait for is 2 × 30 s
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Close took %v on a node that stopped answering", d)
+	}
+}

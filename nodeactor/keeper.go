@@ -236,7 +236,7 @@ func (a *Actor) pushBroken(p *pusher, cl rueidis.Client, pc *pushConn, err error
 }
 
 func (a *Actor) ping(cl rueidis.Client) error {
-	ctx, cancel := until(time.Now().Add(a.opt.DialTimeout)) // no deadline: see until
+	ctx, cancel := a.upkeep(a.opt.DialTimeout)
 	defer cancel()
 	start := time.Now()
 	err := cl.Do(ctx, cl.B().Ping().Build()).Error()
@@ -287,7 +287,7 @@ func (a *Actor) kick() {
 // never inferred from the version string. On a cluster the configuration
 // (maxmemory policy, keyspace flags) is read and set on every master.
 func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
-	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
+	ctx, cancel := a.upkeep(2 * a.opt.DialTimeout)
 	defer cancel()
 	caps := Capabilities{DedicatedPush: true, Probed: true, Cluster: p.cluster, Sentinel: a.sentinel()}
 	if caps.Sentinel {
@@ -411,7 +411,7 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 // cluster's topology changed (a promoted replica does not inherit a
 // CONFIG SET).
 func (a *Actor) configureMasters(p *pusher) {
-	ctx, cancel := until(time.Now().Add(2 * a.opt.DialTimeout)) // no deadline: see until
+	ctx, cancel := a.upkeep(2 * a.opt.DialTimeout)
 	defer cancel()
 	caps := a.Caps()
 	if err := a.configure(ctx, p, &caps); err != nil {

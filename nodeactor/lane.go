@@ -244,6 +244,18 @@ func until(deadline time.Time) (context.Context, context.CancelFunc) {
 	}
 }
 
+// upkeep returns the ctx of one upkeep call (a probe, a ping, a
+// subscription): like until's, and also canceled when Close starts, so that
+// Close never waits out a node that stopped answering.
+func (a *Actor) upkeep(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := until(time.Now().Add(d))
+	stop := context.AfterFunc(a.life, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // batchClock is a lane's ctx for its batches: like until's, without a
 // deadline, and canceled by a timer at the batch's deadline. rueidis reads
 // the ctx only inside DoMulti. So one ctx and timer serve batch after

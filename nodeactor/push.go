@@ -44,10 +44,9 @@ func isKeyspaceChannel(ch string) bool { return strings.HasPrefix(ch, "__keyspac
 
 // pushConn is one dedicated connection that receives push messages.
 type pushConn struct {
-	addr    string // the master it is connected to ("" on a single node)
-	dc      rueidis.DedicatedClient
-	release func()
-	active  map[string]bool
+	addr   string // the master it is connected to ("" on a single node)
+	dc     rueidis.DedicatedClient
+	active map[string]bool
 	// errc receives the connection's failure; it is closed when closeConn
 	// removes the hooks. The keeper reads it: see pusher.single and poll.
 	errc <-chan error
@@ -114,7 +113,7 @@ func (p *pusher) refreshSlots() (bool, error) {
 	if !p.cluster {
 		return false, nil
 	}
-	ctx, cancel := until(time.Now().Add(2 * p.a.opt.DialTimeout)) // no deadline: see until
+	ctx, cancel := p.a.upkeep(2 * p.a.opt.DialTimeout)
 	defer cancel()
 	ranges, err := p.cl.Do(ctx, p.cl.B().Arbitrary("CLUSTER", "SLOTS").Build()).ToArray()
 	if err != nil {
@@ -212,7 +211,7 @@ func (p *pusher) open() {
 			continue
 		default:
 		}
-		p.conns[addr] = &pushConn{addr: addr, dc: d, release: rel, active: map[string]bool{}, errc: ch}
+		p.conns[addr] = &pushConn{addr: addr, dc: d, active: map[string]bool{}, errc: ch}
 		if p.opened[addr] && p.a.opt.OnPushReset != nil {
 			p.a.opt.OnPushReset(p.a.opt.Index)
 		}
@@ -261,7 +260,9 @@ func (p *pusher) closeConn(pc *pushConn) {
 		return
 	}
 	pc.dc.SetPubSubHooks(rueidis.PubSubHooks{})
-	pc.release()
+	// Closed, not put back: rueidis would unsubscribe it first and wait,
+	// without a deadline, for a node that may have stopped answering.
+	pc.dc.Close()
 	delete(p.conns, pc.addr)
 }
 
@@ -313,7 +314,7 @@ func (p *pusher) reconcile() {
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*a.opt.DialTimeout)
+	ctx, cancel := a.upkeep(2 * a.opt.DialTimeout)
 	defer cancel()
 	for pc, chs := range add {
 		if err := p.send(ctx, pc, chs, true); err != nil {

@@ -56,17 +56,20 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := []*testutil.Held{holdRollback(pw[0], primitives.ProcOf(cw)), holdRollback(pw[1], primitives.ProcOf(cw))}
+	held := []delayedAttempt{holdRollback(pw[0], primitives.ProcOf(cw)), holdRollback(pw[1], primitives.ProcOf(cw))}
 	defer func() {
 		for _, hd := range held {
-			hd.Release()
+			hd.rollback.Release()
 		}
 	}()
 	got := acquireAsync(ctx, t, lw)
 	for i, hd := range held {
-		awaitCaught(t, hd, "node "+string(rune('0'+i)))
+		awaitCaught(t, hd.rollback, "node "+string(rune('0'+i)))
 	}
 	queuedOnOnce(t, srv, name, 0, 1)
+	for i, hd := range held {
+		hd.ran(t, srv[i], name)
+	}
 	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	// Keep W's lease alive: the renewals to nodes 0 and 1 go through once
@@ -94,7 +97,7 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	}
 	t.Logf("queue entries expired; W valid %v; releasing the stuck rollbacks", w.Valid())
 	for _, hd := range held {
-		hd.Release()
+		hd.rollback.Release()
 	}
 	time.Sleep(500 * time.Millisecond) // the stuck rollbacks run
 	for _, i := range []int{0, 1} {

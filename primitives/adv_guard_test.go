@@ -101,9 +101,11 @@ func resyncFrom(t *testing.T, s, master *testutil.Server) {
 //
 // FAILS (S1 broken) on N = 3 and N = 5: see the commit message.
 func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, n := range []int{3, 4, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
 			other, srv := srv[n], srv[:n]
 			addrs := testutil.Addrs(srv)
@@ -137,9 +139,11 @@ func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
 //
 // FAILS (S1 broken) on N = 3 and N = 5.
 func TestAdvGuardFlushAll(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			ca := newCoord(t, addrs)
@@ -164,9 +168,11 @@ func TestAdvGuardFlushAll(t *testing.T) {
 // for as long as A is Valid. Held: the raise precedes the count, and the
 // other nodes' horizons outlive A's lease.
 func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, n := range []int{3, 4, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			p1 := testutil.NewProxy(t, srv[1].Addr())
@@ -230,9 +236,11 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 // across a restart dies with its connection, and a look on a new one
 // reads the new identity.
 func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			p0 := testutil.NewProxy(t, srv[0].Addr())
@@ -280,9 +288,11 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 // restart a new process joins the contenders. Held if no contender is
 // granted while A is Valid, and every node is counted again afterwards.
 func TestAdvGuardRollingRestart(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, n := range []int{3, 4, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			ca := newCoord(t, addrs)
@@ -340,6 +350,7 @@ func TestAdvGuardRollingRestart(t *testing.T) {
 // the guard's local rule: a process that remembers a horizon the node
 // forgot counts no grant from it until then, whoever armed it).
 func TestAdvGuardSingleNode(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, withC := range []bool{false, true} {
 		name := "B alone"
@@ -347,6 +358,7 @@ func TestAdvGuardSingleNode(t *testing.T) {
 			name = "with a new process"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, 1, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			ca := newCoord(t, addrs)
@@ -400,9 +412,11 @@ func TestAdvGuardSingleNode(t *testing.T) {
 // horizon keys A raised are never lowered by the 2 s coordinators, so they
 // still outlive A's lease when node 0's guard reads them.
 func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			var ps []*testutil.Proxy
@@ -439,6 +453,7 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 // at once for every process, and won {0, 2} while A held {0, 1} — until
 // that bound counted MaxTTL from the look instead.
 func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 4, testutil.ServerOptions{})
 	other, srv := srv[3], srv[:3]
@@ -475,6 +490,7 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 // with a larger TTL took 2 s with one node paused, against "acquisitions
 // succeed after at most NodeTimeout" (docs/lock.md, What each fault does).
 func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
@@ -543,6 +559,7 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 // two faults (A cut off from node 2, node 0 restarted), not three — until
 // New waited up to 3 s for every node to connect before the first look.
 func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)

@@ -71,6 +71,56 @@ func BenchmarkLockParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkLockHandoff is W2 with and without the node guard: a waiter
+// queued in Acquire, the holder releases, and the op is the time from the
+// Release call to the waiter's Acquire returning. The guard confirms a
+// direct grant by one armed round; this measures what that costs.
+// go test -run '^$' -bench LockHandoff ./primitives/
+func BenchmarkLockHandoff(b *testing.B) {
+	testutil.RequireRedis(b)
+	for _, n := range []int{1, 3} {
+		for _, g := range []struct {
+			name string
+			mode coordinator.GuardMode
+		}{{"guard", coordinator.GuardAuto}, {"guardoff", coordinator.GuardOff}} {
+			mode := g.mode
+			b.Run(strconv.Itoa(n)+"nodes/"+g.name, func(b *testing.B) {
+				addrs := testutil.Addrs(testutil.StartServers(b, n, testutil.ServerOptions{}))
+				ch := newCoord(b, addrs, guardMode(mode))
+				cw := newCoord(b, addrs, guardMode(mode))
+				ctx := context.Background()
+				b.StopTimer()
+				for i := range b.N {
+					name := "w2-" + strconv.Itoa(i)
+					lh, _ := primitives.NewLock(ch, name)
+					lw, _ := primitives.NewLock(cw, name)
+					h, err := lh.TryAcquire(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					got := make(chan *primitives.Lease, 1)
+					go func() {
+						w, err := lw.Acquire(ctx)
+						if err != nil {
+							b.Error(err)
+						}
+						got <- w
+					}()
+					time.Sleep(5 * time.Millisecond) // W queues
+					b.StartTimer()
+					h.Release(ctx)
+					w := <-got
+					b.StopTimer()
+					if w == nil {
+						return
+					}
+					w.Release(ctx)
+				}
+			})
+		}
+	}
+}
+
 // reportClientCPU starts measuring the process's CPU time and voluntary
 // context switches; the function it returns reports them per op (call it
 // when the timed loop ends).

@@ -329,6 +329,7 @@ func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
 // master and configures its keyspace flags, and the next waiter is woken by
 // the release published there.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	name := "failover"
@@ -385,6 +386,7 @@ func TestClusterFailover(t *testing.T) {
 // once the slot map is refreshed, so the key does not wait out its TTL and
 // the next waiter gets the lock.
 func TestClusterReleaseRightAfterFailover(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	f := failover(ctx, t, "failover-release")

@@ -32,15 +32,40 @@ func proxied(t *testing.T, addrs []string) ([]*testutil.Proxy, []string) {
 	return px, paddrs
 }
 
+// delayedAttempt is a delayed enqueuing attempt and the rollback held after it.
+type delayedAttempt struct{ attempt, rollback *testutil.Held }
+
 // holdRollback delays the next enqueuing attempt of proc through p past
 // NodeTimeout and holds back the rollback that follows it.
-func holdRollback(p *testutil.Proxy, proc string) *testutil.Held {
+func holdRollback(p *testutil.Proxy, proc string) delayedAttempt {
 	// (RESP bulk strings: the script's source, sent on a NOSCRIPT, names
 	// every op too)
 	// The rollback held is the one after the delayed attempt: under load an
 	// earlier attempt can time out and be rolled back too.
 	d := p.Delay(3*directNodeTimeout, "$7\r\nacquire\r\n", proc)
-	return p.HoldAfter(d, "$8\r\nrollback\r\n")
+	return delayedAttempt{d, p.HoldAfter(d, "$8\r\nrollback\r\n")}
+}
+
+// ran waits until the delayed attempt has run on s: the waiter's record
+// there (for a direct grant) names its token. Under load an earlier
+// attempt of the same waiter can have queued it already, so a queue entry
+// alone does not tell.
+func (d delayedAttempt) ran(t *testing.T, s *testutil.Server, name string) {
+	t.Helper()
+	chunk := string(d.attempt.Data())
+	if !testutil.Eventually(10*time.Second, func() bool {
+		wid, err := s.Do("ZRANGE", lockKey(name, "q"), "0", "0")
+		wid = strings.Trim(wid, "[]")
+		if err != nil || wid == "" {
+			return false
+		}
+		rec, err := s.Do("HGET", lockKey(name, "qx"), "="+wid)
+		f := strings.Fields(rec)
+		return err == nil && len(f) == 7 && strings.Contains(chunk, f[6])
+	}) {
+		r, _ := s.Do("HGETALL", lockKey(name, "qx"))
+		t.Fatalf("the delayed attempt never ran (records %s)", r)
+	}
 }
 
 // handOver releases h and returns the lease the waiting Acquire got from
@@ -122,34 +147,44 @@ func TestDirectGrantSurvivesLateRollback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			held := map[int]*testutil.Held{}
+			held := map[int]delayedAttempt{}
 			for _, i := range tc.slow {
 				held[i] = holdRollback(pw[i], primitives.ProcOf(cw))
 			}
 			got := acquireAsync(ctx, t, lw)
 			for i, hd := range held {
-				awaitCaught(t, hd, "node "+strconv.Itoa(i))
+				awaitCaught(t, hd.rollback, "node "+strconv.Itoa(i))
 			}
 			// The delayed attempt ran on each slow node: it is queued there.
 			queuedOnOnce(t, srv, name, tc.slow...)
+			for i, hd := range held {
+				hd.ran(t, srv[i], name)
+			}
 			w := handOver(ctx, t, h, got)
 			defer w.Release(context.Background())
-			mine := func(i int) bool {
-				v := nodeValue(srv[i], name)
-				return strings.HasPrefix(v, "rl1:L:") && strings.Contains(v, w.Token())
-			}
+			// Each slow node granted W directly. Under load W can have
+			// retried with an attempt that the held connection kept from
+			// the slow node: that node's grant is then under the earlier
+			// attempt's token, not the lease's, and the rollback must keep
+			// it all the same (W's release frees it).
+			before := map[int]string{}
 			for _, i := range tc.slow {
-				if !mine(i) {
-					t.Fatalf("node %d: %q before the rollback; want W's direct grant", i, nodeValue(srv[i], name))
+				v := nodeValue(srv[i], name)
+				if !strings.HasPrefix(v, "rl1:L:") || !strings.HasSuffix(v, "~d") || !strings.Contains(v, "~w~") {
+					t.Fatalf("node %d: %q before the rollback; want a direct grant to W", i, v)
 				}
+				if !strings.Contains(v, w.Token()) {
+					t.Logf("node %d: the direct grant is under an earlier attempt's token (W retried)", i)
+				}
+				before[i] = v
 			}
 			for _, hd := range held {
-				hd.Release()
+				hd.rollback.Release()
 			}
 			time.Sleep(500 * time.Millisecond) // the held rollbacks run
 			for _, i := range tc.slow {
-				if !mine(i) {
-					t.Errorf("node %d: %q after the late rollback; want W's direct grant kept", i, nodeValue(srv[i], name))
+				if v := nodeValue(srv[i], name); v != before[i] {
+					t.Errorf("node %d: %q after the late rollback; want W's direct grant %q kept", i, v, before[i])
 				}
 			}
 			// W's lease outlives its first Deadline: its renewals found
@@ -242,7 +277,7 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	// timeout: the rest runs in a few seconds).
 	rb := holdRollback(pw[0], primitives.ProcOf(cw))
 	wgot := acquireAsync(ctx, t, lw)
-	awaitCaught(t, rb, "node 0")
+	awaitCaught(t, rb.rollback, "node 0")
 	if !testutil.Eventually(5*time.Second, func() bool {
 		v, _ := srv[0].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
 		return strings.Contains(v, "~w~")
@@ -258,7 +293,7 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	if !testutil.Eventually(10*time.Second, func() bool { a, ok := headOf(0); return ok && a == ywid }) {
 		t.Fatal("Y never queued again ahead of W on node 0")
 	}
-	rb.Release()
+	rb.rollback.Release()
 	select {
 	case y := <-ygot:
 		if y != nil {

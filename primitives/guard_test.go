@@ -88,17 +88,20 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 // TestGuardClosesTheHole: with the guard no second holder gets in while A
 // is Valid; with GuardOff the same scenario lets one in (the test bites).
 func TestGuardClosesTheHole(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, tc := range []struct {
 		name string
 		how  forgets
 	}{{"empty restart at once", emptyAtOnce}, {"old snapshot", oldSnapshot}, {"script flush", scriptFlush}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if holeScenario(t, coordinator.GuardAuto, tc.how) {
 				t.Errorf("GuardAuto: a second holder got in while A was Valid")
 			}
 		})
 		t.Run(tc.name+", GuardOff shows the hole", func(t *testing.T) {
+			t.Parallel()
 			if !holeScenario(t, coordinator.GuardOff, tc.how) {
 				t.Errorf("GuardOff: no second holder: the scenario does not bite")
 			}
@@ -176,9 +179,11 @@ func TestGuardBadInput(t *testing.T) {
 // within about its coordinators' longest TTL plus a few seconds, not
 // MaxTTL. The numbers are in docs/reliability.md.
 func TestGuardRestartedNodeCountsAgain(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	for _, ttl := range []time.Duration{4 * time.Second, 30 * time.Second} {
 		t.Run(ttl.String(), func(t *testing.T) {
+			t.Parallel()
 			srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 			c := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL = ttl })
 			l, _ := primitives.NewLock(c, "back")
@@ -258,6 +263,7 @@ func directGrantScenario(t *testing.T, mode coordinator.GuardMode) time.Duration
 // two guarded nodes' grants do not count, and W holds only once they are
 // armed again. With GuardOff the grants count at once (the test bites).
 func TestGuardDirectGrantFromAGuardedNodeDoesNotCount(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	if took := directGrantScenario(t, coordinator.GuardAuto); took < time.Second {
 		t.Errorf("GuardAuto: W held %s after the release, with two guarded nodes' grants", took)
@@ -301,6 +307,7 @@ func TestGuardLeavesClusterNodesUnguarded(t *testing.T) {
 // saw it before holds it out until its own confirmed horizon, then counts
 // it again: never longer than the horizon, never for good.
 func TestGuardSingleNode(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 1, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv))
@@ -337,6 +344,7 @@ func TestGuardSingleNode(t *testing.T) {
 // before the tail ends; with a horizon of the TTL alone it got node 0
 // back after about 5 s.
 func TestGuardCoversMinHoldTail(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	ca := newCoord(t, addrs)

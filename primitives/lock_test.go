@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newCoord(t *testing.T, addrs []string, mut ...func(*coordinator.Config)) *coordinator.Coordinator {
+func newCoord(t testing.TB, addrs []string, mut ...func(*coordinator.Config)) *coordinator.Coordinator {
 	t.Helper()
 	// NodeTimeout well above a loaded 2-core machine's hiccups under -race.
 	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: quiet}

@@ -43,6 +43,7 @@ func waitMaster(t *testing.T, c *coordinator.Coordinator, addr string) coordinat
 // our keyspace flags again (a promoted replica does not inherit a
 // CONFIG SET).
 func TestSentinelNodeLosslessFailover(t *testing.T) {
+	t.Parallel()
 	set, _, c := sentinelQuorum(t)
 	st := c.Nodes()[0]
 	if st.Addr != "sentinel("+set.Name+")" || !st.Sentinel || st.Master != set.Master.Addr() {
@@ -92,6 +93,7 @@ func TestSentinelNodeLosslessFailover(t *testing.T) {
 // valid. With the node guard the promoted replica counts for nobody until
 // A's lease has expired; with GuardOff B gets in (the test bites).
 func TestSentinelNodeLossyFailover(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode   coordinator.GuardMode
 		double bool
@@ -101,6 +103,7 @@ func TestSentinelNodeLossyFailover(t *testing.T) {
 			name = "guardoff"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			if got := lossyFailover(t, tc.mode); got != tc.double {
 				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
 			}

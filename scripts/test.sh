@@ -95,8 +95,11 @@ if [ -d bench ] && [ -f bench/go.mod ]; then
   # the peer benchmark module (its own go.mod): it has no tests, build and vet it
   (cd bench && go build ./... && go vet ./...)
 fi
+# -parallel 4: the parallel tests mostly wait on servers (TTLs, guards,
+# failovers); at GOMAXPROCS (2 here) they ran two at a time.
+par=(-parallel 4)
 start=$SECONDS
-go test -race -count=1 -timeout 20m ./... "$@"
+go test -race -count=1 "${par[@]}" -timeout 20m ./... "$@"
 echo "test.sh: full suite on $(redis-server --version | cut -d' ' -f1-3): $((SECONDS - start)) s"
 start=$SECONDS
 (cd "$sqltest" && go test -race -count=1 -timeout 10m ./... "$@")
@@ -130,7 +133,7 @@ for entry in "redis8" "valkey9 REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE
   start=$SECONDS
   echo "test.sh: matrix: $("$bin/$name-server" --version | cut -d' ' -f1-3)"
   if ! env REDLOCK_REDIS_SERVER="$PWD/$bin/$name-server" REDLOCK_REDIS_CLI="$PWD/$bin/$name-cli" $extra \
-    go test -race -count=1 -timeout 20m -skip "$matrix_skip" "${run[@]}" "${matrix_pkgs[@]}" "$@"; then
+    go test -race -count=1 "${par[@]}" -timeout 20m -skip "$matrix_skip" "${run[@]}" "${matrix_pkgs[@]}" "$@"; then
     failed+=("$name")
   fi
   echo "test.sh: matrix: $name: $((SECONDS - start)) s"

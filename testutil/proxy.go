@@ -98,11 +98,22 @@ type Held struct {
 	caught   chan struct{} // closed when a chunk matched
 	released chan struct{} // closed by Release
 	once     sync.Once
-	after    *Held // if set, only a chunk that comes once after caught matches
+	after    *Held  // if set, only a chunk that comes once after caught matches
+	data     []byte // the chunk that matched; set before caught is closed
 }
 
 // Caught returns a channel closed once a chunk matched.
 func (h *Held) Caught() <-chan struct{} { return h.caught }
+
+// Data returns the chunk that matched (nil until Caught is closed).
+func (h *Held) Data() []byte {
+	select {
+	case <-h.caught:
+		return h.data
+	default:
+		return nil
+	}
+}
 
 // Release lets the held chunk and everything behind it flow. It is
 // idempotent; a hold that never caught anything is disarmed.
@@ -183,6 +194,7 @@ func (p *Proxy) match(data []byte) *Held {
 		default:
 		}
 		p.holds = append(p.holds[:i], p.holds[i+1:]...)
+		h.data = bytes.Clone(data)
 		close(h.caught)
 		return h
 	}

@@ -340,9 +340,13 @@ func (c *Engine) Close() error {
 			_ = c.ins.reg.Unregister()
 		}
 		c.router.Close()
+		// In parallel: closing a node that stopped answering takes a while
+		// (rueidis gives a silent connection a second to answer).
+		var nodes sync.WaitGroup
 		for _, n := range c.nodes {
-			n.Close()
+			nodes.Go(func() { n.Close() })
 		}
+		nodes.Wait()
 	})
 	return nil
 }
