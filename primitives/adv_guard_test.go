@@ -246,12 +246,20 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 			p0 := testutil.NewProxy(t, srv[0].Addr())
 			a1 := append([]string(nil), addrs...)
 			a1[0] = p0.Addr()
+			// P2 reaches node 0 through a proxy too: its arming waits until
+			// P1's is caught (the first to arm loads the scripts; the other
+			// then finds them loaded and sends no SCRIPT LOAD).
+			q0 := testutil.NewProxy(t, srv[0].Addr())
+			a2 := append([]string(nil), addrs...)
+			a2[0] = q0.Addr()
 			c1 := newCoord(t, a1)
-			c2 := newCoord(t, addrs)
+			c2 := newCoord(t, a2)
 			waitAllUp(t, c1)
 			waitAllUp(t, c2)
 			h := p0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
 			defer h.Release()
+			h2 := q0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
+			defer h2.Release()
 			srv[0].RestartEmpty()
 			if !testutil.Eventually(5*time.Second, func() bool { return c2.Nodes()[0].Guarded }) {
 				t.Fatal("node 0 never guarded")
@@ -261,6 +269,7 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("P1's arming pipeline never caught")
 			}
+			h2.Release()
 			if !testutil.Eventually(10*time.Second, func() bool { return !c2.Nodes()[0].Guarded }) {
 				t.Fatal("P2 never armed node 0")
 			}
