@@ -10,8 +10,11 @@
 // the acquire or rollback of the same resource sent before it. The rule
 // holds across reconnects and resends, for these reasons.
 //
-//  1. One resource, one lane. A lane is a FIFO served by one goroutine.
-//     Both request classes (Normal, Urgent) of a resource share it.
+//  1. One resource, one lane. A lane is served by one goroutine. Both
+//     request classes (Normal, Urgent) of a resource share it. Its urgent
+//     queue goes before its normal queue, but an urgent request whose
+//     resource has a request in the normal queue joins that queue. So
+//     within a resource, the lane is one FIFO.
 //  2. One batch at a time. A lane sends its batch as one DoMulti and
 //     waits until every reply came or failed. Only then does it take the
 //     next batch. So a request is written only after every earlier request

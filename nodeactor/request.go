@@ -8,9 +8,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Lane is a request's class. Both classes of one resource share one FIFO
-// (see Actor): the class says what may be refused or dropped, never what
-// runs first.
+// Lane is a request's class. It says what may be refused or dropped, and
+// what goes first on a busy node: an Urgent request goes before the Normal
+// ones queued on its lane, except those of its own resource (see Actor).
+// One resource's requests always run in the order queued.
 type Lane int
 
 const (
