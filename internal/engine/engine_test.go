@@ -44,13 +44,14 @@ type fakeNode struct {
 	owner         string // token holding the lock here ("" free)
 	fence         int64
 	delay         time.Duration
-	fenceDelay    time.Duration // instead of delay for fence write-backs
-	full          bool          // TrySend refuses (a saturated node)
-	gate          chan struct{} // non-nil: the node is paused until it is closed
-	dup           bool          // deliver every reply twice
-	errAfterWrite bool          // an acquire takes the lock, then answers an error
-	errReply      string        // an acquire answers this error and writes nothing
-	ops           []string      // "op token" in the order run
+	fenceDelay    time.Duration   // instead of delay for fence write-backs
+	full          bool            // TrySend refuses (a saturated node)
+	gate          chan struct{}   // non-nil: the node is paused until it is closed
+	dup           bool            // deliver every reply twice
+	errAfterWrite bool            // an acquire takes the lock, then answers an error
+	errReply      string          // an acquire answers this error and writes nothing
+	multi         map[string]bool // non-nil: every token holds a lock of its own here (many resources)
+	ops           []string        // "op token" in the order run
 	closed        bool
 }
 
@@ -207,6 +208,11 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			rep.Err = errors.New("ERR a script error after its write")
 			break
 		}
+		if f.multi != nil {
+			f.multi[arg] = true
+			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
+			break
+		}
 		if f.owner == "" || f.owner == arg {
 			f.owner = arg
 			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
@@ -224,10 +230,12 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 		rep.Msg = mock.RedisInt64(v)
 	case "renew": // answered as the scripts' prelude does (RenewOutcome)
 		v := int64(scripts.RenewNotOurs)
-		switch f.owner {
-		case arg:
+		switch {
+		case f.multi != nil && f.multi[arg]:
 			v = scripts.RenewRenewed
-		case "":
+		case f.owner == arg:
+			v = scripts.RenewRenewed
+		case f.owner == "":
 			v = scripts.RenewMissing // a node restarted empty, or a forced release
 		}
 		rep.Msg = mock.RedisInt64(v)
@@ -1073,5 +1081,39 @@ func TestLateGrantBehindARelease(t *testing.T) {
 		}
 		w.nodes[0].resume()
 		w.nodes[1].resume()
+	})
+}
+
+// Holds renewed in one round each wait for their own deadline. A renewal
+// that a busy node confirms after another hold's deadline, and before its
+// own, keeps its hold. (The round stopped waiting for every hold at the
+// earliest deadline among them; the hold then renewed again behind its
+// first renewal, and was lost.)
+func TestARenewalRoundWaitsForEachHoldsOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.multi = map[string]bool{} })
+		}
+		// Both renewals are due at 1 s: A's deadline is near 3 s, B's near 2 s.
+		a := w.mustHold(t, "A", 3*time.Second)
+		time.Sleep(500 * time.Millisecond)
+		b := w.mustHold(t, "B", 1500*time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 1500 * time.Millisecond }) // answers at 2.5 s
+		}
+		<-b.Lost()
+		time.Sleep(400 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 0 }) // before A's first renewal is confirmed
+		}
+		time.Sleep(3 * time.Second)
+		if !a.Valid() {
+			t.Fatalf("A lost (%v): its renewal was confirmed before its deadline", a.Err())
+		}
+		if err := a.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
