@@ -177,21 +177,21 @@ func (r *renewer) renewRound(due []*Hold) {
 	c := r.c
 	n := len(c.nodes)
 	type pend struct {
-		h     *Hold
-		ttl   time.Duration
-		ch    chan nodeactor.Reply
-		start time.Time
+		h        *Hold
+		ttl      time.Duration
+		ch       chan nodeactor.Reply
+		start    time.Time
+		deadline time.Time
 	}
 	ps := make([]pend, len(due))
 	// A renewal confirmed before the hold's deadline keeps it, however long
-	// the node took: a busy node (a burst of renewals queued behind each
-	// other) is waited for until then, not only NodeTimeout.
-	wait := time.Duration(-1)
+	// the node took: a busy node (renewals queued behind each other) is
+	// waited for until then, each hold until its own deadline, not only
+	// NodeTimeout.
+	last := time.Now()
 	for i, h := range due {
 		h.mu.Lock()
-		if left := time.Until(h.deadline); wait < 0 || left < wait {
-			wait = left
-		}
+		deadline := h.deadline
 		ttl := h.ttl
 		if !h.maxAt.IsZero() {
 			if rest := time.Until(h.maxAt); rest < ttl {
@@ -199,10 +199,15 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 		h.mu.Unlock()
-		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now()}
+		if deadline.After(last) {
+			last = deadline
+		}
+		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now(), deadline: deadline}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(wait, c.set.NodeTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(last), c.set.NodeTimeout))
 	defer cancel()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	live := make([]bool, len(ps))
 	for i := range ps {
 		live[i] = ps[i].h.startRound() // released meanwhile: send nothing for it
@@ -230,9 +235,14 @@ func (r *renewer) renewRound(due []*Hold) {
 		// A confirmation is a yes, a key gone (another owner, or missing)
 		// a no: see Hold.renewRound.
 		t := c.NewTally()
+		timer.Reset(max(time.Until(p.deadline), 0))
 	collect:
 		for round.NAnswered < n && !t.Won() && !t.Vetoed() {
 			select {
+			case <-timer.C:
+				break collect
+			case <-c.done:
+				break collect
 			case rep := <-p.ch:
 				if round.Answered[rep.Node] {
 					continue // a duplicate counts once
@@ -261,6 +271,8 @@ func (r *renewer) renewRound(due []*Hold) {
 			case rep := <-p.ch:
 				round.record(rep)
 			case <-ctx.Done():
+				break stragglers
+			case <-c.done:
 				break stragglers
 			}
 		}
