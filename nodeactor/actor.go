@@ -373,6 +373,11 @@ func (a *Actor) dequeued(r *Request) {
 	}
 }
 
+// Backlog returns the number of urgent requests (releases, rollbacks,
+// renewals) queued and not yet sent. They go before acquires, so a large
+// backlog means the node is busy with held leases.
+func (a *Actor) Backlog() int { return int(a.urgentN.Load()) }
+
 // Do sends one call and waits for its reply.
 func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {
 	ch := make(chan Reply, 1)

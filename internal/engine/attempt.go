@@ -58,6 +58,11 @@ type AttemptSpec struct {
 	// whose answers so far show two parties or more waits for the rest
 	// (at most NodeTimeout) instead of stopping at the veto (TryAcquire).
 	Splits bool
+	// Wait makes the attempt wait its turn for admission for as long as
+	// ctx allows (a blocking Acquire). Otherwise it waits at most
+	// NodeTimeout, then fails with ErrQuorumUnavailable wrapping
+	// nodeactor.ErrBusy. See admission.
+	Wait bool
 	// Queue marks a waiter's attempt that takes its place in the nodes'
 	// queues. When it fails, its requests still queued unsent are sent
 	// anyway, and their replies are handled as late ones. So the waiter is

@@ -219,6 +219,8 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 type Node interface {
 	Addr() string
 	TrySend(req nodeactor.Request) error
+	// Backlog is the number of urgent requests queued on the node.
+	Backlog() int
 	Status() nodeactor.Status
 	Caps() nodeactor.Capabilities
 	Ready() <-chan struct{}
@@ -235,8 +237,8 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		specs:  specs,
 		quorum: Majority(len(specs)),
 		holds:  map[*Hold]struct{}{},
-		done:   make(chan struct{}),
-		proc:   newProcID(),
+		done: make(chan struct{}),
+		proc: newProcID(),
 	}
 	c.closing, c.stopAll = context.WithCancelCause(context.Background())
 	c.flightDone = func(nodeactor.Reply) { c.flight.done() }

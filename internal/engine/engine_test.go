@@ -50,6 +50,7 @@ type fakeNode struct {
 	dup           bool            // deliver every reply twice
 	errAfterWrite bool            // an acquire takes the lock, then answers an error
 	errReply      string          // an acquire answers this error and writes nothing
+	backlog       int             // what Backlog reports
 	multi         map[string]bool // non-nil: every token holds a lock of its own here (many resources)
 	ops           []string        // "op token" in the order run
 	closed        bool
@@ -59,6 +60,12 @@ func newFakeNode(idx int) *fakeNode {
 	f := &fakeNode{idx: idx, queue: make(chan nodeactor.Request, 4096), quit: make(chan struct{})}
 	go f.loop()
 	return f
+}
+
+func (f *fakeNode) Backlog() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backlog
 }
 
 func (f *fakeNode) Addr() string { return "fake" + strconv.Itoa(f.idx) }
@@ -1114,6 +1121,64 @@ func TestARenewalRoundWaitsForEachHoldsOwnDeadline(t *testing.T) {
 		}
 		if err := a.Release(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// While renewals and releases are queued on a quorum of nodes, acquire
+// attempts wait in one line and enter in the order they arrived, once the
+// backlog is gone. An attempt that may not wait (TryAcquire's) fails
+// within NodeTimeout with an error that Is ErrBusy, and sends nothing.
+func TestAttemptsWaitInLineWhileRenewalsGoFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.multi, f.backlog = map[string]bool{}, 1000 })
+			f.pause()
+		}
+		const n = 10
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				s := w.spec(fmt.Sprint("T", i), time.Second)
+				s.Wait = true
+				if res := w.e.Attempt(t.Context(), s); res.Err != nil {
+					errs[i] = res.Err
+				} else {
+					res.Hold.Release(context.Background())
+				}
+			})
+			time.Sleep(time.Millisecond) // arrival order
+		}
+		res := w.e.Attempt(t.Context(), w.spec("try", time.Second))
+		if !errors.Is(res.Err, nodeactor.ErrBusy) || !errors.Is(res.Err, ErrQuorumUnavailable) {
+			t.Errorf("an attempt that may not wait on busy nodes: %v, want ErrQuorumUnavailable wrapping ErrBusy", res.Err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.backlog = 0 })
+			f.resume()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("attempt %d: %v", i, err)
+			}
+		}
+		_, _, ops := w.nodes[0].state()
+		var order []string
+		for _, op := range ops {
+			if strings.HasPrefix(op, "acquire ") {
+				order = append(order, strings.TrimPrefix(op, "acquire "))
+			}
+		}
+		want := make([]string, n)
+		for i := range want {
+			want[i] = fmt.Sprint("T", i)
+		}
+		if !slices.Equal(order, want) {
+			t.Errorf("acquires ran in the order %v, want the arrival order %v (and nothing of the refused attempt)", order, want)
 		}
 	})
 }
