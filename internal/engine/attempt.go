@@ -99,6 +99,14 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if c.isClosed() {
 		return Result{Err: nodeactor.ErrClosed}
 	}
+	patience := c.set.NodeTimeout
+	if s.Wait {
+		patience = 0
+	}
+	if err := c.adm.enter(ctx, patience); err != nil {
+		return Result{Err: err}
+	}
+	defer c.adm.leave()
 	n := len(c.nodes)
 	acquire := s.Op.Acquire
 	if c.guard != nil {

@@ -32,6 +32,7 @@ type Engine struct {
 	quorum int
 	rn     *renewer
 	ins    *Instruments
+	adm    admission // the line of acquire attempts
 
 	clock serverClock
 	// proc names this engine's own channel of each topic
@@ -237,9 +238,10 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		specs:  specs,
 		quorum: Majority(len(specs)),
 		holds:  map[*Hold]struct{}{},
-		done: make(chan struct{}),
-		proc: newProcID(),
+		done:   make(chan struct{}),
+		proc:   newProcID(),
 	}
+	c.adm.c = c
 	c.closing, c.stopAll = context.WithCancelCause(context.Background())
 	c.flightDone = func(nodeactor.Reply) { c.flight.done() }
 	c.router = notify.New(notify.Options{

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+)
+
+// Admission limits. An attempt enters when fewer than maxAttempts are in
+// flight and a quorum of nodes has at most busyBacklog urgent requests
+// queued; otherwise it waits in line.
+const (
+	maxAttempts = 2 * nodeactor.DefaultMaxBatch
+	busyBacklog = nodeactor.DefaultMaxBatch
+	// busyPoll is how often the first in line looks again while the
+	// nodes are busy: nothing signals the end of a backlog.
+	busyPoll = time.Millisecond
+)
+
+// admission is the one line of acquire attempts of an engine. Attempts
+// are admitted in the order they arrived: a later arrival never enters
+// before an earlier one that still waits. An attempt waits while too many
+// are in flight, or while renewals and releases are queued on more than
+// N−Q nodes: those go first on a busy node, and new acquires would only
+// add to its work. Safe for concurrent use.
+type admission struct {
+	c        *Engine
+	mu       sync.Mutex
+	inflight int
+	line     []*admitWaiter // FIFO; the head admits itself
+}
+
+type admitWaiter struct {
+	turn chan struct{} // cap 1: look again (capacity freed, or now first)
+}
+
+// busy reports whether renewals and releases are queued on so many nodes
+// that no quorum is free of them.
+func (a *admission) busy() bool {
+	free := 0
+	for _, nd := range a.c.nodes {
+		if nd.Backlog() <= busyBacklog {
+			free++
+		}
+	}
+	return !a.c.NewTally().Enough(free)
+}
+
+// enter admits an attempt, waiting its turn. It returns an error when ctx
+// ends first, or when patience > 0 and it was not admitted within it; the
+// error then wraps ErrQuorumUnavailable and nodeactor.ErrBusy.
+func (a *admission) enter(ctx context.Context, patience time.Duration) error {
+	a.mu.Lock()
+	if len(a.line) == 0 && a.inflight < maxAttempts && !a.busy() {
+		a.inflight++
+		a.mu.Unlock()
+		return nil
+	}
+	w := &admitWaiter{turn: make(chan struct{}, 1)}
+	a.line = append(a.line, w)
+	a.mu.Unlock()
+	var expire <-chan time.Time
+	if patience > 0 {
+		t := time.NewTimer(patience)
+		defer t.Stop()
+		expire = t.C
+	}
+	var poll *time.Timer
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
+	for {
+		var tick <-chan time.Time
+		a.mu.Lock()
+		if a.line[0] == w {
+			if a.inflight < maxAttempts {
+				if !a.busy() {
+					a.line = a.line[1:]
+					a.inflight++
+					a.signalHead()
+					a.mu.Unlock()
+					return nil
+				}
+				if poll == nil {
+					poll = time.NewTimer(busyPoll)
+				} else {
+					poll.Reset(busyPoll)
+				}
+				tick = poll.C
+			}
+		}
+		a.mu.Unlock()
+		select {
+		case <-w.turn:
+		case <-tick:
+		case <-expire:
+			ahead := a.quit(w)
+			return fmt.Errorf("%w: %w: not admitted within %s: %d attempts ahead in line, renewals and releases go first",
+				ErrQuorumUnavailable, nodeactor.ErrBusy, patience, ahead)
+		case <-ctx.Done():
+			a.quit(w)
+			return context.Cause(ctx)
+		case <-a.c.done:
+			a.quit(w)
+			return nodeactor.ErrClosed
+		}
+	}
+}
+
+// quit takes w out of the line and returns how many waited before it.
+func (a *admission) quit(w *admitWaiter) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.line {
+		if x == w {
+			a.line = append(a.line[:i], a.line[i+1:]...)
+			if i == 0 {
+				a.signalHead()
+			}
+			return i
+		}
+	}
+	return 0
+}
+
+// leave ends an admitted attempt.
+func (a *admission) leave() {
+	a.mu.Lock()
+	a.inflight--
+	a.signalHead()
+	a.mu.Unlock()
+}
+
+// signalHead tells the first in line to look again. Called with mu held.
+func (a *admission) signalHead() {
+	if len(a.line) == 0 {
+		return
+	}
+	select {
+	case a.line[0].turn <- struct{}{}:
+	default:
+	}
+}
