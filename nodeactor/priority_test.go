@@ -2,6 +2,7 @@ package nodeactor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -118,5 +119,36 @@ func TestUrgentStaysBehindItsResourcesNormal(t *testing.T) {
 	want := []string{"y-renew", "z-renew", "x-acquire", "x-rollback", "y-acquire", "x-release"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ran %v, want %v", got, want)
+	}
+}
+
+// A renewal is useless once its lease's deadline passed: marked Expires,
+// an urgent request still queued at its Deadline is answered ErrNotSent
+// and never reaches the node. An overloaded node then spends its time on
+// the renewals that can still keep their leases.
+func TestExpiringUrgentRequestIsNotSentLate(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr())
+	ready(t, a)
+	resume := blockLane(t, s, a)
+	ch := make(chan nodeactor.Reply, 2)
+	ctx := context.Background()
+	for _, expires := range []bool{true, false} {
+		if err := a.TrySend(nodeactor.Request{Ctx: ctx, Lane: nodeactor.Urgent, Reply: ch, Deadline: time.Now().Add(20 * time.Millisecond),
+			Expires: expires, Call: nodeactor.Call{Script: logged, Keys: []string{"{held}:k"}, Args: []string{fmt.Sprint("expires=", expires)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	resume()
+	if rep := <-ch; !errors.Is(rep.Err, nodeactor.ErrNotSent) {
+		t.Errorf("an expiring renewal queued past its deadline: %v, want ErrNotSent", rep.Err)
+	}
+	if rep := <-ch; rep.Err != nil {
+		t.Errorf("a release queued past its deadline: %v, want it sent", rep.Err)
+	}
+	if got := runOrder(t, s)[1:]; !slices.Equal(got, []string{"expires=false"}) {
+		t.Errorf("the node ran %v, want only the release", got)
 	}
 }

@@ -62,6 +62,10 @@ type Request struct {
 	Lane     Lane
 	Reply    chan<- Reply
 	Ticket   *Ticket // optional
+	// Expires makes an Urgent request stale at Deadline, like a Normal
+	// one: a renewal is useless once its lease's deadline passed, and an
+	// overloaded node should spend its time on those that are not.
+	Expires bool
 
 	retried bool // a cluster node already re-queued it once (see exec)
 	counted bool // holds room in the actor's queue accounting (see dequeued)
