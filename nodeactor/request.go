@@ -73,9 +73,13 @@ type Request struct {
 
 // Stale returns why a Normal request must not be sent any more at now —
 // its Ctx ended, its Deadline passed, or its Ticket was dropped — or nil.
-// An Urgent request is never stale: it is sent even after its ctx ended.
+// An Urgent request is sent even after its ctx ended; it is stale only
+// when it Expires and its Deadline passed.
 func (r *Request) Stale(now time.Time) error {
 	if r.Lane != Normal {
+		if r.Expires && !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+			return context.DeadlineExceeded
+		}
 		return nil
 	}
 	if r.Ctx.Err() != nil {

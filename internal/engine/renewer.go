@@ -218,7 +218,8 @@ func (r *renewer) renewRound(due []*Hold) {
 			if !live[i] {
 				continue
 			}
-			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
+			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Deadline: p.deadline, Expires: true,
+				Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
 				p.ch <- nodeactor.Reply{Node: j, Err: &nodeactor.NodeError{Addr: nd.Addr(), Err: err}}
 			}
 		}
