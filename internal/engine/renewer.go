@@ -67,13 +67,14 @@ func (r *renewer) close() {
 	r.wg.Wait()
 }
 
+// holdHeap orders holds by Hold.next: a field, not a map, since Less
+// runs for every level of every push and pop.
 type holdHeap struct {
-	hs   []*Hold
-	next map[*Hold]time.Time
+	hs []*Hold
 }
 
 func (q *holdHeap) Len() int           { return len(q.hs) }
-func (q *holdHeap) Less(i, j int) bool { return q.next[q.hs[i]].Before(q.next[q.hs[j]]) }
+func (q *holdHeap) Less(i, j int) bool { return q.hs[i].next.Before(q.hs[j].next) }
 func (q *holdHeap) Swap(i, j int) {
 	q.hs[i], q.hs[j] = q.hs[j], q.hs[i]
 	q.hs[i].idx, q.hs[j].idx = i, j
@@ -83,13 +84,12 @@ func (q *holdHeap) Pop() any {
 	h := q.hs[len(q.hs)-1]
 	q.hs = q.hs[:len(q.hs)-1]
 	h.idx = -1
-	delete(q.next, h)
 	return h
 }
 
 // run is the only goroutine that touches the heap and Hold.idx.
 func (r *renewer) run() {
-	q := &holdHeap{next: map[*Hold]time.Time{}}
+	q := &holdHeap{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	schedule := func(h *Hold) {
@@ -106,7 +106,7 @@ func (r *renewer) run() {
 			}
 			return
 		}
-		q.next[h] = next
+		h.next = next
 		if h.idx >= 0 {
 			heap.Fix(q, h.idx)
 		} else {
@@ -115,7 +115,7 @@ func (r *renewer) run() {
 	}
 	for {
 		if q.Len() > 0 {
-			timer.Reset(time.Until(q.next[q.hs[0]]))
+			timer.Reset(time.Until(q.hs[0].next))
 		} else {
 			timer.Stop()
 		}
@@ -133,7 +133,7 @@ func (r *renewer) run() {
 		case <-timer.C:
 			now := time.Now()
 			var due []*Hold
-			for q.Len() > 0 && !q.next[q.hs[0]].After(now) {
+			for q.Len() > 0 && !q.hs[0].next.After(now) {
 				h := heap.Pop(q).(*Hold)
 				h.mu.Lock()
 				expired := !now.Before(h.deadline)
