@@ -2,6 +2,7 @@ package nodeactor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -332,12 +333,12 @@ func (a *Actor) TrySend(req Request) error {
 	}
 	if req.Lane == Normal {
 		if !a.normalCap.TryAcquire(1) {
-			return ErrBusy
+			return fmt.Errorf("%w: %d acquires queued", ErrBusy, a.opt.MailboxSize)
 		}
 		return a.enqueue(req)
 	}
 	if !a.up.Load() && a.urgentN.Load() >= int64(a.opt.MailboxSize) {
-		return ErrBusy
+		return fmt.Errorf("%w: %d urgent requests queued on a node that is down", ErrBusy, a.opt.MailboxSize)
 	}
 	return a.enqueue(req)
 }

@@ -49,9 +49,10 @@ func (a *admission) busy() bool {
 	return !a.c.NewTally().Enough(free)
 }
 
-// enter admits an attempt, waiting its turn. It returns an error when ctx
-// ends first, or when patience > 0 and it was not admitted within it; the
-// error then wraps ErrQuorumUnavailable and nodeactor.ErrBusy.
+// enter admits an attempt, waiting its turn. It returns an error wrapping
+// nodeactor.ErrBusy when ctx ends first (and ctx's cause), or when
+// patience > 0 and it was not admitted within it (and
+// ErrQuorumUnavailable).
 func (a *admission) enter(ctx context.Context, patience time.Duration) error {
 	a.mu.Lock()
 	if len(a.line) == 0 && a.inflight < maxAttempts && !a.busy() {
@@ -103,8 +104,9 @@ func (a *admission) enter(ctx context.Context, patience time.Duration) error {
 			return fmt.Errorf("%w: %w: not admitted within %s: %d attempts ahead in line, renewals and releases go first",
 				ErrQuorumUnavailable, nodeactor.ErrBusy, patience, ahead)
 		case <-ctx.Done():
-			a.quit(w)
-			return context.Cause(ctx)
+			ahead := a.quit(w)
+			return fmt.Errorf("%w: %w: waited in line for admission, %d attempts ahead, while renewals and releases went first",
+				context.Cause(ctx), nodeactor.ErrBusy, ahead)
 		case <-a.c.done:
 			a.quit(w)
 			return nodeactor.ErrClosed
