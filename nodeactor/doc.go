@@ -48,7 +48,8 @@
 // An Actor runs Options.Workers lane goroutines (serve) and one keeper.
 // Callers (Send, TrySend, Do, Subscribe) run on their own goroutines.
 //
-//   - A lane's FIFO: callers append under its mutex; only the lane takes.
+//   - A lane's queues and its count per resource: callers append under
+//     its mutex; only the lane takes.
 //   - client, caps, fatal, the pusher: written by the keeper alone. The
 //     lanes read the client and caps; each caps value is a full snapshot.
 //     The keeper waits on the push connections' failures itself.
