@@ -1182,3 +1182,37 @@ func TestAttemptsWaitInLineWhileRenewalsGoFirst(t *testing.T) {
 		}
 	})
 }
+
+// Renewals confirmed late, by nodes that answer, hold new acquires back
+// for a while: each new lease would add renewals to nodes already behind.
+// An attempt that may not wait fails with ErrBusy meanwhile; once the
+// renewals are on time again, attempts enter.
+func TestLateRenewalsHoldAcquiresBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.multi = map[string]bool{} })
+		}
+		a := w.mustHold(t, "A", 3*time.Second) // renewed at 1 s
+		time.Sleep(900 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 800 * time.Millisecond }) // confirmed at 1.8 s
+		}
+		time.Sleep(950 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 0 })
+		}
+		res := w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if !errors.Is(res.Err, nodeactor.ErrBusy) {
+			t.Fatalf("an attempt right after late renewals: %v, want ErrBusy", res.Err)
+		}
+		time.Sleep(time.Second)
+		b := w.mustHold(t, "C", time.Second)
+		if err := b.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
