@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/nodeactor"
@@ -18,28 +19,50 @@ const (
 	// busyPoll is how often the first in line looks again while the
 	// nodes are busy: nothing signals the end of a backlog.
 	busyPoll = time.Millisecond
+	// lagFraction: a renewal confirmed later than TTL/lagFraction (and
+	// twice NodeTimeout) after it was sent shows the nodes falling behind
+	// with renewals. Admission then waits as long again.
+	lagFraction = 6
 )
 
 // admission is the one line of acquire attempts of an engine. Attempts
 // are admitted in the order they arrived: a later arrival never enters
 // before an earlier one that still waits. An attempt waits while too many
-// are in flight, or while renewals and releases are queued on more than
-// N−Q nodes: those go first on a busy node, and new acquires would only
-// add to its work. Safe for concurrent use.
+// are in flight, while renewals and releases are queued on more than N−Q
+// nodes, or while renewals are late. Renewals go first on a busy node,
+// and each new lease adds renewals of its own. Safe for concurrent use.
 type admission struct {
 	c        *Engine
 	mu       sync.Mutex
 	inflight int
 	line     []*admitWaiter // FIFO; the head admits itself
+	// lagUntil is when renewals are no longer taken to be late: a
+	// monotonic reading, in nanoseconds since epoch.
+	lagUntil atomic.Int64
+	epoch    time.Time
+}
+
+// lagging records that renewals fell behind: admission waits for d.
+func (a *admission) lagging(d time.Duration) {
+	until := int64(time.Since(a.epoch) + d)
+	for {
+		old := a.lagUntil.Load()
+		if old >= until || a.lagUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
 }
 
 type admitWaiter struct {
 	turn chan struct{} // cap 1: look again (capacity freed, or now first)
 }
 
-// busy reports whether renewals and releases are queued on so many nodes
-// that no quorum is free of them.
+// busy reports whether renewals are late, or renewals and releases are
+// queued on so many nodes that no quorum is free of them.
 func (a *admission) busy() bool {
+	if int64(time.Since(a.epoch)) < a.lagUntil.Load() {
+		return true
+	}
 	free := 0
 	for _, nd := range a.c.nodes {
 		if nd.Backlog() <= busyBacklog {

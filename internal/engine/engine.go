@@ -241,7 +241,7 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		done:   make(chan struct{}),
 		proc:   newProcID(),
 	}
-	c.adm.c = c
+	c.adm.c, c.adm.epoch = c, time.Now()
 	c.closing, c.stopAll = context.WithCancelCause(context.Background())
 	c.flightDone = func(nodeactor.Reply) { c.flight.done() }
 	c.router = notify.New(notify.Options{

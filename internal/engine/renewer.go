@@ -255,12 +255,17 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 		confirmed[i] = t.Won()
+		if late := time.Since(p.start); confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) {
+			// The nodes answer, but behind with renewals: new acquires wait.
+			c.adm.lagging(p.ttl / lagFraction)
+		}
 		p.h.endRound()
 		_ = p.h.applyRenewal(p.start, p.ttl, t, round, false)
 	}
 	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
 	// node that answers "missing" (restarted empty) gets its key re-taken,
 	// inside a round of its own that Release waits for.
+	timer.Reset(c.set.NodeTimeout)
 	for i, p := range ps {
 		if !confirmed[i] {
 			continue
@@ -271,6 +276,8 @@ func (r *renewer) renewRound(due []*Hold) {
 			select {
 			case rep := <-p.ch:
 				round.record(rep)
+			case <-timer.C:
+				break stragglers
 			case <-ctx.Done():
 				break stragglers
 			case <-c.done:
