@@ -36,6 +36,10 @@ type admission struct {
 	mu       sync.Mutex
 	inflight int
 	line     []*admitWaiter // FIFO; the head admits itself
+	// sending: an attempt admitted from the line has not sent its
+	// requests yet. The next waits for it, so the nodes get the requests
+	// of waiting attempts in the order they arrived.
+	sending bool
 	// lagUntil is when renewals are no longer taken to be late: a
 	// monotonic reading, in nanoseconds since epoch.
 	lagUntil atomic.Int64
@@ -75,13 +79,14 @@ func (a *admission) busy() bool {
 // enter admits an attempt, waiting its turn. It returns an error wrapping
 // nodeactor.ErrBusy when ctx ends first (and ctx's cause), or when
 // patience > 0 and it was not admitted within it (and
-// ErrQuorumUnavailable).
-func (a *admission) enter(ctx context.Context, patience time.Duration) error {
+// ErrQuorumUnavailable). An attempt that waited (queued) must call sent
+// once it has queued its requests on the nodes.
+func (a *admission) enter(ctx context.Context, patience time.Duration) (queued bool, err error) {
 	a.mu.Lock()
-	if len(a.line) == 0 && a.inflight < maxAttempts && !a.busy() {
+	if len(a.line) == 0 && !a.sending && a.inflight < maxAttempts && !a.busy() {
 		a.inflight++
 		a.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	w := &admitWaiter{turn: make(chan struct{}, 1)}
 	a.line = append(a.line, w)
@@ -101,14 +106,14 @@ func (a *admission) enter(ctx context.Context, patience time.Duration) error {
 	for {
 		var tick <-chan time.Time
 		a.mu.Lock()
-		if a.line[0] == w {
+		if a.line[0] == w && !a.sending {
 			if a.inflight < maxAttempts {
 				if !a.busy() {
 					a.line = a.line[1:]
 					a.inflight++
-					a.signalHead()
+					a.sending = true
 					a.mu.Unlock()
-					return nil
+					return true, nil
 				}
 				if poll == nil {
 					poll = time.NewTimer(busyPoll)
@@ -124,15 +129,15 @@ func (a *admission) enter(ctx context.Context, patience time.Duration) error {
 		case <-tick:
 		case <-expire:
 			ahead := a.quit(w)
-			return fmt.Errorf("%w: %w: not admitted within %s: %d attempts ahead in line, renewals and releases go first",
+			return false, fmt.Errorf("%w: %w: not admitted within %s: %d attempts ahead in line, renewals and releases go first",
 				ErrQuorumUnavailable, nodeactor.ErrBusy, patience, ahead)
 		case <-ctx.Done():
 			ahead := a.quit(w)
-			return fmt.Errorf("%w: %w: waited in line for admission, %d attempts ahead, while renewals and releases went first",
+			return false, fmt.Errorf("%w: %w: waited in line for admission, %d attempts ahead, while renewals and releases went first",
 				context.Cause(ctx), nodeactor.ErrBusy, ahead)
 		case <-a.c.done:
 			a.quit(w)
-			return nodeactor.ErrClosed
+			return false, nodeactor.ErrClosed
 		}
 	}
 }
@@ -151,6 +156,15 @@ func (a *admission) quit(w *admitWaiter) int {
 		}
 	}
 	return 0
+}
+
+// sent lets the next in line enter: the attempt it admitted last has
+// queued its requests.
+func (a *admission) sent() {
+	a.mu.Lock()
+	a.sending = false
+	a.signalHead()
+	a.mu.Unlock()
 }
 
 // leave ends an admitted attempt.

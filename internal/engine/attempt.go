@@ -103,10 +103,19 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if s.Wait {
 		patience = 0
 	}
-	if err := c.adm.enter(ctx, patience); err != nil {
+	queued, err := c.adm.enter(ctx, patience)
+	if err != nil {
 		return Result{Err: err}
 	}
 	defer c.adm.leave()
+	// The next in line waits until this attempt's requests are queued.
+	sent := func() {
+		if queued {
+			queued = false
+			c.adm.sent()
+		}
+	}
+	defer sent()
 	n := len(c.nodes)
 	acquire := s.Op.Acquire
 	if c.guard != nil {
@@ -174,7 +183,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			s.Late(rep)
 		}
 	}
-	r := c.Fanout(ctx, nodeactor.Normal, acquire, func(r *Round) bool {
+	r := c.fanoutSent(ctx, c.set.NodeTimeout, nodeactor.Normal, acquire, func(r *Round) bool {
 		t, wrong := c.NewTally(), false
 		for i := range r.Replies {
 			if r.Answered[i] {
@@ -197,7 +206,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			return !s.Splits || r.NAnswered == n || parties(r, votes, verrs, t.Yes) < 2
 		}
 		return true
-	}, late)
+	}, late, sent)
 	c.ins.Attempts.Add(ctx, 1)
 	var (
 		granted, refused, abstained int
