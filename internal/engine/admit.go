@@ -27,7 +27,8 @@ const (
 
 // admission is the one line of acquire attempts of an engine. Attempts
 // are admitted in the order they arrived: a later arrival never enters
-// before an earlier one that still waits. An attempt waits while too many
+// before an earlier one that still waits, and their requests are queued
+// on the nodes in that order. An attempt waits while too many
 // are in flight, while renewals and releases are queued on more than N−Q
 // nodes, or while renewals are late. Renewals go first on a busy node,
 // and each new lease adds renewals of its own. Safe for concurrent use.
