@@ -19,10 +19,13 @@ const (
 	// busyPoll is how often the first in line looks again while the
 	// nodes are busy: nothing signals the end of a backlog.
 	busyPoll = time.Millisecond
-	// lagFraction: a renewal confirmed later than TTL/lagFraction (and
-	// twice NodeTimeout) after it was sent shows the nodes falling behind
-	// with renewals. Admission then waits as long again.
-	lagFraction = 6
+	// lagFraction, lagRTTs: a renewal confirmed later than
+	// TTL/lagFraction after it was sent, and than twice NodeTimeout and
+	// lagRTTs round trips of the slowest node, waited in our queues: the
+	// nodes fall behind with renewals. Admission then waits for a third
+	// of the TTL, when the leases already admitted are renewed.
+	lagFraction = 10
+	lagRTTs     = 4
 )
 
 // admission is the one line of acquire attempts of an engine. Attempts
@@ -45,6 +48,15 @@ type admission struct {
 	// monotonic reading, in nanoseconds since epoch.
 	lagUntil atomic.Int64
 	epoch    time.Time
+}
+
+// slowestLatency returns the largest round-trip average among the nodes.
+func (c *Engine) slowestLatency() time.Duration {
+	var m time.Duration
+	for _, nd := range c.nodes {
+		m = max(m, nd.Status().Latency)
+	}
+	return m
 }
 
 // lagging records that renewals fell behind: admission waits for d.

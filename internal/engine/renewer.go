@@ -255,9 +255,10 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 		confirmed[i] = t.Won()
-		if late := time.Since(p.start); confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) {
-			// The nodes answer, but behind with renewals: new acquires wait.
-			c.adm.lagging(p.ttl / lagFraction)
+		if late := time.Since(p.start); confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) && late > lagRTTs*c.slowestLatency() {
+			// The nodes answer, but behind with renewals: new acquires wait
+			// for one renewal period, until the leases they add are renewed.
+			c.adm.lagging(p.ttl / 3)
 		}
 		p.h.endRound()
 		_ = p.h.applyRenewal(p.start, p.ttl, t, round, false)
