@@ -170,17 +170,6 @@ func (r *renewer) run() {
 	}
 }
 
-// droppedLate reports whether a node dropped a renewal of r unsent: it
-// waited in the node's queue past its send-by time.
-func droppedLate(r *Round) bool {
-	for i, rep := range r.Replies {
-		if r.Answered[i] && errors.Is(rep.Err, nodeactor.ErrNotSent) {
-			return true
-		}
-	}
-	return false
-}
-
 // renewRound renews every due hold in one fan-out per node: all requests are
 // queued before any reply is awaited, so each node actor sends them as one
 // pipelined batch.
@@ -193,7 +182,6 @@ func (r *renewer) renewRound(due []*Hold) {
 		ch       chan nodeactor.Reply
 		start    time.Time
 		deadline time.Time
-		sendBy   time.Time // the renewal is dropped unsent after it
 	}
 	ps := make([]pend, len(due))
 	// A renewal confirmed before the hold's deadline keeps it, however long
@@ -214,17 +202,7 @@ func (r *renewer) renewRound(due []*Hold) {
 		if deadline.After(last) {
 			last = deadline
 		}
-		start := time.Now()
-		// Not sent after the deadline: the lease is lost by then. Nor
-		// after waiting a renewal period in the queues: the nodes are
-		// behind, and a renewal confirmed that late gives its lease less
-		// than a period. Dropping it lets the renewals behind it keep
-		// theirs; the hold retries, as after a failed round.
-		sendBy := start.Add(ttl / 3)
-		if deadline.Before(sendBy) {
-			sendBy = deadline
-		}
-		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: start, deadline: deadline, sendBy: sendBy}
+		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now(), deadline: deadline}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(last), c.set.NodeTimeout))
 	defer cancel()
@@ -240,7 +218,7 @@ func (r *renewer) renewRound(due []*Hold) {
 			if !live[i] {
 				continue
 			}
-			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Deadline: p.sendBy, Expires: true,
+			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Deadline: p.deadline, Expires: true,
 				Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
 				p.ch <- nodeactor.Reply{Node: j, Err: &nodeactor.NodeError{Addr: nd.Addr(), Err: err}}
 			}
@@ -277,8 +255,7 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 		confirmed[i] = t.Won()
-		if late := time.Since(p.start); (confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) && late > lagRTTs*c.slowestLatency()) ||
-			(!confirmed[i] && droppedLate(round)) {
+		if late := time.Since(p.start); confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) && late > lagRTTs*c.slowestLatency() {
 			// The nodes answer, but behind with renewals: new acquires wait
 			// for one renewal period, until the leases they add are renewed.
 			c.adm.lagging(p.ttl / 3)
