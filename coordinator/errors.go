@@ -32,6 +32,11 @@ var (
 	// ErrNotCluster means a node given with cluster seeds (?addr=) is not a
 	// Redis Cluster; it is never used as a single node.
 	ErrNotCluster = nodeactor.ErrNotCluster
+	// ErrBusy means an acquire was refused for capacity: it was not
+	// admitted in time while renewals and releases went first, or a
+	// node's mailbox was full. TryAcquire's error then also Is
+	// ErrQuorumUnavailable.
+	ErrBusy = nodeactor.ErrBusy
 	// ErrNodeGuarded is in a NodeError when the node guard holds a node
 	// out of the quorum (docs/lock.md, "Node guard").
 	ErrNodeGuarded = nodeactor.ErrNodeGuarded

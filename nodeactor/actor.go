@@ -2,6 +2,7 @@ package nodeactor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -81,9 +82,11 @@ type Options struct {
 // Actor owns one Redis node. Its methods are safe for concurrent use.
 //
 // Requests go through lanes, chosen by resource (the hash tag of the first
-// key). A lane is one FIFO served by one goroutine, with one batch on the
-// wire at a time. So one resource's requests run in the order they were
-// queued; the package doc says why this holds across resends. Unrelated
+// key). A lane is served by one goroutine, with one batch on the wire at a
+// time. It sends Urgent requests before Normal ones, but never before a
+// Normal request of their own resource. So one resource's requests run in
+// the order they were queued; the package doc says why this holds across
+// resends. Renewals of held leases go before new acquires. Unrelated
 // resources pipeline on the other lanes. The package doc ("Who owns
 // what") gives the owner of every field.
 type Actor struct {
@@ -132,16 +135,31 @@ type Actor struct {
 	wg        sync.WaitGroup
 }
 
-// fifo is one lane: a FIFO of requests, served by one goroutine.
+// fifo is one lane: two queues served by one goroutine. Urgent requests
+// (releases, rollbacks, renewals) go before normal ones (acquires), except
+// behind their own resource's: an urgent request whose resource has a
+// request in the normal queue joins that queue, after it. So every
+// resource's requests in the urgent queue were queued before all of its
+// requests in the normal queue, and a batch, which takes the urgent queue
+// first, keeps each resource's order.
 type fifo struct {
-	mu   sync.Mutex
-	q    []Request
-	kick chan struct{} // cap 1: something was queued
+	mu     sync.Mutex
+	urgent []Request
+	normal []Request
+	// inNormal counts the requests of each resource in the normal queue.
+	inNormal map[string]int
+	kick     chan struct{} // cap 1: something was queued
 }
 
 func (l *fifo) push(r Request) {
+	res := resource(r.Call)
 	l.mu.Lock()
-	l.q = append(l.q, r)
+	if r.Lane == Urgent && l.inNormal[res] == 0 {
+		l.urgent = append(l.urgent, r)
+	} else {
+		l.normal = append(l.normal, r)
+		l.inNormal[res]++
+	}
 	l.mu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
@@ -149,22 +167,59 @@ func (l *fifo) push(r Request) {
 	}
 }
 
-// take moves up to max queued requests after front into a batch.
+// queued reports whether a request waits in the lane.
+func (l *fifo) queued() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.urgent)+len(l.normal) > 0
+}
+
+// take moves up to max queued requests after front into a batch: urgent
+// ones first, then normal ones.
 func (l *fifo) take(front []Request, max int) []Request {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := min(len(l.q), max-len(front))
-	batch := append(front, l.q[:k]...)
-	clear(l.q[:k])
-	switch {
-	case k < len(l.q):
-		l.q = l.q[k:]
-	case cap(l.q) <= 2*max:
-		l.q = l.q[:0] // reused: a lane's queue is refilled between batches
-	default:
-		l.q = nil // let a burst's backing array go
+	batch := front
+	batch, l.urgent = takeFrom(batch, l.urgent, max)
+	n := len(batch)
+	batch, l.normal = takeFrom(batch, l.normal, max)
+	for i := n; i < len(batch); i++ {
+		res := resource(batch[i].Call)
+		if l.inNormal[res]--; l.inNormal[res] <= 0 {
+			delete(l.inNormal, res)
+		}
 	}
 	return batch
+}
+
+// takeFrom moves the head of q into batch until batch holds max requests,
+// and returns both.
+func takeFrom(batch, q []Request, max int) ([]Request, []Request) {
+	k := min(len(q), max-len(batch))
+	if k <= 0 {
+		return batch, q
+	}
+	batch = append(batch, q[:k]...)
+	clear(q[:k])
+	switch {
+	case k < len(q):
+		q = q[k:]
+	case cap(q) <= 2*max:
+		q = q[:0] // reused: a lane's queue is refilled between batches
+	default:
+		q = nil // let a burst's backing array go
+	}
+	return batch, q
+}
+
+// takeAll empties the lane and returns what was queued.
+func (l *fifo) takeAll() []Request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := append(l.urgent, l.normal...)
+	l.urgent, l.normal = nil, nil
+	clear(l.inNormal)
+	return q
 }
 
 // New starts an actor for one node. It never fails for a node that is down:
@@ -205,7 +260,7 @@ func New(opt Options) *Actor {
 	a.armKeyName = opt.Guard + "{guard}:armed"
 	a.caps.Store(&Capabilities{})
 	for range opt.Workers {
-		l := &fifo{kick: make(chan struct{}, 1)}
+		l := &fifo{kick: make(chan struct{}, 1), inNormal: map[string]int{}}
 		a.lanes = append(a.lanes, l)
 		a.wg.Go(func() { a.serve(l) })
 	}
@@ -286,12 +341,12 @@ func (a *Actor) TrySend(req Request) error {
 	}
 	if req.Lane == Normal {
 		if !a.normalCap.TryAcquire(1) {
-			return ErrBusy
+			return fmt.Errorf("%w: %d acquires queued", ErrBusy, a.opt.MailboxSize)
 		}
 		return a.enqueue(req)
 	}
 	if !a.up.Load() && a.urgentN.Load() >= int64(a.opt.MailboxSize) {
-		return ErrBusy
+		return fmt.Errorf("%w: %d urgent requests queued on a node that is down", ErrBusy, a.opt.MailboxSize)
 	}
 	return a.enqueue(req)
 }
@@ -326,6 +381,11 @@ func (a *Actor) dequeued(r *Request) {
 		a.urgentN.Add(-1)
 	}
 }
+
+// Backlog returns the number of urgent requests (releases, rollbacks,
+// renewals) queued and not yet sent. They go before acquires, so a large
+// backlog means the node is busy with held leases.
+func (a *Actor) Backlog() int { return int(a.urgentN.Load()) }
 
 // Do sends one call and waits for its reply.
 func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {

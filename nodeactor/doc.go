@@ -10,8 +10,11 @@
 // the acquire or rollback of the same resource sent before it. The rule
 // holds across reconnects and resends, for these reasons.
 //
-//  1. One resource, one lane. A lane is a FIFO served by one goroutine.
-//     Both request classes (Normal, Urgent) of a resource share it.
+//  1. One resource, one lane. A lane is served by one goroutine. Both
+//     request classes (Normal, Urgent) of a resource share it. Its urgent
+//     queue goes before its normal queue, but an urgent request whose
+//     resource has a request in the normal queue joins that queue. So
+//     within a resource, the lane is one FIFO.
 //  2. One batch at a time. A lane sends its batch as one DoMulti and
 //     waits until every reply came or failed. Only then does it take the
 //     next batch. So a request is written only after every earlier request
@@ -45,7 +48,8 @@
 // An Actor runs Options.Workers lane goroutines (serve) and one keeper.
 // Callers (Send, TrySend, Do, Subscribe) run on their own goroutines.
 //
-//   - A lane's FIFO: callers append under its mutex; only the lane takes.
+//   - A lane's queues and its count per resource: callers append under
+//     its mutex; only the lane takes.
 //   - client, caps, fatal, the pusher: written by the keeper alone. The
 //     lanes read the client and caps; each caps value is a full snapshot.
 //     The keeper waits on the push connections' failures itself.

@@ -11,8 +11,10 @@ var (
 	// context ended while it was queued: it did nothing on the node. The
 	// error also wraps the context's cause.
 	ErrNotSent = errors.New("redlock: not sent: its context ended while it was queued")
-	// ErrBusy means the mailbox is full and the request was not queued.
-	ErrBusy = errors.New("redlock: node mailbox full")
+	// ErrBusy means the request was refused for capacity: the node's
+	// mailbox is full, or (from the engine) an acquire was not admitted
+	// in time while renewals and releases went first.
+	ErrBusy = errors.New("redlock: busy")
 	// ErrNodeGuarded means the node guard holds the node out of the quorum:
 	// it forgot its armed scripts (docs/lock.md, "Node guard").
 	ErrNodeGuarded = errors.New("redlock: node guarded (it restarted, failed over or was flushed)")

@@ -10,7 +10,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// serve is a lane's goroutine. It takes what is queued (up to MaxBatch),
+// serve is a lane's goroutine. It takes what is queued (up to MaxBatch,
+// urgent requests first: see fifo),
 // sends it as one pipelined DoMulti, and waits for the replies. Meanwhile
 // new requests form the next, larger batch. What a batch leaves to do
 // first (a program's next step, a cluster node's delayed resend) goes at
@@ -58,10 +59,7 @@ func (a *Actor) serve(l *fifo) {
 		front = append(front, next...)
 		if len(front) == 0 {
 			// more may be queued than one batch took
-			l.mu.Lock()
-			more := len(l.q) > 0
-			l.mu.Unlock()
-			if more {
+			if l.queued() {
 				select {
 				case l.kick <- struct{}{}:
 				default:
@@ -74,10 +72,7 @@ func (a *Actor) serve(l *fifo) {
 // drain answers every queued request with ErrClosed (after Close).
 func (a *Actor) drain() {
 	for _, l := range a.lanes {
-		l.mu.Lock()
-		q := l.q
-		l.q = nil
-		l.mu.Unlock()
+		q := l.takeAll()
 		for i := range q {
 			a.dequeued(&q[i])
 		}

@@ -8,9 +8,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Lane is a request's class. Both classes of one resource share one FIFO
-// (see Actor): the class says what may be refused or dropped, never what
-// runs first.
+// Lane is a request's class. It says what may be refused or dropped, and
+// what goes first on a busy node: an Urgent request goes before the Normal
+// ones queued on its lane, except those of its own resource (see Actor).
+// One resource's requests always run in the order queued.
 type Lane int
 
 const (
@@ -61,6 +62,10 @@ type Request struct {
 	Lane     Lane
 	Reply    chan<- Reply
 	Ticket   *Ticket // optional
+	// Expires makes an Urgent request stale at Deadline, like a Normal
+	// one: a renewal is useless once its lease's deadline passed, and an
+	// overloaded node should spend its time on those that are not.
+	Expires bool
 
 	retried bool // a cluster node already re-queued it once (see exec)
 	counted bool // holds room in the actor's queue accounting (see dequeued)
@@ -68,9 +73,13 @@ type Request struct {
 
 // Stale returns why a Normal request must not be sent any more at now —
 // its Ctx ended, its Deadline passed, or its Ticket was dropped — or nil.
-// An Urgent request is never stale: it is sent even after its ctx ended.
+// An Urgent request is sent even after its ctx ended; it is stale only
+// when it Expires and its Deadline passed.
 func (r *Request) Stale(now time.Time) error {
 	if r.Lane != Normal {
+		if r.Expires && !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+			return context.DeadlineExceeded
+		}
 		return nil
 	}
 	if r.Ctx.Err() != nil {

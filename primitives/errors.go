@@ -19,6 +19,9 @@ var (
 	// ErrNoHeartbeat is the cause (inside ErrLeaseLost) of a lease whose
 	// holder stopped calling Heartbeat under WithHeartbeat.
 	ErrNoHeartbeat = engine.ErrNoHeartbeat
+	// ErrBusy means an acquire was refused for capacity (see
+	// coordinator.ErrBusy).
+	ErrBusy = nodeactor.ErrBusy
 )
 
 // NotAcquiredError carries the holder's remaining TTL; it Is ErrNotAcquired.

@@ -138,6 +138,7 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 		Life:   life,
 		Queue:  enqueue, // a waiter's place on every node, also a slow one
 		Splits: splits,
+		Wait:   !splits, // a blocking Acquire's attempt; tryExclusive's splits
 	})
 	if res.Hold != nil {
 		if cl, ok := base.(claimer); ok && enqueue {

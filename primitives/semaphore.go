@@ -119,6 +119,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (lease *Lease, err error) {
 	defer func() { tr.end(lease, err) }()
 	tr.linkTo(s.holders)
 	pr := newProposer(s.permits)
+	pr.wait = true
 	wid := newToken() + s.meta // its queue score is its waiting-since (meta.go)
 	return waitLoop(ctx, s.c, waitSpec{kind: "semaphore", tr: tr, topics: []string{s.topic}, token: wid,
 		try: func(enqueue bool) attemptResult { return s.attempt(ctx, pr, wid, enqueue) },
@@ -209,6 +210,7 @@ type proposer struct {
 	p     int
 	cand  []int
 	score int64 // queue score: the server time this waiter was first refused
+	wait  bool  // a blocking Acquire's: its attempts wait their turn for admission
 }
 
 func newProposer(p int) *proposer { return &proposer{p: p} }
@@ -341,7 +343,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
 	op := newExclusiveOp(x, x, token, call, x.rollbackCall(token, wid))
 	op.vote = s.semVote
-	spec := engine.AttemptSpec{Op: op, TTL: s.o.ttl}
+	spec := engine.AttemptSpec{Op: op, TTL: s.o.ttl, Wait: pr.wait}
 	if enqueue {
 		spec.Late = func(rep nodeactor.Reply) {
 			if g, err := parseSemReply(rep); err == nil && g.code != 1 {

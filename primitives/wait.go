@@ -161,6 +161,11 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		}
 		if !retryable(res.err) {
 			if ctx.Err() != nil {
+				if errors.Is(res.err, ErrBusy) && !errors.Is(context.Cause(ctx), ErrClosed) {
+					// ended while it waited its turn: say so
+					leave()
+					return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, res.err)
+				}
 				continue // ended by ctx or Close: the check above says which
 			}
 			leave()

@@ -58,6 +58,11 @@ type AttemptSpec struct {
 	// whose answers so far show two parties or more waits for the rest
 	// (at most NodeTimeout) instead of stopping at the veto (TryAcquire).
 	Splits bool
+	// Wait makes the attempt wait its turn for admission for as long as
+	// ctx allows (a blocking Acquire). Otherwise it waits at most
+	// NodeTimeout, then fails with ErrQuorumUnavailable wrapping
+	// nodeactor.ErrBusy. See admission.
+	Wait bool
 	// Queue marks a waiter's attempt that takes its place in the nodes'
 	// queues. When it fails, its requests still queued unsent are sent
 	// anyway, and their replies are handled as late ones. So the waiter is
@@ -94,6 +99,23 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if c.isClosed() {
 		return Result{Err: nodeactor.ErrClosed}
 	}
+	patience := c.set.NodeTimeout
+	if s.Wait {
+		patience = 0
+	}
+	queued, err := c.adm.enter(ctx, patience)
+	if err != nil {
+		return Result{Err: err}
+	}
+	defer c.adm.leave()
+	// The next in line waits until this attempt's requests are queued.
+	sent := func() {
+		if queued {
+			queued = false
+			c.adm.sent()
+		}
+	}
+	defer sent()
 	n := len(c.nodes)
 	acquire := s.Op.Acquire
 	if c.guard != nil {
@@ -161,7 +183,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			s.Late(rep)
 		}
 	}
-	r := c.Fanout(ctx, nodeactor.Normal, acquire, func(r *Round) bool {
+	r := c.fanoutSent(ctx, c.set.NodeTimeout, nodeactor.Normal, acquire, func(r *Round) bool {
 		t, wrong := c.NewTally(), false
 		for i := range r.Replies {
 			if r.Answered[i] {
@@ -184,7 +206,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 			return !s.Splits || r.NAnswered == n || parties(r, votes, verrs, t.Yes) < 2
 		}
 		return true
-	}, late)
+	}, late, sent)
 	c.ins.Attempts.Add(ctx, 1)
 	var (
 		granted, refused, abstained int

@@ -32,6 +32,7 @@ type Engine struct {
 	quorum int
 	rn     *renewer
 	ins    *Instruments
+	adm    admission // the line of acquire attempts
 
 	clock serverClock
 	// proc names this engine's own channel of each topic
@@ -219,6 +220,8 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 type Node interface {
 	Addr() string
 	TrySend(req nodeactor.Request) error
+	// Backlog is the number of urgent requests queued on the node.
+	Backlog() int
 	Status() nodeactor.Status
 	Caps() nodeactor.Capabilities
 	Ready() <-chan struct{}
@@ -238,6 +241,7 @@ func newEngine(set Settings, specs []NodeSpec) *Engine {
 		done:   make(chan struct{}),
 		proc:   newProcID(),
 	}
+	c.adm.c, c.adm.epoch = c, time.Now()
 	c.closing, c.stopAll = context.WithCancelCause(context.Background())
 	c.flightDone = func(nodeactor.Reply) { c.flight.done() }
 	c.router = notify.New(notify.Options{

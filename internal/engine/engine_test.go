@@ -44,13 +44,15 @@ type fakeNode struct {
 	owner         string // token holding the lock here ("" free)
 	fence         int64
 	delay         time.Duration
-	fenceDelay    time.Duration // instead of delay for fence write-backs
-	full          bool          // TrySend refuses (a saturated node)
-	gate          chan struct{} // non-nil: the node is paused until it is closed
-	dup           bool          // deliver every reply twice
-	errAfterWrite bool          // an acquire takes the lock, then answers an error
-	errReply      string        // an acquire answers this error and writes nothing
-	ops           []string      // "op token" in the order run
+	fenceDelay    time.Duration   // instead of delay for fence write-backs
+	full          bool            // TrySend refuses (a saturated node)
+	gate          chan struct{}   // non-nil: the node is paused until it is closed
+	dup           bool            // deliver every reply twice
+	errAfterWrite bool            // an acquire takes the lock, then answers an error
+	errReply      string          // an acquire answers this error and writes nothing
+	backlog       int             // what Backlog reports
+	multi         map[string]bool // non-nil: every token holds a lock of its own here (many resources)
+	ops           []string        // "op token" in the order run
 	closed        bool
 }
 
@@ -58,6 +60,12 @@ func newFakeNode(idx int) *fakeNode {
 	f := &fakeNode{idx: idx, queue: make(chan nodeactor.Request, 4096), quit: make(chan struct{})}
 	go f.loop()
 	return f
+}
+
+func (f *fakeNode) Backlog() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backlog
 }
 
 func (f *fakeNode) Addr() string { return "fake" + strconv.Itoa(f.idx) }
@@ -207,6 +215,11 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			rep.Err = errors.New("ERR a script error after its write")
 			break
 		}
+		if f.multi != nil {
+			f.multi[arg] = true
+			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
+			break
+		}
 		if f.owner == "" || f.owner == arg {
 			f.owner = arg
 			rep.Msg = mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(f.fence), mock.RedisInt64(now), mock.RedisInt64(0))
@@ -224,10 +237,12 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 		rep.Msg = mock.RedisInt64(v)
 	case "renew": // answered as the scripts' prelude does (RenewOutcome)
 		v := int64(scripts.RenewNotOurs)
-		switch f.owner {
-		case arg:
+		switch {
+		case f.multi != nil && f.multi[arg]:
 			v = scripts.RenewRenewed
-		case "":
+		case f.owner == arg:
+			v = scripts.RenewRenewed
+		case f.owner == "":
 			v = scripts.RenewMissing // a node restarted empty, or a forced release
 		}
 		rep.Msg = mock.RedisInt64(v)
@@ -1073,5 +1088,131 @@ func TestLateGrantBehindARelease(t *testing.T) {
 		}
 		w.nodes[0].resume()
 		w.nodes[1].resume()
+	})
+}
+
+// Holds renewed in one round each wait for their own deadline. A renewal
+// that a busy node confirms after another hold's deadline, and before its
+// own, keeps its hold. (The round stopped waiting for every hold at the
+// earliest deadline among them; the hold then renewed again behind its
+// first renewal, and was lost.)
+func TestARenewalRoundWaitsForEachHoldsOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.multi = map[string]bool{} })
+		}
+		// Both renewals are due at 1 s: A's deadline is near 3 s, B's near 2 s.
+		a := w.mustHold(t, "A", 3*time.Second)
+		time.Sleep(500 * time.Millisecond)
+		b := w.mustHold(t, "B", 1500*time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 1500 * time.Millisecond }) // answers at 2.5 s
+		}
+		<-b.Lost()
+		time.Sleep(400 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 0 }) // before A's first renewal is confirmed
+		}
+		time.Sleep(3 * time.Second)
+		if !a.Valid() {
+			t.Fatalf("A lost (%v): its renewal was confirmed before its deadline", a.Err())
+		}
+		if err := a.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// While renewals and releases are queued on a quorum of nodes, acquire
+// attempts wait in one line and enter in the order they arrived, once the
+// backlog is gone. An attempt that may not wait (TryAcquire's) fails
+// within NodeTimeout with an error that Is ErrBusy, and sends nothing.
+func TestAttemptsWaitInLineWhileRenewalsGoFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.multi, f.backlog = map[string]bool{}, 1000 })
+			f.pause()
+		}
+		const n = 10
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				s := w.spec(fmt.Sprint("T", i), time.Second)
+				s.Wait = true
+				if res := w.e.Attempt(t.Context(), s); res.Err != nil {
+					errs[i] = res.Err
+				} else {
+					res.Hold.Release(context.Background())
+				}
+			})
+			time.Sleep(time.Millisecond) // arrival order
+		}
+		res := w.e.Attempt(t.Context(), w.spec("try", time.Second))
+		if !errors.Is(res.Err, nodeactor.ErrBusy) || !errors.Is(res.Err, ErrQuorumUnavailable) {
+			t.Errorf("an attempt that may not wait on busy nodes: %v, want ErrQuorumUnavailable wrapping ErrBusy", res.Err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.backlog = 0 })
+			f.resume()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("attempt %d: %v", i, err)
+			}
+		}
+		_, _, ops := w.nodes[0].state()
+		var order []string
+		for _, op := range ops {
+			if strings.HasPrefix(op, "acquire ") {
+				order = append(order, strings.TrimPrefix(op, "acquire "))
+			}
+		}
+		want := make([]string, n)
+		for i := range want {
+			want[i] = fmt.Sprint("T", i)
+		}
+		if !slices.Equal(order, want) {
+			t.Errorf("acquires ran in the order %v, want the arrival order %v (and nothing of the refused attempt)", order, want)
+		}
+	})
+}
+
+// Renewals confirmed late, by nodes that answer, hold new acquires back
+// for a while: each new lease would add renewals to nodes already behind.
+// An attempt that may not wait fails with ErrBusy meanwhile; once the
+// renewals are on time again, attempts enter.
+func TestLateRenewalsHoldAcquiresBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 3)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.multi = map[string]bool{} })
+		}
+		a := w.mustHold(t, "A", 3*time.Second) // renewed at 1 s
+		time.Sleep(900 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 800 * time.Millisecond }) // confirmed at 1.8 s
+		}
+		time.Sleep(950 * time.Millisecond)
+		for _, f := range w.nodes {
+			f.set(func(f *fakeNode) { f.delay = 0 })
+		}
+		res := w.e.Attempt(t.Context(), w.spec("B", time.Second))
+		if !errors.Is(res.Err, nodeactor.ErrBusy) {
+			t.Fatalf("an attempt right after late renewals: %v, want ErrBusy", res.Err)
+		}
+		time.Sleep(time.Second)
+		b := w.mustHold(t, "C", time.Second)
+		if err := b.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	})
 }

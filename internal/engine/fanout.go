@@ -99,6 +99,13 @@ func (c *Engine) Fanout(ctx context.Context, lane nodeactor.Lane, call func(node
 // timer; a dropped round is Round.Abort's Ticket.Drop).
 func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	decide func(*Round) bool, late func(nodeactor.Reply)) *Round {
+	return c.fanoutSent(ctx, bound, lane, call, decide, late, nil)
+}
+
+// fanoutSent is fanout that calls sent, if not nil, once every request
+// was queued (or refused), before it waits for replies.
+func (c *Engine) fanoutSent(ctx context.Context, bound time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	decide func(*Round) bool, late func(nodeactor.Reply), sent func()) *Round {
 	n := len(c.nodes)
 	r := newRound(n)
 	ch := c.replyChan() // sized n: an early return never strands an actor
@@ -120,6 +127,9 @@ func (c *Engine) fanout(ctx context.Context, bound time.Duration, lane nodeactor
 			continue
 		}
 		pending++
+	}
+	if sent != nil {
+		sent()
 	}
 	if pending == 0 {
 		c.chans.Put(ch)

@@ -94,7 +94,8 @@ type Hold struct {
 
 	released chan struct{} // closed when a Release's round ended (made by endLocally)
 
-	idx int // renewer heap index; renewer-owned
+	idx  int       // renewer heap index; renewer-owned
+	next time.Time // renewer heap key; renewer-owned
 
 	beat    atomic.Int64 // the last heartbeat, as time since spec.Start (ns)
 	starved atomic.Bool  // the renewer skipped a renewal for want of a heartbeat

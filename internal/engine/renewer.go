@@ -153,13 +153,14 @@ func (r *renewer) close() {
 	r.wg.Wait()
 }
 
+// holdHeap orders holds by Hold.next: a field, not a map, since Less
+// runs for every level of every push and pop.
 type holdHeap struct {
-	hs   []*Hold
-	next map[*Hold]time.Time
+	hs []*Hold
 }
 
 func (q *holdHeap) Len() int           { return len(q.hs) }
-func (q *holdHeap) Less(i, j int) bool { return q.next[q.hs[i]].Before(q.next[q.hs[j]]) }
+func (q *holdHeap) Less(i, j int) bool { return q.hs[i].next.Before(q.hs[j].next) }
 func (q *holdHeap) Swap(i, j int) {
 	q.hs[i], q.hs[j] = q.hs[j], q.hs[i]
 	q.hs[i].idx, q.hs[j].idx = i, j
@@ -169,7 +170,6 @@ func (q *holdHeap) Pop() any {
 	h := q.hs[len(q.hs)-1]
 	q.hs = q.hs[:len(q.hs)-1]
 	h.idx = -1
-	delete(q.next, h)
 	return h
 }
 
@@ -194,7 +194,7 @@ func (h *Hold) nextEventLocked() time.Time {
 // it takes what is pending, handles the holds that are due, and sleeps
 // until the next event (at most idleWake) or a kick.
 func (r *renewer) run() {
-	q := &holdHeap{next: map[*Hold]time.Time{}}
+	q := &holdHeap{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	schedule := func(h *Hold) {
@@ -208,7 +208,7 @@ func (r *renewer) run() {
 			}
 			return
 		}
-		q.next[h] = next
+		h.next = next
 		if h.idx >= 0 {
 			heap.Fix(q, h.idx)
 		} else {
@@ -229,7 +229,7 @@ func (r *renewer) run() {
 		r.giveBack(ms)
 		now := time.Now()
 		var due []*Hold
-		for q.Len() > 0 && !q.next[q.hs[0]].After(now) {
+		for q.Len() > 0 && !q.hs[0].next.After(now) {
 			h := heap.Pop(q).(*Hold)
 			h.mu.Lock()
 			expired := !now.Before(h.deadline)
@@ -263,8 +263,8 @@ func (r *renewer) run() {
 			r.wg.Go(func() { r.renewRound(due) })
 		}
 		at := now.Add(idleWake)
-		if q.Len() > 0 && q.next[q.hs[0]].Before(at) {
-			at = q.next[q.hs[0]]
+		if q.Len() > 0 && q.hs[0].next.Before(at) {
+			at = q.hs[0].next
 		}
 		if !r.park(at) {
 			continue
@@ -289,21 +289,21 @@ func (r *renewer) renewRound(due []*Hold) {
 	c := r.c
 	n := len(c.nodes)
 	type pend struct {
-		h     *Hold
-		ttl   time.Duration
-		ch    chan nodeactor.Reply
-		start time.Time
+		h        *Hold
+		ttl      time.Duration
+		ch       chan nodeactor.Reply
+		start    time.Time
+		deadline time.Time
 	}
 	ps := make([]pend, len(due))
 	// A renewal confirmed before the hold's deadline keeps it, however long
-	// the node took: a busy node (a burst of renewals queued behind each
-	// other) is waited for until then, not only NodeTimeout.
-	wait := time.Duration(-1)
+	// the node took: a busy node (renewals queued behind each other) is
+	// waited for until then, each hold until its own deadline, not only
+	// NodeTimeout.
+	last := time.Now()
 	for i, h := range due {
 		h.mu.Lock()
-		if left := time.Until(h.deadline); wait < 0 || left < wait {
-			wait = left
-		}
+		deadline := h.deadline
 		ttl := h.ttl
 		if !h.maxAt.IsZero() {
 			if rest := time.Until(h.maxAt); rest < ttl {
@@ -311,10 +311,15 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 		h.mu.Unlock()
-		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now()}
+		if deadline.After(last) {
+			last = deadline
+		}
+		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now(), deadline: deadline}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(wait, c.set.NodeTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(last), c.set.NodeTimeout))
 	defer cancel()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	live := make([]bool, len(ps))
 	for i := range ps {
 		live[i] = ps[i].h.startRound() // released meanwhile: send nothing for it
@@ -325,7 +330,8 @@ func (r *renewer) renewRound(due []*Hold) {
 			if !live[i] {
 				continue
 			}
-			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
+			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Deadline: p.deadline, Expires: true,
+				Call: p.h.spec.Protocol.RenewCall(j, p.ttl, false), Lane: nodeactor.Urgent, Reply: p.ch}); err != nil {
 				p.ch <- nodeactor.Reply{Node: j, Err: &nodeactor.NodeError{Addr: nd.Addr(), Err: err}}
 			}
 		}
@@ -342,9 +348,14 @@ func (r *renewer) renewRound(due []*Hold) {
 		// A confirmation is a yes, a key gone (another owner, or missing)
 		// a no: see Hold.renewRound.
 		t := c.NewTally()
+		timer.Reset(max(time.Until(p.deadline), 0))
 	collect:
 		for round.NAnswered < n && !t.Won() && !t.Vetoed() {
 			select {
+			case <-timer.C:
+				break collect
+			case <-c.done:
+				break collect
 			case rep := <-p.ch:
 				if round.Answered[rep.Node] {
 					continue // a duplicate counts once
@@ -356,12 +367,18 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 		confirmed[i] = t.Won()
+		if late := time.Since(p.start); confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) && late > lagRTTs*c.slowestLatency() {
+			// The nodes answer, but behind with renewals: new acquires wait
+			// for one renewal period, until the leases they add are renewed.
+			c.adm.lagging(p.ttl / 3)
+		}
 		p.h.endRound()
 		_ = p.h.applyRenewal(p.start, p.ttl, t, round, false)
 	}
 	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
 	// node that answers "missing" (restarted empty) gets its key re-taken,
 	// inside a round of its own that Release waits for.
+	timer.Reset(c.set.NodeTimeout)
 	for i, p := range ps {
 		if !confirmed[i] {
 			continue
@@ -372,7 +389,11 @@ func (r *renewer) renewRound(due []*Hold) {
 			select {
 			case rep := <-p.ch:
 				round.record(rep)
+			case <-timer.C:
+				break stragglers
 			case <-ctx.Done():
+				break stragglers
+			case <-c.done:
 				break stragglers
 			}
 		}

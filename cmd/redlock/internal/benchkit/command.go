@@ -64,6 +64,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		settle   = fs.Duration("settle", 10*time.Millisecond, "W2: how long the waiter waits before the holder releases; CountDownLatch: the waiters' head start")
 		burst    = fs.Int("burst", 0, "instead of the table: hold this many leases (TTL 10s) in one process and release them from --releasers goroutines while their renewals are due; report errors and keys left")
 		rels     = fs.Int("releasers", 256, "--burst: goroutines that release")
+		aburst   = fs.Int("acquire-burst", 0, "instead of the table: acquire this many free locks (TTL 10s, each Acquire bounded by 10s) from --acquirers goroutines in one process, hold them for --hold; report failed acquires, latency and leases lost")
+		acqs     = fs.Int("acquirers", 256, "--acquire-burst: goroutines that acquire")
+		hold     = fs.Duration("hold", 15*time.Second, "--acquire-burst: how long the leases are held after the last acquire")
 		churn    = fs.Int("churn", 0, "instead of the table: lock and release this many distinct names once each, then report keys and used_memory per node before, right after, and once back at the baseline (helper keys expire: fence counters about 1 min after their last write)")
 		churnMax = fs.Duration("churn-wait", 3*time.Minute, "--churn: how long to wait for the baseline")
 	)
@@ -114,6 +117,9 @@ func (c Command) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if *burst != 0 {
 		return c.runBurst(ctx, *burst, *rels, *nodes, *embedded, stdout)
+	}
+	if *aburst != 0 {
+		return c.runAcquireBurst(ctx, AcquireBurstOptions{Locks: *aburst, Acquirers: *acqs, TTL: LockTTL, Hold: *hold}, *nodes, *embedded, stdout)
 	}
 	if *churn != 0 {
 		return c.runChurn(ctx, *churn, *churnMax, *nodes, *embedded, stdout, stderr)
