@@ -1,0 +1,93 @@
+package primitives_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Adversarial tests of the guard's second round (h-guard2: armed copies
+// per identity, the horizon key carrying the largest MaxTTL). Each asserts
+// S1 on every hold: a second holder granted while A is still Valid().
+
+const advArmKey = "redlock:{guard}:armed"
+
+// replicaOf makes r a replica of m and waits for its full sync.
+func replicaOf(t *testing.T, r, m *testutil.Server) {
+	t.Helper()
+	host, port, _ := strings.Cut(m.Addr(), ":")
+	admin(t, r, "REPLICAOF", host, port)
+	if !testutil.Eventually(20*time.Second, func() bool {
+		s, err := r.Do("INFO", "replication")
+		return err == nil && strings.Contains(s, "master_link_status:up")
+	}) {
+		t.Fatal("replica never synced")
+	}
+}
+
+// TestAdv2ResyncFromOwnOldReplica attacks the per-identity armed copies
+// with the dataset a node gets back from its own old replica: node 0 is
+// armed under I1 (its copies cached, arm key = I1). A replica Y of node 0
+// (outside the node list) receives the arm key I1 by replication and is
+// detached (REPLICAOF NO ONE) before A's grant, so it lacks A's key. Node
+// 0 then fully resyncs from Y and is promoted again (a fail-over to Y and
+// a fail-back before Y's own guard armed it, or an operator's REPLICAOF
+// round trip): its identity is I2 = run_id/new replid, its script cache
+// still holds I1's copies, and its arm key is again I1 — Y's copy of node
+// 0's own. A process that last found node 0 armed under I1 sends I1's copy
+// with I1 as the prelude's argument: the prelude compares the arm key
+// with the argument, not with the node's present identity, so it passes.
+func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	for _, n := range []int{3, 4, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
+			srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
+			y, srv := srv[n], srv[:n]
+			addrs := testutil.Addrs(srv)
+			ca := newCoord(t, addrs)
+			cb := newCoord(t, addrs)
+			waitAllUp(t, ca)
+			waitAllUp(t, cb)
+			i1 := cb.Nodes()[0].Identity
+			replicaOf(t, y, srv[0])
+			if !testutil.Eventually(5*time.Second, func() bool {
+				v, err := y.Do("GET", advArmKey)
+				return err == nil && v == i1
+			}) {
+				t.Fatalf("the replica never received the arm key %s", i1)
+			}
+			admin(t, y, "REPLICAOF", "NO", "ONE")
+			const ttl = 8 * time.Second
+			a := advHold(t, ca, srv, "ownreplica", ttl)
+			resyncFrom(t, srv[0], y)
+			if r := admin(t, srv[0], "EXISTS", lockKey("ownreplica", "lock")); r != "0" {
+				t.Fatalf("node 0 still has A's key after the resync: %s", r)
+			}
+			t.Logf("node 0 promoted again with A Valid for %v more: identity %s, arm key %q (its identity before the round trip: %s)",
+				time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), admin(t, srv[0], "GET", advArmKey), i1)
+			cc := newCoord(t, addrs) // a new process
+			if d := advContend(t, a, "ownreplica", ttl, cb, cc); d != "" {
+				t.Errorf("S1 broken: %s", d)
+			}
+		})
+	}
+}
+
+// advIdentity is a server's identity as the guard reads it.
+func advIdentity(t *testing.T, s *testutil.Server) string {
+	t.Helper()
+	field := func(info, name string) string {
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	return field(admin(t, s, "INFO", "server"), "run_id") + "/" + field(admin(t, s, "INFO", "replication"), "master_replid")
+}
