@@ -91,3 +91,42 @@ func advIdentity(t *testing.T, s *testutil.Server) string {
 	}
 	return field(admin(t, s, "INFO", "server"), "run_id") + "/" + field(admin(t, s, "INFO", "replication"), "master_replid")
 }
+
+// TestAdv2DebugReloadOldSnapshot attacks the arm key with a node that goes
+// back to an old snapshot without restarting: node 0 is armed (arm key I1,
+// I1's copies cached) and SAVEs; A is then granted on nodes 0..Q-1;
+// DEBUG RELOAD NOSAVE loads the old RDB in place. A's key is gone, the
+// arm key in the snapshot is I1, the script cache and (if Redis keeps it)
+// the identity are the same: an armed call from any process passes the
+// prelude. "Came back from an old snapshot" is in the guard's list; this
+// is the one way to do it that keeps the process (a debug command, so
+// operators rarely do it, but the brief lists DEBUG RELOAD).
+func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
+			srv := testutil.StartServers(t, n, testutil.ServerOptions{Debug: true})
+			addrs := testutil.Addrs(srv)
+			ca := newCoord(t, addrs)
+			cb := newCoord(t, addrs)
+			waitAllUp(t, ca)
+			waitAllUp(t, cb)
+			before := advIdentity(t, srv[0])
+			admin(t, srv[0], "SAVE")
+			const ttl = 8 * time.Second
+			a := advHold(t, ca, srv, "reload", ttl)
+			admin(t, srv[0], "DEBUG", "RELOAD", "NOSAVE")
+			if r := admin(t, srv[0], "EXISTS", lockKey("reload", "lock")); r != "0" {
+				t.Fatalf("node 0 still has A's key after the reload: %s", r)
+			}
+			t.Logf("node 0 reloaded with A Valid for %v more: identity %s (was %s), arm key %q",
+				time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), before, admin(t, srv[0], "GET", advArmKey))
+			cc := newCoord(t, addrs)
+			if d := advContend(t, a, "reload", ttl, cb, cc); d != "" {
+				t.Errorf("S1 broken: %s", d)
+			}
+		})
+	}
+}
