@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/testutil"
 )
 
@@ -127,6 +128,69 @@ func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
 			if d := advContend(t, a, "reload", ttl, cb, cc); d != "" {
 				t.Errorf("S1 broken: %s", d)
 			}
+		})
+	}
+}
+
+// TestAdv2MaxTTLLearnedAfterTheFirstBound attacks "a process bounds its
+// wait by the largest MaxTTL it has seen" with a process that sees it one
+// look too late. A (MaxTTL 24 h, the default) holds a 12 s lease on nodes
+// 0 and 1 (N = 3) or 0..2 (N = 5); node 0 restarts empty, and A's process
+// cannot reach it any more (so its raises do not write 24 h there). S, a new process
+// with MaxTTL 3 s, starts while every other node answers it slowly (a
+// latency above the look's timeout): its first look reads only node 0,
+// which has no horizon key, so it bounds node 0 by its own MaxTTL, 3 s.
+// The latency then ends: its next looks read the horizon keys (their PTTL
+// covers A's lease, their value is A's 24 h). decide keeps the earliest
+// bound ("none extends it"), which is sound only while each bound is valid
+// on its own; this one was computed with a MaxTTL smaller than one in
+// use, so S arms node 0 after 3 s, and S (or any new process) takes node
+// 0 and the nodes outside A's quorum while A is Valid.
+func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
+			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			pa := testutil.NewProxy(t, srv[0].Addr())
+			aaddrs := append([]string{pa.Addr()}, addrs[1:]...)
+			ca := newCoord(t, aaddrs)
+			waitAllUp(t, ca)
+			const ttl = 12 * time.Second
+			a := advHold(t, ca, srv, "learnlate", ttl)
+			// A's process loses node 0 as it restarts (else its raises
+			// write its 24 h into node 0's new horizon key, where S's
+			// first look reads it)
+			pa.SetFault(testutil.Reset)
+			srv[0].RestartEmpty()
+			saddrs := append([]string(nil), addrs...)
+			var ps []*testutil.Proxy
+			for i := 1; i < n; i++ {
+				p := testutil.NewProxy(t, srv[i].Addr())
+				p.SetLatency(300 * time.Millisecond) // a round trip above the look's 500 ms
+				ps = append(ps, p)
+				saddrs[i] = p.Addr()
+			}
+			cs := newCoord(t, saddrs, func(c *coordinator.Config) {
+				c.MaxTTL = 3 * time.Second
+				c.StartTimeout = 30 * time.Second // the slow nodes' handshakes
+			})
+			t.Logf("S after New: node 0 guarded %v until %v; A Valid for %v more",
+				cs.Nodes()[0].Guarded, time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond),
+				time.Until(a.Deadline()).Round(time.Millisecond))
+			for _, p := range ps {
+				p.SetLatency(0)
+			}
+			time.Sleep(2 * time.Second)
+			t.Logf("S 2 s later: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
+				time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
+			if d := advContend(t, a, "learnlate", 2*time.Second, cs); d != "" {
+				t.Errorf("S1 broken: %s", d)
+			}
+			t.Logf("S at A's deadline: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
+				time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
 		})
 	}
 }
