@@ -144,8 +144,10 @@ func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
 // covers A's lease, their value is A's 24 h). decide keeps the earliest
 // bound ("none extends it"), which is sound only while each bound is valid
 // on its own; this one was computed with a MaxTTL smaller than one in
-// use, so S arms node 0 after 3 s, and S (or any new process) takes node
-// 0 and the nodes outside A's quorum while A is Valid.
+// use, so S armed node 0 after 3 s, and S took node 0 and the nodes
+// outside A's quorum while A was Valid (broke, N = 3 and 5). Held since
+// learnMaxTTL drops every guarded node's bound when it learns a larger
+// MaxTTL: the next look bounds node 0 by the other nodes' horizons.
 func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRedis(t)
