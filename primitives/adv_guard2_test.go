@@ -1,12 +1,14 @@
 package primitives_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
 
@@ -194,5 +196,62 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 			t.Logf("S at A's deadline: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
 				time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
 		})
+	}
+}
+
+// TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed is
+// TestAdv2ResyncFromOwnOldReplica with Sentinel, as a deployment has it:
+// X (the set's master) is armed under I1 and its replica Y receives the
+// arm key I1 by replication. Y's link is cut; A takes the name on X and
+// node 1 (A's process cannot reach node 2). A fail-over promotes Y, which
+// lacks A's key; the guard holds Y out (its arm key I1 is not its
+// identity) until the other nodes' horizons, about A's TTL. X, demoted,
+// fully resyncs from Y: A's key is gone, its arm key is I1 again, its
+// script cache still has I1's copies. A fail-back to X before Y was armed
+// (TestSentinelNodeLossyFailback arms Y first, so X gets Y's arm key):
+// B, which followed the set and last found node 0 armed under I1, sends
+// I1's copies, which X runs.
+func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	set := testutil.StartSentinelSet(t, testutil.SentinelOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	const ttl = 20 * time.Second
+	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()})
+	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()})
+	waitAllUp(t, ca)
+	waitAllUp(t, cb)
+	x, y := set.Master, set.Replica
+	i1 := cb.Nodes()[0].Identity
+	set.WaitSynced()
+	if v := admin(t, y, "GET", advArmKey); v != i1 {
+		t.Fatalf("Y's arm key %q, want X's identity %s", v, i1)
+	}
+	set.Link.SetFault(testutil.Blackhole) // Y misses every write from now on
+	cut.SetFault(testutil.Reset)
+	ctx := context.Background()
+	la, _ := primitives.NewLock(ca, "failback-early", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	if got := set.Failover(); got != y {
+		t.Fatalf("promoted %s, want Y", got.Addr())
+	}
+	set.WaitSyncedTo(y, x)
+	if v := admin(t, x, "EXISTS", lockKey("failback-early", "lock")); v != "0" {
+		t.Fatalf("X kept A's key through the resync: the fail-over was not lossy")
+	}
+	t.Logf("X resynced from Y: arm key %q (I1 %s); B: node 0 guarded %v; A Valid for %v more",
+		admin(t, x, "GET", advArmKey), i1, cb.Nodes()[0].Guarded, time.Until(a.Deadline()).Round(time.Millisecond))
+	if got := set.Failover(); got != x {
+		t.Fatalf("failed back to %s, want X", got.Addr())
+	}
+	waitMaster(t, cb, x.Addr())
+	t.Logf("failed back to X with A Valid for %v more", time.Until(a.Deadline()).Round(time.Millisecond))
+	if d := advContend(t, a, "failback-early", 2*time.Second, cb); d != "" {
+		t.Errorf("S1 broken: %s", d)
 	}
 }
