@@ -42,7 +42,9 @@ func replicaOf(t *testing.T, r, m *testutil.Server) {
 // still holds I1's copies, and its arm key is again I1 — Y's copy of node
 // 0's own. A process that last found node 0 armed under I1 sends I1's copy
 // with I1 as the prelude's argument: the prelude compares the arm key
-// with the argument, not with the node's present identity, so it passes.
+// with the argument, not with the node's present identity, so it passed
+// (broke on merge-try, N = 3 and 5). Held since the prelude also compares
+// the node's master_replid with the identity's (nodeactor.armedCheck).
 func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRedis(t)
@@ -210,7 +212,8 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 // script cache still has I1's copies. A fail-back to X before Y was armed
 // (TestSentinelNodeLossyFailback arms Y first, so X gets Y's arm key):
 // B, which followed the set and last found node 0 armed under I1, sends
-// I1's copies, which X runs.
+// I1's copies, which X ran (broke on merge-try: B held with 3.8 s of A's
+// lease left). Held since the prelude compares master_replid too.
 func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
 	t.Parallel()
 	testutil.RequireRedis(t)
