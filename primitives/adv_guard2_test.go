@@ -258,3 +258,57 @@ func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
 		t.Errorf("S1 broken: %s", d)
 	}
 }
+
+// TestAdv2LateArmedCallAcrossAReArm attacks the per-identity copies with
+// a late armed acquire: B's acquire on node 0, made with I1's copy, is
+// captured on the wire. Node 0 then resyncs from an unrelated master and
+// is promoted (identity I2; I1's copies stay in its script cache) and the
+// guard re-arms it under I2. The captured request, replayed as a late
+// copy (a retransmission, a resend), must not run: I1's copy is still
+// loaded there, so only the prelude (arm key I2, replid new) stands in
+// its way. Held: NOSCRIPT, and no key written.
+func TestAdv2LateArmedCallAcrossAReArm(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 4, testutil.ServerOptions{})
+	other, srv := srv[3], srv[:3]
+	addrs := testutil.Addrs(srv)
+	p0 := testutil.NewProxy(t, srv[0].Addr())
+	ca := newCoord(t, addrs)
+	cb := newCoord(t, append([]string{p0.Addr()}, addrs[1:]...))
+	waitAllUp(t, ca)
+	waitAllUp(t, cb)
+	i1 := ca.Nodes()[0].Identity
+	ctx := context.Background()
+	lb, _ := primitives.NewLock(cb, "late", primitives.WithTTL(4*time.Second), primitives.WithAutoRenew(false))
+	p0.Capture(true)
+	b, err := lb.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	b.Release(ctx)
+	p0.Capture(false)
+	chunks := p0.Captured("EVALSHA", "{late}:lock", "{guard}:armed")
+	if len(chunks) == 0 {
+		t.Fatal("B's armed acquire was not captured")
+	}
+	late := chunks[0]
+	_, rest, _ := strings.Cut(string(late), "EVALSHA\r\n$40\r\n")
+	sha := rest[:40]
+	resyncFrom(t, srv[0], other)
+	if !testutil.Eventually(30*time.Second, func() bool {
+		st := ca.Nodes()[0]
+		return !st.Guarded && st.Identity != "" && st.Identity != i1
+	}) {
+		t.Fatalf("node 0 never re-armed under its new identity: %+v", ca.Nodes()[0])
+	}
+	t.Logf("node 0 re-armed under %s (was %s); I1's copy %s still loaded: %s",
+		ca.Nodes()[0].Identity, i1, sha[:8], admin(t, srv[0], "SCRIPT", "EXISTS", sha))
+	reply, err := p0.Replay(late)
+	if err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
+		t.Errorf("the late I1 acquire ran on node 0 re-armed under I2: reply %q, err %v", reply, err)
+	}
+	if v := admin(t, srv[0], "EXISTS", lockKey("late", "lock")); v != "0" {
+		t.Errorf("the late acquire wrote the lock key on node 0")
+	}
+}
