@@ -90,8 +90,17 @@ const armedPrelude = armedCheck +
 // armedCheck is armedPrelude's check alone: the armed prelude of a fixed
 // script (NewFixedScript), whose body never reads the extra key and
 // argument.
-const armedCheck = "if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then " +
-	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end\n"
+//
+// It also compares the node's master_replid with the identity's: the arm
+// key is data, and a node can get its own old arm key back with a
+// dataset that lacks what it granted since (a full resync from its old
+// replica, then a promotion: a Sentinel fail-back before the promoted
+// replica was armed). Its run_id and script cache are the same then,
+// but its replid is new (TestAdv2ResyncFromOwnOldReplica).
+const armedCheck = "do local id = ARGV[#ARGV] " +
+	"if redis.call('GET', KEYS[#KEYS]) ~= id or " +
+	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') ~= string.match(id, '/(%x+)$') then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end end\n"
 
 // armedFor returns the armed copy of s for the guard tag and the node
 // identity it is armed under: the body behind armedPrelude, with two

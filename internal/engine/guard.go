@@ -143,6 +143,17 @@ func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
 				break
 			}
 			if g.maxTTL.CompareAndSwap(old, int64(lk.MaxTTL)) {
+				// A bound already taken from the smaller MaxTTL is not
+				// valid on its own: drop every guarded node's bound, so
+				// decide takes one again from this look (the earliest-
+				// bound rule keeps only bounds valid on their own).
+				g.mu.Lock()
+				for j := range g.st {
+					if !g.st[j].armed {
+						g.st[j].until = time.Time{}
+					}
+				}
+				g.mu.Unlock()
 				if old == int64(g.c.set.MaxTTL) {
 					g.c.set.Logger.Warn("redlock: another process uses a larger MaxTTL; the node guard goes by it. Give every process the same MaxTTL",
 						"own", g.c.set.MaxTTL, "other", lk.MaxTTL, "node", g.c.nodes[i].Addr())
