@@ -124,7 +124,7 @@ next_run='Native|Probe|Renew|Retake|ACL|TLS|RESP2|TestLock|TestFairLock|TestSema
 # (about 7 minutes together): they run once, on Redis 7.0, above. So does
 # the guard's recovery measurement. The guard's own tests (TestGuard*) and
 # the Sentinel failovers run on every server.
-matrix_skip='TestAdvGuard|TestAdvObserve|TestGuardRestartedNodeCountsAgain'
+matrix_skip='TestAdvGuard|TestAdv2|TestAdvObserve|TestGuardRestartedNodeCountsAgain'
 for entry in "redis8" "valkey9 REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE_CAD=delifeq" \
   "redisnext REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE_CAD=delex"; do
   read -r name extra <<<"$entry"
