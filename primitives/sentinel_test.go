@@ -94,21 +94,7 @@ func TestSentinelNodeLosslessFailover(t *testing.T) {
 // A's lease has expired; with GuardOff B gets in (the test bites).
 func TestSentinelNodeLossyFailover(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		mode   coordinator.GuardMode
-		double bool
-	}{{coordinator.GuardAuto, false}, {coordinator.GuardOff, true}} {
-		name := "guard"
-		if tc.mode == coordinator.GuardOff {
-			name = "guardoff"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			if got := lossyFailover(t, tc.mode); got != tc.double {
-				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
-			}
-		})
-	}
+	guardCases(t, lossyFailover)
 }
 
 func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
@@ -134,35 +120,9 @@ func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 	}
 	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
 	lb, _ := primitives.NewLock(cb, "sentinel-lossy", primitives.WithTTL(ttl))
-	double := false
-	for a.Valid() {
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() && !double {
-				double = true
-				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
-					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
-			}
-			b.Release(ctx)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	double := contendWhileValid(t, a, lb, nil)
 	if mode == coordinator.GuardAuto {
-		// The promoted replica counts again once A's lease has expired:
-		// a new holder's key lands there.
-		start := time.Now()
-		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
-			t.Fatalf("node 0 still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
-		}
-		t.Logf("node 0 counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
-		b, err := lb.Acquire(ctx)
-		if err != nil {
-			t.Fatalf("B after the guard: %v", err)
-		}
-		defer b.Release(ctx)
-		if v := admin(t, next, "KEYS", "redlock:{sentinel-lossy}:lock"); v == "[]" {
-			t.Fatalf("B's grant did not land on the promoted master once unguarded")
-		}
+		countsAgain(t, cb, lb, next, "redlock:{sentinel-lossy}:lock")
 	}
 	return double
 }
@@ -175,20 +135,8 @@ func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 // again after the guard; with GuardOff B gets in while A is valid (the
 // test bites).
 func TestSentinelNodeMissedSwitch(t *testing.T) {
-	for _, tc := range []struct {
-		mode   coordinator.GuardMode
-		double bool
-	}{{coordinator.GuardAuto, false}, {coordinator.GuardOff, true}} {
-		name := "guard"
-		if tc.mode == coordinator.GuardOff {
-			name = "guardoff"
-		}
-		t.Run(name, func(t *testing.T) {
-			if got := missedSwitch(t, tc.mode); got != tc.double {
-				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
-			}
-		})
-	}
+	t.Parallel()
+	guardCases(t, missedSwitch)
 }
 
 func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
@@ -219,22 +167,12 @@ func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
 		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
 	}
 	lb, _ := primitives.NewLock(cb, "sentinel-missed", primitives.WithTTL(ttl))
-	double, followed := false, time.Duration(0)
-	for a.Valid() {
+	followed := time.Duration(0)
+	double := contendWhileValid(t, a, lb, func() {
 		if followed == 0 && cb.Nodes()[0].Master == next.Addr() {
 			followed = time.Since(switched)
 		}
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() && !double {
-				double = true
-				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
-					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
-			}
-			b.Release(ctx)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
 	dropped := 0
 	for _, f := range set.Fronts {
 		dropped += f.Dropped()
@@ -249,19 +187,7 @@ func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
 	t.Logf("%d +switch-master messages dropped by the fronts; B followed the switch %v after the sentinels agreed",
 		dropped, followed.Round(time.Millisecond))
 	if mode == coordinator.GuardAuto {
-		start := time.Now()
-		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
-			t.Fatalf("node 0 still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
-		}
-		t.Logf("node 0 counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
-		b, err := lb.Acquire(ctx)
-		if err != nil {
-			t.Fatalf("B after the guard: %v", err)
-		}
-		defer b.Release(ctx)
-		if v := admin(t, next, "KEYS", "redlock:{sentinel-missed}:lock"); v == "[]" {
-			t.Fatalf("B's grant did not land on the promoted master once unguarded")
-		}
+		countsAgain(t, cb, lb, next, "redlock:{sentinel-missed}:lock")
 	}
 	return double
 }
@@ -276,20 +202,8 @@ func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
 // as long as A is valid. The guard must hold X out; with GuardOff B gets
 // in (the test bites).
 func TestSentinelNodeLossyFailback(t *testing.T) {
-	for _, tc := range []struct {
-		mode   coordinator.GuardMode
-		double bool
-	}{{coordinator.GuardAuto, false}, {coordinator.GuardOff, true}} {
-		name := "guard"
-		if tc.mode == coordinator.GuardOff {
-			name = "guardoff"
-		}
-		t.Run(name, func(t *testing.T) {
-			if got := lossyFailback(t, tc.mode); got != tc.double {
-				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
-			}
-		})
-	}
+	t.Parallel()
+	guardCases(t, lossyFailback)
 }
 
 func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
@@ -332,33 +246,9 @@ func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
 		t.Fatalf("X has A's keys (%s): the fail-back was not lossy", v)
 	}
 	lb, _ := primitives.NewLock(cb, "sentinel-failback", primitives.WithTTL(ttl))
-	double := false
-	for a.Valid() {
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() && !double {
-				double = true
-				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
-					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
-			}
-			b.Release(ctx)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	double := contendWhileValid(t, a, lb, nil)
 	if mode == coordinator.GuardAuto {
-		start := time.Now()
-		if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
-			t.Fatalf("X still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
-		}
-		t.Logf("X counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
-		b, err := lb.Acquire(ctx)
-		if err != nil {
-			t.Fatalf("B after the guard: %v", err)
-		}
-		defer b.Release(ctx)
-		if v := admin(t, x, "KEYS", "redlock:{sentinel-failback}:lock"); v == "[]" {
-			t.Fatalf("B's grant did not land on X once unguarded")
-		}
+		countsAgain(t, cb, lb, x, "redlock:{sentinel-failback}:lock")
 	}
 	return double
 }
@@ -373,4 +263,67 @@ func infoRunID(t *testing.T, s *testutil.Server) string {
 	}
 	t.Fatalf("no run_id in INFO server of %s", s.Addr())
 	return ""
+}
+
+// guardCases runs a Sentinel scenario with the node guard and with
+// GuardOff, in parallel. scenario reports whether a second holder got in
+// while A was valid: never with the guard; with GuardOff it must (the test
+// bites).
+func guardCases(t *testing.T, scenario func(*testing.T, coordinator.GuardMode) bool) {
+	for _, tc := range []struct {
+		name   string
+		mode   coordinator.GuardMode
+		double bool
+	}{{"guard", coordinator.GuardAuto, false}, {"guardoff", coordinator.GuardOff, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := scenario(t, tc.mode); got != tc.double {
+				t.Fatalf("second holder while A valid = %v, want %v", got, tc.double)
+			}
+		})
+	}
+}
+
+// contendWhileValid has B try for the name for as long as A is valid,
+// calling each (if set) on every try. It reports whether B held while A
+// was valid.
+func contendWhileValid(t *testing.T, a *primitives.Lease, lb *primitives.Lock, each func()) bool {
+	ctx := context.Background()
+	double := false
+	for a.Valid() {
+		if each != nil {
+			each()
+		}
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() && !double {
+				double = true
+				t.Logf("B holds (fence %d) while A is valid (fence %d, %v left)",
+					b.Fence(), a.Fence(), time.Until(a.Deadline()).Round(time.Millisecond))
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return double
+}
+
+// countsAgain checks that node 0 (the Sentinel set) counts again once A's
+// lease has expired: cb's guard lifts, and B's grant lands on master.
+func countsAgain(t *testing.T, cb *coordinator.Coordinator, lb *primitives.Lock, master *testutil.Server, key string) {
+	t.Helper()
+	start := time.Now()
+	if !testutil.Eventually(30*time.Second, func() bool { return !cb.Nodes()[0].Guarded }) {
+		t.Fatalf("node 0 still guarded 30 s after A's deadline: %+v", cb.Nodes()[0])
+	}
+	t.Logf("node 0 counted again %v after A's deadline", time.Since(start).Round(time.Millisecond))
+	ctx := context.Background()
+	b, err := lb.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("B after the guard: %v", err)
+	}
+	defer b.Release(ctx)
+	if v := admin(t, master, "KEYS", key); v == "[]" {
+		t.Fatalf("B's grant did not land on %s once unguarded", master.Addr())
+	}
 }
