@@ -2,7 +2,6 @@ package primitives_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,41 +45,36 @@ func replicaOf(t *testing.T, r, m *testutil.Server) {
 // (broke on merge-try, N = 3 and 5). Held since the prelude also compares
 // the node's master_replid with the identity's (nodeactor.armedCheck).
 func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 4, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
-			y, srv := srv[n], srv[:n]
-			addrs := testutil.Addrs(srv)
-			ca := newCoord(t, addrs)
-			cb := newCoord(t, addrs)
-			waitAllUp(t, ca)
-			waitAllUp(t, cb)
-			i1 := cb.Nodes()[0].Identity
-			replicaOf(t, y, srv[0])
-			if !testutil.Eventually(5*time.Second, func() bool {
-				v, err := y.Do("GET", advArmKey)
-				return err == nil && v == i1
-			}) {
-				t.Fatalf("the replica never received the arm key %s", i1)
-			}
-			admin(t, y, "REPLICAOF", "NO", "ONE")
-			const ttl = 8 * time.Second
-			a := advHold(t, ca, srv, "ownreplica", ttl)
-			resyncFrom(t, srv[0], y)
-			if r := admin(t, srv[0], "EXISTS", lockKey("ownreplica", "lock")); r != "0" {
-				t.Fatalf("node 0 still has A's key after the resync: %s", r)
-			}
-			t.Logf("node 0 promoted again with A Valid for %v more: identity %s, arm key %q (its identity before the round trip: %s)",
-				time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), admin(t, srv[0], "GET", advArmKey), i1)
-			cc := newCoord(t, addrs) // a new process
-			if d := advContend(t, a, "ownreplica", ttl, cb, cc); d != "" {
-				t.Errorf("S1 broken: %s", d)
-			}
-		})
-	}
+	forEachN(t, []int{3, 4, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
+		y, srv := srv[n], srv[:n]
+		addrs := testutil.Addrs(srv)
+		ca := newCoord(t, addrs)
+		cb := newCoord(t, addrs)
+		waitAllUp(t, ca)
+		waitAllUp(t, cb)
+		i1 := cb.Nodes()[0].Identity
+		replicaOf(t, y, srv[0])
+		if !testutil.Eventually(5*time.Second, func() bool {
+			v, err := y.Do("GET", advArmKey)
+			return err == nil && v == i1
+		}) {
+			t.Fatalf("the replica never received the arm key %s", i1)
+		}
+		admin(t, y, "REPLICAOF", "NO", "ONE")
+		const ttl = 8 * time.Second
+		a := advHold(t, ca, srv, "ownreplica", ttl)
+		resyncFrom(t, srv[0], y)
+		if r := admin(t, srv[0], "EXISTS", lockKey("ownreplica", "lock")); r != "0" {
+			t.Fatalf("node 0 still has A's key after the resync: %s", r)
+		}
+		t.Logf("node 0 promoted again with A Valid for %v more: identity %s, arm key %q (its identity before the round trip: %s)",
+			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), admin(t, srv[0], "GET", advArmKey), i1)
+		cc := newCoord(t, addrs) // a new process
+		if d := advContend(t, a, "ownreplica", ttl, cb, cc); d != "" {
+			t.Errorf("S1 broken: %s", d)
+		}
+	})
 }
 
 // advIdentity is a server's identity as the guard reads it.
@@ -112,35 +106,30 @@ func advIdentity(t *testing.T, s *testutil.Server) string {
 // see. The test asserts that hole, so that it fails, and is turned
 // around, the day a dataset marker closes it.
 func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{Debug: true})
-			addrs := testutil.Addrs(srv)
-			ca := newCoord(t, addrs)
-			cb := newCoord(t, addrs)
-			waitAllUp(t, ca)
-			waitAllUp(t, cb)
-			before := advIdentity(t, srv[0])
-			admin(t, srv[0], "SAVE")
-			const ttl = 8 * time.Second
-			a := advHold(t, ca, srv, "reload", ttl)
-			admin(t, srv[0], "DEBUG", "RELOAD", "NOSAVE")
-			if r := admin(t, srv[0], "EXISTS", lockKey("reload", "lock")); r != "0" {
-				t.Fatalf("node 0 still has A's key after the reload: %s", r)
-			}
-			t.Logf("node 0 reloaded with A Valid for %v more: identity %s (was %s), arm key %q",
-				time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), before, admin(t, srv[0], "GET", advArmKey))
-			cc := newCoord(t, addrs)
-			d := advContend(t, a, "reload", ttl, cb, cc)
-			if d == "" {
-				t.Fatal("no second holder after DEBUG RELOAD: the known hole is closed; make this test assert S1")
-			}
-			t.Logf("known hole (docs/lock.md): %s", d)
-		})
-	}
+	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{Debug: true})
+		addrs := testutil.Addrs(srv)
+		ca := newCoord(t, addrs)
+		cb := newCoord(t, addrs)
+		waitAllUp(t, ca)
+		waitAllUp(t, cb)
+		before := advIdentity(t, srv[0])
+		admin(t, srv[0], "SAVE")
+		const ttl = 8 * time.Second
+		a := advHold(t, ca, srv, "reload", ttl)
+		admin(t, srv[0], "DEBUG", "RELOAD", "NOSAVE")
+		if r := admin(t, srv[0], "EXISTS", lockKey("reload", "lock")); r != "0" {
+			t.Fatalf("node 0 still has A's key after the reload: %s", r)
+		}
+		t.Logf("node 0 reloaded with A Valid for %v more: identity %s (was %s), arm key %q",
+			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), before, admin(t, srv[0], "GET", advArmKey))
+		cc := newCoord(t, addrs)
+		d := advContend(t, a, "reload", ttl, cb, cc)
+		if d == "" {
+			t.Fatal("no second holder after DEBUG RELOAD: the known hole is closed; make this test assert S1")
+		}
+		t.Logf("known hole (docs/lock.md): %s", d)
+	})
 }
 
 // TestAdv2MaxTTLLearnedAfterTheFirstBound attacks "a process bounds its
@@ -160,52 +149,47 @@ func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
 // learnMaxTTL drops every guarded node's bound when it learns a larger
 // MaxTTL: the next look bounds node 0 by the other nodes' horizons.
 func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			pa := testutil.NewProxy(t, srv[0].Addr())
-			aaddrs := append([]string{pa.Addr()}, addrs[1:]...)
-			ca := newCoord(t, aaddrs)
-			waitAllUp(t, ca)
-			const ttl = 12 * time.Second
-			a := advHold(t, ca, srv, "learnlate", ttl)
-			// A's process loses node 0 as it restarts (else its raises
-			// write its 24 h into node 0's new horizon key, where S's
-			// first look reads it)
-			pa.SetFault(testutil.Reset)
-			srv[0].RestartEmpty()
-			saddrs := append([]string(nil), addrs...)
-			var ps []*testutil.Proxy
-			for i := 1; i < n; i++ {
-				p := testutil.NewProxy(t, srv[i].Addr())
-				p.SetLatency(300 * time.Millisecond) // a round trip above the look's 500 ms
-				ps = append(ps, p)
-				saddrs[i] = p.Addr()
-			}
-			cs := newCoord(t, saddrs, func(c *coordinator.Config) {
-				c.MaxTTL = 3 * time.Second
-				c.StartTimeout = 30 * time.Second // the slow nodes' handshakes
-			})
-			t.Logf("S after New: node 0 guarded %v until %v; A Valid for %v more",
-				cs.Nodes()[0].Guarded, time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond),
-				time.Until(a.Deadline()).Round(time.Millisecond))
-			for _, p := range ps {
-				p.SetLatency(0)
-			}
-			time.Sleep(2 * time.Second)
-			t.Logf("S 2 s later: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
-				time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
-			if d := advContend(t, a, "learnlate", 2*time.Second, cs); d != "" {
-				t.Errorf("S1 broken: %s", d)
-			}
-			t.Logf("S at A's deadline: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
-				time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
+	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+		addrs := testutil.Addrs(srv)
+		pa := testutil.NewProxy(t, srv[0].Addr())
+		aaddrs := append([]string{pa.Addr()}, addrs[1:]...)
+		ca := newCoord(t, aaddrs)
+		waitAllUp(t, ca)
+		const ttl = 12 * time.Second
+		a := advHold(t, ca, srv, "learnlate", ttl)
+		// A's process loses node 0 as it restarts (else its raises
+		// write its 24 h into node 0's new horizon key, where S's
+		// first look reads it)
+		pa.SetFault(testutil.Reset)
+		srv[0].RestartEmpty()
+		saddrs := append([]string(nil), addrs...)
+		var ps []*testutil.Proxy
+		for i := 1; i < n; i++ {
+			p := testutil.NewProxy(t, srv[i].Addr())
+			p.SetLatency(300 * time.Millisecond) // a round trip above the look's 500 ms
+			ps = append(ps, p)
+			saddrs[i] = p.Addr()
+		}
+		cs := newCoord(t, saddrs, func(c *coordinator.Config) {
+			c.MaxTTL = 3 * time.Second
+			c.StartTimeout = 30 * time.Second // the slow nodes' handshakes
 		})
-	}
+		t.Logf("S after New: node 0 guarded %v until %v; A Valid for %v more",
+			cs.Nodes()[0].Guarded, time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond),
+			time.Until(a.Deadline()).Round(time.Millisecond))
+		for _, p := range ps {
+			p.SetLatency(0)
+		}
+		time.Sleep(2 * time.Second)
+		t.Logf("S 2 s later: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
+			time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
+		if d := advContend(t, a, "learnlate", 2*time.Second, cs); d != "" {
+			t.Errorf("S1 broken: %s", d)
+		}
+		t.Logf("S at A's deadline: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
+			time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
+	})
 }
 
 // TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed is

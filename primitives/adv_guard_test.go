@@ -16,6 +16,19 @@ import (
 // guard"). Each builds the worst case it names and checks every hold: a
 // second holder that is granted while A is still Valid() breaks S1.
 
+// forEachN runs fn on each node count in ns, as parallel subtests "N=n"
+// of a parallel test that needs redis-server.
+func forEachN(t *testing.T, ns []int, fn func(t *testing.T, n int)) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	for _, n := range ns {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			t.Parallel()
+			fn(t, n)
+		})
+	}
+}
+
 // advQuorum is the Redlock quorum of n nodes.
 func advQuorum(n int) int { return n/2 + 1 }
 
@@ -101,35 +114,30 @@ func resyncFrom(t *testing.T, s, master *testutil.Server) {
 //
 // FAILS (S1 broken) on N = 3 and N = 5: see the commit message.
 func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 4, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
-			other, srv := srv[n], srv[:n]
-			addrs := testutil.Addrs(srv)
-			ca := newCoord(t, addrs)
-			cb := newCoord(t, addrs)
-			waitAllUp(t, ca)
-			waitAllUp(t, cb)
-			old := ca.Nodes()[0].Identity
-			const ttl = 8 * time.Second
-			a := advHold(t, ca, srv, "resync", ttl)
-			resyncFrom(t, srv[0], other)
-			if r := admin(t, srv[0], "EXISTS", lockKey("resync", "lock")); r != "0" {
-				t.Fatalf("node 0 still has A's key after the resync: %s", r)
-			}
-			cc := newCoord(t, addrs) // a new process
-			time.Sleep(1500 * time.Millisecond)
-			st := cb.Nodes()[0]
-			t.Logf("node 0 after the resync: identity %s (was %s), guarded in B: %v, in C: %v",
-				st.Identity, old, st.Guarded, cc.Nodes()[0].Guarded)
-			if d := advContend(t, a, "resync", ttl, cb, cc); d != "" {
-				t.Errorf("S1 broken: %s", d)
-			}
-		})
-	}
+	forEachN(t, []int{3, 4, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
+		other, srv := srv[n], srv[:n]
+		addrs := testutil.Addrs(srv)
+		ca := newCoord(t, addrs)
+		cb := newCoord(t, addrs)
+		waitAllUp(t, ca)
+		waitAllUp(t, cb)
+		old := ca.Nodes()[0].Identity
+		const ttl = 8 * time.Second
+		a := advHold(t, ca, srv, "resync", ttl)
+		resyncFrom(t, srv[0], other)
+		if r := admin(t, srv[0], "EXISTS", lockKey("resync", "lock")); r != "0" {
+			t.Fatalf("node 0 still has A's key after the resync: %s", r)
+		}
+		cc := newCoord(t, addrs) // a new process
+		time.Sleep(1500 * time.Millisecond)
+		st := cb.Nodes()[0]
+		t.Logf("node 0 after the resync: identity %s (was %s), guarded in B: %v, in C: %v",
+			st.Identity, old, st.Guarded, cc.Nodes()[0].Guarded)
+		if d := advContend(t, a, "resync", ttl, cb, cc); d != "" {
+			t.Errorf("S1 broken: %s", d)
+		}
+	})
 }
 
 // TestAdvGuardFlushAll: FLUSHALL (FLUSHDB) empties a node's keys but not
@@ -139,25 +147,20 @@ func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
 //
 // FAILS (S1 broken) on N = 3 and N = 5.
 func TestAdvGuardFlushAll(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			ca := newCoord(t, addrs)
-			cb := newCoord(t, addrs)
-			waitAllUp(t, cb)
-			const ttl = 8 * time.Second
-			a := advHold(t, ca, srv, "flushall", ttl)
-			admin(t, srv[0], "FLUSHALL")
-			cc := newCoord(t, addrs)
-			if d := advContend(t, a, "flushall", ttl, cb, cc); d != "" {
-				t.Errorf("S1 broken: %s", d)
-			}
-		})
-	}
+	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+		addrs := testutil.Addrs(srv)
+		ca := newCoord(t, addrs)
+		cb := newCoord(t, addrs)
+		waitAllUp(t, cb)
+		const ttl = 8 * time.Second
+		a := advHold(t, ca, srv, "flushall", ttl)
+		admin(t, srv[0], "FLUSHALL")
+		cc := newCoord(t, addrs)
+		if d := advContend(t, a, "flushall", ttl, cb, cc); d != "" {
+			t.Errorf("S1 broken: %s", d)
+		}
+	})
 }
 
 // TestAdvGuardLargeTTLRaiseBlocked: right after New (horizon primed for
@@ -168,64 +171,59 @@ func TestAdvGuardFlushAll(t *testing.T) {
 // for as long as A is Valid. Held: the raise precedes the count, and the
 // other nodes' horizons outlive A's lease.
 func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 4, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			p1 := testutil.NewProxy(t, srv[1].Addr())
-			aaddrs := append([]string(nil), addrs...)
-			aaddrs[1] = p1.Addr()
-			ca := newCoord(t, aaddrs)
-			cb := newCoord(t, addrs)
-			waitAllUp(t, ca)
-			h := p1.Hold("$7\r\nEVALSHA\r\n", "{guard}:horizon")
-			defer h.Release()
-			select {
-			case <-h.Caught():
-			case <-time.After(5 * time.Second):
-				t.Fatal("A's horizon raise to node 1 never caught")
-			}
-			const ttl = 20 * time.Second
-			l, _ := primitives.NewLock(ca, "bigttl", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-			a, err := l.TryAcquire(context.Background())
-			if err != nil {
-				t.Fatalf("A with node 1 held: %v", err)
-			}
-			defer a.Release(context.Background())
-			// A holds on every node but 1; keep it on exactly a quorum that
-			// includes node 0 and excludes node 1.
-			for i := advQuorum(n) + 1; i < n; i++ {
-				admin(t, srv[i], "DEL", lockKey("bigttl", "lock"))
-			}
-			srv[0].RestartEmpty()
-			h.Release()
-			cc := newCoord(t, addrs)
-			// 20 s is long: contend for 12 s of it, past every 2 s horizon.
-			stop := time.Now().Add(12 * time.Second)
-			ls := []*primitives.Lock{}
-			for _, c := range []*coordinator.Coordinator{cb, cc} {
-				lb, _ := primitives.NewLock(c, "bigttl", primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false))
-				ls = append(ls, lb)
-			}
-			for time.Now().Before(stop) && a.Valid() {
-				for i, lb := range ls {
-					b, err := lb.TryAcquire(context.Background())
-					if err != nil {
-						continue
-					}
-					if a.Valid() {
-						t.Errorf("S1 broken: contender %d holds while A (20 s TTL) is Valid for %v more",
-							i, time.Until(a.Deadline()).Round(time.Millisecond))
-					}
-					b.Release(context.Background())
+	forEachN(t, []int{3, 4, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+		addrs := testutil.Addrs(srv)
+		p1 := testutil.NewProxy(t, srv[1].Addr())
+		aaddrs := append([]string(nil), addrs...)
+		aaddrs[1] = p1.Addr()
+		ca := newCoord(t, aaddrs)
+		cb := newCoord(t, addrs)
+		waitAllUp(t, ca)
+		h := p1.Hold("$7\r\nEVALSHA\r\n", "{guard}:horizon")
+		defer h.Release()
+		select {
+		case <-h.Caught():
+		case <-time.After(5 * time.Second):
+			t.Fatal("A's horizon raise to node 1 never caught")
+		}
+		const ttl = 20 * time.Second
+		l, _ := primitives.NewLock(ca, "bigttl", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+		a, err := l.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatalf("A with node 1 held: %v", err)
+		}
+		defer a.Release(context.Background())
+		// A holds on every node but 1; keep it on exactly a quorum that
+		// includes node 0 and excludes node 1.
+		for i := advQuorum(n) + 1; i < n; i++ {
+			admin(t, srv[i], "DEL", lockKey("bigttl", "lock"))
+		}
+		srv[0].RestartEmpty()
+		h.Release()
+		cc := newCoord(t, addrs)
+		// 20 s is long: contend for 12 s of it, past every 2 s horizon.
+		stop := time.Now().Add(12 * time.Second)
+		ls := []*primitives.Lock{}
+		for _, c := range []*coordinator.Coordinator{cb, cc} {
+			lb, _ := primitives.NewLock(c, "bigttl", primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false))
+			ls = append(ls, lb)
+		}
+		for time.Now().Before(stop) && a.Valid() {
+			for i, lb := range ls {
+				b, err := lb.TryAcquire(context.Background())
+				if err != nil {
+					continue
 				}
-				time.Sleep(20 * time.Millisecond)
+				if a.Valid() {
+					t.Errorf("S1 broken: contender %d holds while A (20 s TTL) is Valid for %v more",
+						i, time.Until(a.Deadline()).Round(time.Millisecond))
+				}
+				b.Release(context.Background())
 			}
-		})
-	}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 // TestAdvGuardSecondRestartDuringArming: node 0 restarts empty; process
@@ -236,58 +234,53 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 // across a restart dies with its connection, and a look on a new one
 // reads the new identity.
 func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			p0 := testutil.NewProxy(t, srv[0].Addr())
-			a1 := append([]string(nil), addrs...)
-			a1[0] = p0.Addr()
-			// P2 reaches node 0 through a proxy too: its arming waits until
-			// P1's is caught (the first to arm loads the scripts; the other
-			// then finds them loaded and sends no SCRIPT LOAD).
-			q0 := testutil.NewProxy(t, srv[0].Addr())
-			a2 := append([]string(nil), addrs...)
-			a2[0] = q0.Addr()
-			c1 := newCoord(t, a1)
-			c2 := newCoord(t, a2)
-			waitAllUp(t, c1)
-			waitAllUp(t, c2)
-			h := p0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
-			defer h.Release()
-			h2 := q0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
-			defer h2.Release()
-			srv[0].RestartEmpty()
-			if !testutil.Eventually(5*time.Second, func() bool { return c2.Nodes()[0].Guarded }) {
-				t.Fatal("node 0 never guarded")
+	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+		addrs := testutil.Addrs(srv)
+		p0 := testutil.NewProxy(t, srv[0].Addr())
+		a1 := append([]string(nil), addrs...)
+		a1[0] = p0.Addr()
+		// P2 reaches node 0 through a proxy too: its arming waits until
+		// P1's is caught (the first to arm loads the scripts; the other
+		// then finds them loaded and sends no SCRIPT LOAD).
+		q0 := testutil.NewProxy(t, srv[0].Addr())
+		a2 := append([]string(nil), addrs...)
+		a2[0] = q0.Addr()
+		c1 := newCoord(t, a1)
+		c2 := newCoord(t, a2)
+		waitAllUp(t, c1)
+		waitAllUp(t, c2)
+		h := p0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
+		defer h.Release()
+		h2 := q0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
+		defer h2.Release()
+		srv[0].RestartEmpty()
+		if !testutil.Eventually(5*time.Second, func() bool { return c2.Nodes()[0].Guarded }) {
+			t.Fatal("node 0 never guarded")
+		}
+		select {
+		case <-h.Caught():
+		case <-time.After(20 * time.Second):
+			t.Fatal("P1's arming pipeline never caught")
+		}
+		h2.Release()
+		if !testutil.Eventually(10*time.Second, func() bool { return !c2.Nodes()[0].Guarded }) {
+			t.Fatal("P2 never armed node 0")
+		}
+		const ttl = 8 * time.Second
+		a := advHold(t, c2, srv, "rearm", ttl)
+		srv[0].RestartEmpty()
+		h.Release()
+		c3 := newCoord(t, addrs)
+		if d := advContend(t, a, "rearm", ttl, c1, c2, c3); d != "" {
+			t.Errorf("S1 broken: %s", d)
+		}
+		for i, c := range []*coordinator.Coordinator{c1, c2, c3} {
+			if !testutil.Eventually(15*time.Second, func() bool { return !c.Nodes()[0].Guarded }) {
+				t.Errorf("P%d: node 0 still guarded 15 s after A's lease ended", i+1)
 			}
-			select {
-			case <-h.Caught():
-			case <-time.After(20 * time.Second):
-				t.Fatal("P1's arming pipeline never caught")
-			}
-			h2.Release()
-			if !testutil.Eventually(10*time.Second, func() bool { return !c2.Nodes()[0].Guarded }) {
-				t.Fatal("P2 never armed node 0")
-			}
-			const ttl = 8 * time.Second
-			a := advHold(t, c2, srv, "rearm", ttl)
-			srv[0].RestartEmpty()
-			h.Release()
-			c3 := newCoord(t, addrs)
-			if d := advContend(t, a, "rearm", ttl, c1, c2, c3); d != "" {
-				t.Errorf("S1 broken: %s", d)
-			}
-			for i, c := range []*coordinator.Coordinator{c1, c2, c3} {
-				if !testutil.Eventually(15*time.Second, func() bool { return !c.Nodes()[0].Guarded }) {
-					t.Errorf("P%d: node 0 still guarded 15 s after A's lease ended", i+1)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestAdvGuardRollingRestart: every node is restarted empty in turn, 2 s
@@ -297,56 +290,51 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 // restart a new process joins the contenders. Held if no contender is
 // granted while A is Valid, and every node is counted again afterwards.
 func TestAdvGuardRollingRestart(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 4, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			ca := newCoord(t, addrs)
-			cb := newCoord(t, addrs)
-			waitAllUp(t, ca)
-			const ttl = 4 * time.Second
-			la, _ := primitives.NewLock(ca, "rolling", primitives.WithTTL(ttl))
-			a, err := la.TryAcquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs := []*coordinator.Coordinator{cb}
-			try := func(until time.Time) {
-				for time.Now().Before(until) {
-					for i, c := range cs {
-						l, _ := primitives.NewLock(c, "rolling", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
-						b, err := l.TryAcquire(context.Background())
-						if err != nil {
-							continue
-						}
-						if a.Valid() {
-							t.Errorf("S1 broken: contender %d holds while A is Valid", i)
-						}
-						b.Release(context.Background())
+	forEachN(t, []int{3, 4, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+		addrs := testutil.Addrs(srv)
+		ca := newCoord(t, addrs)
+		cb := newCoord(t, addrs)
+		waitAllUp(t, ca)
+		const ttl = 4 * time.Second
+		la, _ := primitives.NewLock(ca, "rolling", primitives.WithTTL(ttl))
+		a, err := la.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := []*coordinator.Coordinator{cb}
+		try := func(until time.Time) {
+			for time.Now().Before(until) {
+				for i, c := range cs {
+					l, _ := primitives.NewLock(c, "rolling", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
+					b, err := l.TryAcquire(context.Background())
+					if err != nil {
+						continue
 					}
-					time.Sleep(20 * time.Millisecond)
+					if a.Valid() {
+						t.Errorf("S1 broken: contender %d holds while A is Valid", i)
+					}
+					b.Release(context.Background())
 				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			for i := range srv {
-				srv[i].RestartEmpty()
-				cs = append(cs, newCoord(t, addrs))
-				try(time.Now().Add(2 * time.Second))
+		}
+		for i := range srv {
+			srv[i].RestartEmpty()
+			cs = append(cs, newCoord(t, addrs))
+			try(time.Now().Add(2 * time.Second))
+		}
+		try(time.Now().Add(3 * time.Second))
+		if !a.Valid() {
+			t.Logf("A lost its lease during the rolling restart (allowed; S1 is what is checked)")
+		}
+		a.Release(context.Background())
+		for i := range srv {
+			if !testutil.Eventually(ttl+10*time.Second, func() bool { return !cb.Nodes()[i].Guarded }) {
+				t.Errorf("node %d still guarded %v after the last restart", i, ttl+10*time.Second)
 			}
-			try(time.Now().Add(3 * time.Second))
-			if !a.Valid() {
-				t.Logf("A lost its lease during the rolling restart (allowed; S1 is what is checked)")
-			}
-			a.Release(context.Background())
-			for i := range srv {
-				if !testutil.Eventually(ttl+10*time.Second, func() bool { return !cb.Nodes()[i].Guarded }) {
-					t.Errorf("node %d still guarded %v after the last restart", i, ttl+10*time.Second)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestAdvGuardSingleNode: N = 1. A holds (6 s TTL); the node restarts
@@ -421,36 +409,31 @@ func TestAdvGuardSingleNode(t *testing.T) {
 // horizon keys A raised are never lowered by the 2 s coordinators, so they
 // still outlive A's lease when node 0's guard reads them.
 func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
-	t.Parallel()
-	testutil.RequireRedis(t)
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
-			t.Parallel()
-			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			var ps []*testutil.Proxy
-			var paddrs []string
-			for _, s := range srv {
-				p := testutil.NewProxy(t, s.Addr())
-				ps = append(ps, p)
-				paddrs = append(paddrs, p.Addr())
-			}
-			const ttl = 20 * time.Second
-			ca := newCoord(t, paddrs, func(c *coordinator.Config) { c.DefaultTTL = ttl })
-			cb := newCoord(t, addrs)
-			waitAllUp(t, ca)
-			a := advHold(t, ca, srv, "frozen", ttl)
-			for _, p := range ps {
-				p.SetFault(testutil.DropRequests)
-			}
-			time.Sleep(4 * time.Second)
-			srv[0].RestartEmpty()
-			cc := newCoord(t, addrs)
-			if d := advContend(t, a, "frozen", 2*time.Second, cb, cc); d != "" {
-				t.Errorf("S1 broken: %s", d)
-			}
-		})
-	}
+	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
+		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+		addrs := testutil.Addrs(srv)
+		var ps []*testutil.Proxy
+		var paddrs []string
+		for _, s := range srv {
+			p := testutil.NewProxy(t, s.Addr())
+			ps = append(ps, p)
+			paddrs = append(paddrs, p.Addr())
+		}
+		const ttl = 20 * time.Second
+		ca := newCoord(t, paddrs, func(c *coordinator.Config) { c.DefaultTTL = ttl })
+		cb := newCoord(t, addrs)
+		waitAllUp(t, ca)
+		a := advHold(t, ca, srv, "frozen", ttl)
+		for _, p := range ps {
+			p.SetFault(testutil.DropRequests)
+		}
+		time.Sleep(4 * time.Second)
+		srv[0].RestartEmpty()
+		cc := newCoord(t, addrs)
+		if d := advContend(t, a, "frozen", 2*time.Second, cb, cc); d != "" {
+			t.Errorf("S1 broken: %s", d)
+		}
+	})
 }
 
 // TestAdvGuardResyncedNodeUptimeBound: the bound for a node whose other
