@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync"
-	"sync/atomic"
 )
 
 // Script is a Lua script run with EVALSHA, falling back to EVAL when the
@@ -21,18 +20,9 @@ type Script struct {
 	// shard that owns the resource (its channel shares the keys' hash tag).
 	sharded *Script
 
-	// armed caches the last armed copy made (see armedFor).
-	armed atomic.Pointer[armedCopy]
-
 	// fixed: the body reads KEYS and ARGV only at the indexes every call
 	// sends (NewFixedScript).
 	fixed bool
-}
-
-// armedCopy is a script's armed copy for one guard tag and identity.
-type armedCopy struct {
-	tag, identity string
-	s             *Script
 }
 
 // registry holds every script made by NewScript: the guard loads the
@@ -110,11 +100,9 @@ const armedCheck = "do local id = ARGV[#ARGV] " +
 // only the copies of identities it had itself: a demoted master keeps its
 // script cache across a resync, and receives its new master's arm key,
 // but not that master's copies. The marker's copy is made with identity
-// "" (one body for every identity). The last copy made is cached.
+// "" (one body for every identity). Armed calls take their copies from
+// the actor's armedSet, made once per identity, so nothing here is cached.
 func (s *Script) armedFor(tag, identity string) *Script {
-	if c := s.armed.Load(); c != nil && c.tag == tag && c.identity == identity {
-		return c.s
-	}
 	prelude := armedPrelude
 	if s.fixed {
 		prelude = armedCheck
@@ -123,9 +111,7 @@ func (s *Script) armedFor(tag, identity string) *Script {
 	if identity != "" {
 		body += "-- armed for " + identity + "\n"
 	}
-	a := newScript(s.Name+"/armed", body)
-	s.armed.Store(&armedCopy{tag: tag, identity: identity, s: a})
-	return a
+	return newScript(s.Name+"/armed", body)
 }
 
 // armedSet is the armed copy of every registered script for one identity.
