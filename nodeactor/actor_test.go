@@ -165,6 +165,18 @@ func TestCapabilityProbesRedis(t *testing.T) {
 	}
 }
 
+// subscribe subscribes a to ch and waits for the confirmation that its
+// OnSubscribed hook sends on subscribed.
+func subscribe(t *testing.T, a *nodeactor.Actor, subscribed <-chan struct{}, ch string) {
+	t.Helper()
+	a.Subscribe(ch)
+	select {
+	case <-subscribed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription never confirmed")
+	}
+}
+
 func TestPushMessages(t *testing.T) {
 	ms := testutil.StartMinis(t, 1)
 	got := make(chan string, 4)
@@ -174,12 +186,7 @@ func TestPushMessages(t *testing.T) {
 		o.OnSubscribed = func(int, []string) { subscribed <- struct{}{} }
 	})
 	ready(t, a)
-	a.Subscribe("c1")
-	select {
-	case <-subscribed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("subscription never confirmed")
-	}
+	subscribe(t, a, subscribed, "c1")
 	ms[0].Publish("c1", "hello")
 	select {
 	case m := <-got:
@@ -323,12 +330,7 @@ func TestCloseDoesNotWaitForUpkeep(t *testing.T) {
 		o.OnSubscribed = func(int, []string) { subscribed <- struct{}{} }
 	})
 	ready(t, a)
-	a.Subscribe("c1")
-	select {
-	case <-subscribed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("subscription never confirmed")
-	}
+	subscribe(t, a, subscribed, "c1")
 	px.SetFault(testutil.DropRequests)
 	a.Subscribe("c2") // the keeper's SUBSCRIBE now waits for a reply that never comes
 	time.Sleep(300 * time.Millisecond)
