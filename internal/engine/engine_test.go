@@ -1166,19 +1166,34 @@ func TestAttemptsWaitInLineWhileRenewalsGoFirst(t *testing.T) {
 				t.Errorf("attempt %d: %v", i, err)
 			}
 		}
-		_, _, ops := w.nodes[0].state()
-		var order []string
-		for _, op := range ops {
-			if strings.HasPrefix(op, "acquire ") {
-				order = append(order, strings.TrimPrefix(op, "acquire "))
+		// Each node ran the acquires in arrival order. A node may miss
+		// some: an attempt won on the others is released before its
+		// request there is sent (the release drops it), which a loaded
+		// machine makes happen. Each ran on a quorum.
+		ran := make([]int, n)
+		for x, f := range w.nodes {
+			_, _, ops := f.state()
+			last := -1
+			for _, op := range ops {
+				id, ok := strings.CutPrefix(op, "acquire ")
+				if !ok {
+					continue
+				}
+				i, err := strconv.Atoi(strings.TrimPrefix(id, "T"))
+				if err != nil || !strings.HasPrefix(id, "T") {
+					t.Fatalf("node %d ran acquire %q: the refused attempt's request was sent", x, id)
+				}
+				if i <= last {
+					t.Errorf("node %d ran the acquires out of arrival order: T%d after T%d (ops %v)", x, i, last, ops)
+				}
+				last = i
+				ran[i]++
 			}
 		}
-		want := make([]string, n)
-		for i := range want {
-			want[i] = fmt.Sprint("T", i)
-		}
-		if !slices.Equal(order, want) {
-			t.Errorf("acquires ran in the order %v, want the arrival order %v (and nothing of the refused attempt)", order, want)
+		for i, k := range ran {
+			if k < 2 {
+				t.Errorf("T%d ran on %d nodes, want a quorum", i, k)
+			}
 		}
 	})
 }
