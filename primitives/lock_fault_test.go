@@ -174,6 +174,48 @@ func TestLockFaultS1PauseAndDelayedRestart(t *testing.T) {
 	}
 }
 
+// TestLockSplitBehindSilentNodeGivesUpSoon: a split vote waits for a
+// silent node only as long as a reply takes, not NodeTimeout. Node 0
+// grants, node 2 is held by another party, node 1 is SIGSTOPped: the
+// attempt cannot win without node 1. Waiting NodeTimeout there kept the
+// grant on node 0 that long, and the other party's retry took node 2
+// again (CI: 1 critical section in 2 s for 8 polling clients).
+func TestLockSplitBehindSilentNodeGivesUpSoon(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	const nodeTimeout = 8 * time.Second
+	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) {
+		cfg.DefaultTTL = 30 * time.Second
+		cfg.NodeTimeout = nodeTimeout
+		cfg.WaitStrategy = coordinator.WaitPolling
+	})
+	l, err := primitives.NewLock(c, "splitpause")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin(t, srv[2], "SET", lockKey("splitpause", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "60000")
+	srv[1].Pause()
+	defer srv[1].Resume()
+	start := time.Now()
+	_, err = l.TryAcquire(context.Background())
+	took := time.Since(start)
+	if !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: %v, want ErrNotAcquired", err)
+	}
+	if took > nodeTimeout/2 {
+		t.Fatalf("the split attempt took %s: it waited for the silent node as long as NodeTimeout (%s)", took, nodeTimeout)
+	}
+	// its grant on node 0 is rolled back, not left to expire
+	deadline := time.Now().Add(nodeTimeout / 2)
+	for admin(t, srv[0], "EXISTS", lockKey("splitpause", "lock")) != "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed split attempt's grant on node 0 is still there")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("split attempt failed after %s", took)
+}
+
 // ---------------------------------------------------------------- 2. five nodes, two paused
 
 func TestLockFaultFiveNodesTwoPaused(t *testing.T) {

@@ -155,6 +155,7 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 			}
 		}
 		tr.attempts++
+		tried := time.Now()
 		res := w.try(push)
 		if res.lease != nil {
 			return res.lease, nil
@@ -184,7 +185,16 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		if !push || res.split || !(res.held || errors.Is(res.err, ErrNotAcquired)) {
 			// Split vote or lost quorum with no refusal: back off with
 			// jitter so contenders converge; nothing will send a message.
-			d = jitter(backoff)
+			d = backoff
+			if took := time.Since(tried); res.split && took > d {
+				// A split attempt holds its grants until it fails, up to
+				// NodeTimeout behind a slow node. A retry much sooner
+				// meets the other party's grants of its next attempt: two
+				// contenders stay in anti-phase. The jitter spans at least
+				// the failed attempt's time.
+				d = took
+			}
+			d = jitter(d)
 			backoff = min(2*backoff, cfg.MaxRetryDelay)
 			wc = nil
 		} else {

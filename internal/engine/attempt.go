@@ -198,6 +198,17 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		switch v := t.Verdict(); {
 		case t.Won():
 			return true
+		case v == Undecided && !wrong && !s.Queue && t.Yes > 0 && t.No > 0 && r.Cut.IsZero():
+			// A split: our grants hold their nodes, which another
+			// party's refusals need, and only the pending nodes can
+			// decide. They get as long as they take to answer, not
+			// NodeTimeout: behind a silent node both parties would hold
+			// their grants that long, and every newcomer that takes a
+			// free node joins them (splitWait). A queued waiter's split
+			// is a handoff under way or is settled by the queues, where
+			// every node reserves for the same first waiter: it waits.
+			r.Cut = time.Now().Add(c.splitWait(r))
+			return false
 		case v == Undecided || wrong:
 			return false
 		case v == Refused:
@@ -325,6 +336,32 @@ func contended(r *Round, votes []Vote, verrs []error, t Tally, granted int) bool
 		}
 	}
 	return parties(r, votes, verrs, granted) >= 2
+}
+
+// A split round's wait for its pending nodes: splitWaitRTTs of their
+// average round trips, at least splitWaitMin.
+const (
+	splitWaitRTTs = 4
+	splitWaitMin  = 5 * time.Millisecond
+)
+
+// splitWait is how long a split round waits for its pending nodes: a
+// few of their average round trips, at least splitWaitMin, at most
+// NodeTimeout (a node never measured gets NodeTimeout).
+// Giving up sooner is safe as a timeout is: the attempt fails, rolls back
+// where it may hold, and its late replies are rolled back as they come.
+func (c *Engine) splitWait(r *Round) time.Duration {
+	var rtt time.Duration
+	for i, nd := range c.nodes {
+		if !r.Answered[i] {
+			lat := nd.Status().Latency
+			if lat == 0 {
+				return c.set.NodeTimeout // never answered yet: no measure
+			}
+			rtt = max(rtt, lat)
+		}
+	}
+	return min(max(splitWaitRTTs*rtt, splitWaitMin), c.set.NodeTimeout)
 }
 
 // parties counts the parties a round saw: this attempt (if granted) and

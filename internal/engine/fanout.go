@@ -14,6 +14,9 @@ type Round struct {
 	Replies   []nodeactor.Reply
 	Answered  []bool
 	NAnswered int
+	// Cut, when a decide function sets it, ends the wait for the pending
+	// replies at that instant if it comes before the round's bound.
+	Cut time.Time
 
 	tickets []nodeactor.Ticket    // the requests' tickets (nil for a renewer's round)
 	errs    []nodeactor.NodeError // the failed or abandoned nodes' errors
@@ -137,8 +140,13 @@ func (c *Engine) fanoutSent(ctx context.Context, bound time.Duration, lane nodea
 	}
 	timer := c.timer(bound)
 	defer c.putTimer(timer)
+	stop := deadline
 wait:
 	for pending > 0 && (decide == nil || !decide(r)) {
+		if !r.Cut.IsZero() && r.Cut.Before(stop) {
+			stop = r.Cut
+			timer.Reset(time.Until(stop))
+		}
 		select {
 		case rep := <-ch:
 			pending--
