@@ -106,7 +106,12 @@ func Own(s Settings) []Impl {
 
 func newCoordinator(ws coordinator.WaitStrategy) func(context.Context, []string) (*coordinator.Coordinator, error) {
 	return func(ctx context.Context, addrs []string) (*coordinator.Coordinator, error) {
-		return coordinator.New(ctx, coordinator.Config{Nodes: addrs, WaitStrategy: ws, Logger: quiet})
+		// A key prefix per node count: a 1-node run leaves the node guard's
+		// horizon on the first server, and a later 3-node run under the
+		// same prefix would see two unmarked nodes beside a marked one
+		// and hold them out for that horizon (docs/lock.md, "Node guard").
+		return coordinator.New(ctx, coordinator.Config{Nodes: addrs, WaitStrategy: ws, Logger: quiet,
+			KeyPrefix: fmt.Sprintf("redlock%d:", len(addrs))})
 	}
 }
 
