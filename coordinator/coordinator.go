@@ -35,7 +35,7 @@ type NodeStatus struct {
 	// GuardedUntil (local clock; zero while not yet decided).
 	Guarded      bool
 	GuardedUntil time.Time
-	Identity     string // run_id/master_replid, as last read by the guard
+	Identity     string // run_id/master_replid, as last read by the guard; a cluster node: addr=identity per master, comma-separated
 }
 
 // New validates cfg, starts one actor per node and the router, and waits

@@ -72,9 +72,9 @@ type Options struct {
 	OnSubscribed func(node int, channels []string)
 	Logger       *slog.Logger
 	// Guard, when not "", turns the node guard on with this tag (the key
-	// prefix): calls marked Armed run the armed copies. A cluster node
-	// ignores it. OnGuarded is called when an armed call found NOSCRIPT;
-	// it must not block.
+	// prefix): calls marked Armed run the armed copies (on a cluster node,
+	// those of the master that owns the call's slot). OnGuarded is called
+	// when an armed call found NOSCRIPT; it must not block.
 	Guard     string
 	OnGuarded func(node int)
 }
@@ -110,8 +110,8 @@ type Actor struct {
 	lastErr atomic.Pointer[error]
 	fatal   atomic.Pointer[error] // a failure that makes the node unusable: a probe's (KeyspaceOn refused) or our credentials refused
 
-	// guarded: the node guard applies (Options.Guard, not a cluster, and the
-	// node reports a run_id). Set by the keeper's probe, read by the lanes.
+	// guarded: the node guard applies (Options.Guard, and the node reports
+	// a run_id). Set by the keeper's probe, read by the lanes.
 	guarded atomic.Bool
 	// armedAs is the identity the node was last found or made armed under
 	// (Look, Arm): armed calls pass it for the prelude to compare with the
@@ -121,6 +121,15 @@ type Actor struct {
 	armKeyName string
 	// armedCopies caches the armed copies for armedAs (armedScript).
 	armedCopies atomic.Pointer[armedSet]
+	// slots is a cluster node's slot map, published by the keeper
+	// (storeSlots); armed calls and the guard's looks read it.
+	slots atomic.Pointer[slotMap]
+	// masterArms is, per master of a cluster node, the armed copies of
+	// the identity it was last found or made armed under; replaced whole
+	// under armMu (setMasterArmed). noneArmed: identity "" (unarmed).
+	masterArms atomic.Pointer[map[string]*armedSet]
+	armMu      sync.Mutex
+	noneArmed  atomic.Pointer[armedSet]
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

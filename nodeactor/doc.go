@@ -59,5 +59,9 @@
 //     last (a lane after a batch, the keeper after a ping). The newest
 //     observation wins; no invariant spans two of them.
 //   - urgentN: queued urgent requests, counted by callers and lanes.
+//   - slots (a cluster's slot map): written by the keeper alone, read
+//     by the lanes (armed calls) and the guard's looks.
+//   - armedAs, masterArms: written by the guard's Look, Arm and Adopt
+//     (masterArms whole, under armMu); read by the lanes.
 //   - A Ticket's state: one atomic; the first of Deliver and Abandon wins.
 package nodeactor

@@ -26,6 +26,11 @@ type Look struct {
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
 	MaxTTL   time.Duration // the largest MaxTTL written in the horizon key (0 if none)
 	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none)
+	// A cluster node's look has one look per master of its slot map (an
+	// Identity "" when it failed), each naming its Master; the horizon,
+	// MaxTTL, Sent and Recv are the node's. Nil on a single node.
+	Masters []Look
+	Master  string
 }
 
 // armKey is the key an arming sets to the node's identity. It has no TTL.
@@ -47,7 +52,7 @@ func (a *Actor) armedIdentity() string {
 func (a *Actor) armedScript(s *Script, id string) *Script {
 	set := a.armedCopies.Load()
 	if set == nil || set.identity != id {
-		set = newArmedSet(a.opt.Guard, id)
+		set = newArmedSet(a.opt.Guard, id, false)
 		a.armedCopies.Store(set)
 	}
 	return set.get(s, a.opt.Guard)
@@ -71,19 +76,26 @@ var marker = newScript("guard-marker", "return 1")
 // another identity than the one evaluated: it restarted again.
 var ErrIdentityChanged = errors.New("redlock: node identity changed before arming")
 
-// Adopt makes armed calls carry identity: the node was found armed under
-// it by another process, and the guard has taken what it must remember.
-func (a *Actor) Adopt(identity string) { a.armedAs.Store(&identity) }
+// Adopt makes armed calls carry identity: the node (master, on a cluster
+// node; "" otherwise) was found armed under it by another process, and
+// the guard has taken what it must remember.
+func (a *Actor) Adopt(master, identity string) {
+	if a.opt.Cluster {
+		a.setMasterArmed(master, identity)
+		return
+	}
+	a.armedAs.Store(&identity)
+}
 
 // Guarded reports whether the node guard applies to the node: Options.Guard
-// is set, it is not a cluster, and it reports a run_id.
+// is set and it reports a run_id (on a cluster, the master INFO reached).
 func (a *Actor) Guarded() bool { return a.guarded.Load() }
 
 // probeGuard decides whether the guard applies. A node whose INFO has no
 // run_id, or refuses INFO server (miniredis), stays unguarded; a
 // transport error keeps the guard on.
-func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client, cluster bool) {
-	if a.opt.Guard == "" || cluster {
+func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client) {
+	if a.opt.Guard == "" {
 		a.guarded.Store(false)
 		return
 	}
@@ -110,6 +122,9 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	cl := *cp
 	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
+	if a.opt.Cluster {
+		return a.lookCluster(ctx, cl, horizonKey)
+	}
 	ss := registered()
 	// The armed copies differ per identity, and the identity is read in
 	// this pipeline: ask for those of the identity the node was last
@@ -117,7 +132,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	// counted missing, and a node armed under it is loaded (Arm).
 	guess := a.armedIdentity()
 	shas := make([]string, len(ss)+1)
-	shas[0] = marker.armedFor(a.opt.Guard, "").SHA
+	shas[0] = marker.armedFor(a.opt.Guard, "", false).SHA
 	for i, s := range ss {
 		shas[i+1] = a.armedScript(s, guess).SHA
 	}
@@ -171,7 +186,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		// with the identity again, on the same client
 		shas = shas[:1]
 		for _, s := range ss {
-			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity).SHA)
+			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
 		}
 		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
 			cl.B().ScriptExists().Sha1(shas...).Build())
@@ -212,7 +227,8 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 // identity, on one connection: both answered, so both reached one process.
 // If that identity is not want, the node restarted since it was
 // evaluated: Arm flushes its script cache and returns ErrIdentityChanged.
-func (a *Actor) Arm(ctx context.Context, want string) error {
+// On a cluster node it arms one master (its address; "" otherwise).
+func (a *Actor) Arm(ctx context.Context, master, want string) error {
 	cp := a.client.Load()
 	if cp == nil {
 		return ErrNodeDown
@@ -220,16 +236,19 @@ func (a *Actor) Arm(ctx context.Context, want string) error {
 	cl := *cp
 	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
+	if a.opt.Cluster {
+		return a.armMaster(ctx, cl, master, want)
+	}
 	ss := registered()
 	cmds := make(rueidis.Commands, 0, len(ss)+1)
 	cmds = append(cmds, cl.B().Info().Section("server", "replication").Build())
 	for _, s := range ss {
 		// the plain copy too: releases, rollbacks and renewals run it, and
 		// its first call would otherwise cost a NOSCRIPT round trip
-		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want).Body).Build(),
+		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want, false).Body).Build(),
 			cl.B().ScriptLoad().Script(s.Body).Build())
 	}
-	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "").Body).Build())
+	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(1).Key(a.armKey()).Arg(want).Build())
 	res := cl.DoMulti(ctx, cmds...)
 	info, err := res[0].ToString()

@@ -43,7 +43,7 @@ func TestArmRefusesAnotherIdentity(t *testing.T) {
 	if lk.Marked || lk.Identity == "" || lk.Horizon >= 0 {
 		t.Fatalf("fresh node: %+v", lk)
 	}
-	if err := a.Arm(ctx, lk.Identity); err != nil {
+	if err := a.Arm(ctx, "", lk.Identity); err != nil {
 		t.Fatalf("Arm: %v", err)
 	}
 	if lk2 := look(); !lk2.Marked || lk2.Missing != 0 {
@@ -56,7 +56,7 @@ func TestArmRefusesAnotherIdentity(t *testing.T) {
 	s.RestartEmpty()
 	var err error
 	testutil.Eventually(5*time.Second, func() bool {
-		err = a.Arm(ctx, lk.Identity)
+		err = a.Arm(ctx, "", lk.Identity)
 		return errors.Is(err, nodeactor.ErrIdentityChanged)
 	})
 	if !errors.Is(err, nodeactor.ErrIdentityChanged) {
@@ -90,7 +90,7 @@ func TestFixedScriptArmedCopyChecksTheArmKey(t *testing.T) {
 	if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
 		t.Fatalf("Look: %v", err)
 	}
-	if err := a.Arm(ctx, lk.Identity); err != nil {
+	if err := a.Arm(ctx, "", lk.Identity); err != nil {
 		t.Fatalf("Arm: %v", err)
 	}
 	for _, c := range []struct {

@@ -150,6 +150,7 @@ func (a *Actor) keeper() {
 	if _, err := p.refreshSlots(); err != nil {
 		a.opt.Logger.Warn("redlock: cannot read the cluster's slots", "node", a.opt.Addr, "err", err)
 	}
+	a.storeSlots(p.owner)
 	caps, err := a.probe(cl, p)
 	a.caps.Store(&caps)
 	if err != nil {
@@ -196,6 +197,7 @@ func (a *Actor) keeper() {
 				// are subscribed.
 				changed, err := p.refreshSlots()
 				if err == nil && changed {
+					a.storeSlots(p.owner)
 					p.closeAll()
 					clear(p.retryAt)
 					a.configureMasters(p)
@@ -302,7 +304,7 @@ func (a *Actor) probe(cl rueidis.Client, p *pusher) (Capabilities, error) {
 	if !a.opt.ForceLua {
 		probeNative(ctx, cl, a.opt.ProbeKey, &caps)
 	}
-	a.probeGuard(ctx, cl, p.cluster)
+	a.probeGuard(ctx, cl)
 	err := a.configure(ctx, p, &caps)
 	return caps, err
 }

@@ -316,7 +316,10 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		s = s.sharded
 	}
 	keys, args := c.Keys, c.Args
-	if c.Armed && a.guarded.Load() {
+	switch {
+	case c.Armed && a.guarded.Load() && a.opt.Cluster:
+		s, args = a.clusterArmed(s, keys, args)
+	case c.Armed && a.guarded.Load():
 		id := a.armedIdentity()
 		s = a.armedScript(s, id)
 		// the prelude's arm key and identity, last (armedPrelude)

@@ -92,6 +92,25 @@ const armedCheck = "do local id = ARGV[#ARGV] " +
 	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') ~= string.match(id, '/(%x+)$') then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end end\n"
 
+// clusterPrelude starts every armed copy run on a Redis Cluster node
+// (docs/lock.md, "Redis Cluster nodes: the per-master guard"). The arm
+// key lives in another slot than the call's keys, so it is not declared:
+// the call passes its name and the value expected there (the identity and
+// slot digest the master was armed under) as its last two arguments. A
+// script without a shebang may read an undeclared key of any slot its
+// master serves; one its master does not serve is an error, a refusal.
+// The body sees ARGV without them (KEYS is unchanged).
+const clusterPrelude = clusterCheck +
+	"local ARGV = (function(a) local a2 = {} for i = 1, #a - 2 do a2[i] = a[i] end return a2 end)(ARGV)\n"
+
+// clusterCheck is clusterPrelude's check alone, for a fixed script
+// (NewFixedScript). It compares the master's replication id with the
+// identity's, as armedCheck does.
+const clusterCheck = "do local n = #ARGV local want = ARGV[n] " +
+	"if redis.call('GET', ARGV[n - 1]) ~= want or " +
+	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') ~= string.match(want, '/(%x+)') then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the master forgot (its arm key or replication id is not the identity and slots it was armed under)') end end\n"
+
 // armedFor returns the armed copy of s for the guard tag and the node
 // identity it is armed under: the body behind armedPrelude, with two
 // comment lines more, so another SHA1 for each identity. Only the guard
@@ -100,11 +119,16 @@ const armedCheck = "do local id = ARGV[#ARGV] " +
 // only the copies of identities it had itself: a demoted master keeps its
 // script cache across a resync, and receives its new master's arm key,
 // but not that master's copies. The marker's copy is made with identity
-// "" (one body for every identity). Armed calls take their copies from
+// "" (one body for every identity). cluster selects clusterPrelude. Armed calls take their copies from
 // the actor's armedSet, made once per identity, so nothing here is cached.
-func (s *Script) armedFor(tag, identity string) *Script {
+func (s *Script) armedFor(tag, identity string, cluster bool) *Script {
 	prelude := armedPrelude
-	if s.fixed {
+	switch {
+	case cluster && s.fixed:
+		prelude = clusterCheck
+	case cluster:
+		prelude = clusterPrelude
+	case s.fixed:
 		prelude = armedCheck
 	}
 	body := prelude + s.Body + "\n-- redlock guard " + tag + "\n"
@@ -118,16 +142,17 @@ func (s *Script) armedFor(tag, identity string) *Script {
 // It is immutable once made: the lanes read it without a lock.
 type armedSet struct {
 	identity string
+	cluster  bool
 	copies   map[*Script]*Script
 }
 
 // newArmedSet makes the armed copies of every registered script.
-func newArmedSet(tag, identity string) *armedSet {
-	set := &armedSet{identity: identity, copies: map[*Script]*Script{}}
+func newArmedSet(tag, identity string, cluster bool) *armedSet {
+	set := &armedSet{identity: identity, cluster: cluster, copies: map[*Script]*Script{}}
 	for _, s := range registered() {
-		set.copies[s] = s.armedFor(tag, identity)
+		set.copies[s] = s.armedFor(tag, identity, cluster)
 		if s.sharded != s {
-			set.copies[s.sharded] = s.sharded.armedFor(tag, identity)
+			set.copies[s.sharded] = s.sharded.armedFor(tag, identity, cluster)
 		}
 	}
 	return set
@@ -139,7 +164,7 @@ func (set *armedSet) get(s *Script, tag string) *Script {
 	if a, ok := set.copies[s]; ok {
 		return a
 	}
-	return s.armedFor(tag, set.identity)
+	return s.armedFor(tag, set.identity, set.cluster)
 }
 
 func newScript(name, body string) *Script {

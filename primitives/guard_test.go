@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -275,31 +276,55 @@ func TestGuardDirectGrantFromAGuardedNodeDoesNotCount(t *testing.T) {
 	}
 }
 
-// TestGuardLeavesClusterNodesUnguarded: a Redis Cluster node of the quorum
-// stays unguarded (docs/lock.md, "Where the guard does less"): no identity,
-// never guarded, and after its masters forgot their scripts (SCRIPT FLUSH)
-// its vote still counts at once. The two servers beside it are guarded.
-func TestGuardLeavesClusterNodesUnguarded(t *testing.T) {
+// TestGuardClusterNodePerMaster: a Redis Cluster node of the quorum is
+// guarded per master (docs/lock.md, "Redis Cluster nodes: the per-master
+// guard"). Its status lists an identity per master. After one master
+// forgot its scripts (SCRIPT FLUSH), names of that master are refused on
+// the cluster node and names of the other masters still count; the node
+// reads guarded, and once the bound (the horizon read on the servers)
+// passed, the master is armed again and its names count again.
+func TestGuardClusterNodePerMaster(t *testing.T) {
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	servers := testutil.StartServers(t, 2, testutil.ServerOptions{})
-	c := newCoord(t, append([]string{cl.URL()}, testutil.Addrs(servers)...))
+	c := newCoord(t, append([]string{cl.URL()}, testutil.Addrs(servers)...), func(cfg *coordinator.Config) {
+		cfg.DefaultTTL = time.Second
+	})
 	st := c.Nodes()
-	if st[0].Guarded || st[0].Identity != "" || st[1].Identity == "" || st[2].Identity == "" {
-		t.Fatalf("identities: cluster %q, servers %q %q", st[0].Identity, st[1].Identity, st[2].Identity)
+	if st[0].Guarded || strings.Count(st[0].Identity, "=") != 3 || st[1].Identity == "" {
+		t.Fatalf("identities: cluster %q (guarded %v), server %q", st[0].Identity, st[0].Guarded, st[1].Identity)
 	}
-	for _, m := range cl.Masters {
-		admin(t, m, "SCRIPT", "FLUSH")
+	names := spreadNames(t, cl, "pm", 2)
+	flushed := cl.MasterFor("{" + names[0] + "}")
+	admin(t, flushed, "SCRIPT", "FLUSH")
+	ctx := context.Background()
+	try := func(name string) error {
+		l, _ := primitives.NewLock(c, name, primitives.WithTTL(time.Second))
+		lease, err := l.TryAcquire(ctx)
+		if err == nil {
+			lease.Release(ctx)
+		}
+		return err
 	}
 	servers[0].Pause() // {cluster, server 1} must be the quorum
-	defer servers[0].Resume()
-	l, _ := primitives.NewLock(c, "unguarded", primitives.WithTTL(time.Second))
-	lease, err := l.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatalf("the flushed cluster node did not count: %v", err)
+	if err := try(names[0]); err == nil {
+		t.Fatal("a name of the flushed master counted on the cluster node")
 	}
-	lease.Release(context.Background())
-	if c.Nodes()[0].Guarded {
-		t.Error("the cluster node reads guarded")
+	if err := try(names[1]); err != nil {
+		t.Fatalf("a name of another master did not count: %v", err)
+	}
+	servers[0].Resume()
+	if !testutil.Eventually(5*time.Second, func() bool { return c.Nodes()[0].Guarded }) {
+		t.Fatal("the cluster node never read guarded")
+	}
+	flushedAt := time.Now()
+	if !testutil.Eventually(20*time.Second, func() bool { return !c.Nodes()[0].Guarded }) {
+		t.Fatalf("still guarded %s after the flush", time.Since(flushedAt))
+	}
+	t.Logf("the flushed master counted again %s after the guard took it", time.Since(flushedAt).Round(10*time.Millisecond))
+	servers[0].Pause()
+	defer servers[0].Resume()
+	if err := try(names[0]); err != nil {
+		t.Fatalf("the re-armed master's name did not count: %v", err)
 	}
 }
 

@@ -23,6 +23,9 @@ type DirectSpec struct {
 	// Op writes the fence back and describes the hold. Its Acquire,
 	// Rollback and Vote are not used.
 	Op Op
+	// Key is a key of the granted name: a cluster node runs the node
+	// guard's armed check on the master that owns it.
+	Key string
 }
 
 // ErrGrantTooLate is TakeGrants' answer when the grants leave less
@@ -48,7 +51,7 @@ func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
 		// The handoff ran in the release script, which is not armed: a
 		// grant counts only from a node that an armed round confirms, and
 		// under a confirmed horizon (docs/lock.md, "Node guard").
-		ok := c.guard.confirmArmed(ctx, s.Nodes)
+		ok := c.guard.confirmArmed(ctx, s.Nodes, s.Key)
 		var kept []Vote
 		for j, i := range s.Nodes {
 			if ok[i] && c.guard.covers(i, s.Start, max(s.TTL, s.Life)) {

@@ -112,7 +112,7 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	}
 	for i, s := range specs {
 		tag := ""
-		if set.Guard && !s.Cluster {
+		if set.Guard {
 			tag = set.KeyPrefix
 		}
 		c.nodes = append(c.nodes, nodeactor.New(nodeactor.Options{

@@ -71,8 +71,8 @@ func GuardScriptsRun(addr string) int64 {
 type guardable interface {
 	Guarded() bool
 	Look(ctx context.Context, horizonKey string) (nodeactor.Look, error)
-	Arm(ctx context.Context, want string) error
-	Adopt(identity string)
+	Arm(ctx context.Context, master, want string) error
+	Adopt(master, identity string)
 }
 
 // GuardState is one node's guard state, for NodeStatus.
@@ -102,6 +102,9 @@ type guard struct {
 
 	mu sync.Mutex
 	st []nodeGuard
+	// ms is, per cluster node, the state of each master of its slot map
+	// (the per-master guard); st then holds only its look's identity.
+	ms []map[string]*nodeGuard
 }
 
 // nodeGuard is the guard's view of one node; under guard.mu.
@@ -118,7 +121,8 @@ type nodeGuard struct {
 func newGuard(c *Engine) *guard {
 	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
 		local: make([]atomic.Int64, len(c.nodes)),
-		gns:   make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes))}
+		gns:   make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes)),
+		ms: make([]map[string]*nodeGuard, len(c.nodes))}
 	for i, n := range c.nodes {
 		if gn, ok := n.(guardable); ok {
 			g.gns[i] = gn
@@ -151,6 +155,11 @@ func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
 				for j := range g.st {
 					if !g.st[j].armed {
 						g.st[j].until = time.Time{}
+					}
+					for _, st := range g.ms[j] {
+						if !st.armed {
+							st.until = time.Time{}
+						}
 					}
 				}
 				g.mu.Unlock()
@@ -320,8 +329,20 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	wg.Wait()
 	g.learnMaxTTL(looks, errs)
 	for i, gn := range g.gns {
-		if errs[i] == nil && gn != nil && gn.Guarded() {
-			g.decide(ctx, i, looks, errs)
+		if errs[i] != nil || gn == nil || !gn.Guarded() {
+			continue
+		}
+		if looks[i].Masters == nil {
+			g.decide(ctx, i, "", looks[i], looks, errs)
+			continue
+		}
+		// a cluster node: each master is decided on its own, its bound
+		// read from the other nodes' horizons as for a single node
+		g.keepMasters(i, looks[i])
+		for _, ml := range looks[i].Masters {
+			if ml.Identity != "" {
+				g.decide(ctx, i, ml.Master, ml, looks, errs)
+			}
 		}
 	}
 	if first {
@@ -329,13 +350,46 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	}
 }
 
-// decide updates node x's state from its look, and arms it when its guard
-// has run out.
-func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs []error) {
-	lk := looks[x]
+// keepMasters records cluster node x's look and drops the state of
+// masters no longer in its slot map.
+func (g *guard) keepMasters(x int, lk nodeactor.Look) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.st[x].looked, g.st[x].identity = true, lk.Identity
+	if g.ms[x] == nil {
+		g.ms[x] = map[string]*nodeGuard{}
+	}
+	in := map[string]bool{}
+	for _, ml := range lk.Masters {
+		in[ml.Master] = true
+	}
+	for m := range g.ms[x] {
+		if !in[m] {
+			delete(g.ms[x], m)
+		}
+	}
+}
+
+// unit returns the state of node x, or of its master on a cluster node;
+// under g.mu.
+func (g *guard) unit(x int, master string) *nodeGuard {
+	if master == "" {
+		return &g.st[x]
+	}
+	st := g.ms[x][master]
+	if st == nil {
+		st = &nodeGuard{}
+		g.ms[x][master] = st
+	}
+	return st
+}
+
+// decide updates node x's state (its master's, on a cluster node) from
+// its look lk, and arms it when its guard has run out.
+func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.Look, looks []nodeactor.Look, errs []error) {
 	now := time.Now()
 	g.mu.Lock()
-	st := &g.st[x]
+	st := g.unit(x, master)
 	st.looked, st.identity = true, lk.Identity
 	if lk.Marked && lk.Missing == 0 {
 		mem := st.mem
@@ -359,9 +413,9 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 				}
 			}
 		}
-		g.gns[x].Adopt(lk.Identity) // after the local bound above
+		g.gns[x].Adopt(master, lk.Identity) // after the local bound above
 		if !st.armed && st.evaluated != "" {
-			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr())
+			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr(), "master", master)
 		}
 		st.armed, st.seen, st.evaluated, st.until = true, lk.Identity, "", time.Time{}
 		g.mu.Unlock()
@@ -391,7 +445,7 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 		}
 		if fresh && now.Before(st.until) {
 			g.c.set.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
-				"node", g.c.nodes[x].Addr(), "identity", lk.Identity, "until", st.until)
+				"node", g.c.nodes[x].Addr(), "master", master, "identity", lk.Identity, "until", st.until)
 		}
 		if now.Before(st.until) {
 			g.mu.Unlock()
@@ -401,7 +455,7 @@ func (g *guard) decide(ctx context.Context, x int, looks []nodeactor.Look, errs 
 	}
 	g.mu.Unlock()
 	actx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
-	err := g.gns[x].Arm(actx, want)
+	err := g.gns[x].Arm(actx, master, want)
 	cancel()
 	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
 		countGuardRun(g.c.nodes[x].Addr()) // the arm key's EVAL
@@ -468,17 +522,31 @@ func (g *guard) state(i int) GuardState {
 	defer g.mu.Unlock()
 	st := g.st[i]
 	gs := GuardState{Identity: st.identity}
-	if g.gns[i] != nil && g.gns[i].Guarded() && st.looked && !st.armed {
+	if g.gns[i] == nil || !g.gns[i].Guarded() || !st.looked {
+		return gs
+	}
+	if g.ms[i] == nil && !st.armed {
 		gs.Guarded, gs.Until = true, st.until
+	}
+	// a cluster node: guarded while any of its masters is, until the
+	// latest bound (Identity lists addr=identity per master)
+	for _, m := range g.ms[i] {
+		if m.looked && !m.armed {
+			gs.Guarded, gs.Until = true, maxTime(gs.Until, m.until)
+		}
 	}
 	return gs
 }
 
 // confirmArmed runs the armed check on every node. It waits until a
 // quorum of nodes (those given) answered it from an armed process, or
-// every one of them answered, and returns which did.
-func (g *guard) confirmArmed(ctx context.Context, nodes []int) map[int]bool {
+// every one of them answered, and returns which did. key is a key of the
+// granted name: a cluster node runs the check on the master that owns it.
+func (g *guard) confirmArmed(ctx context.Context, nodes []int, key string) map[int]bool {
 	call := nodeactor.Call{Script: checkScript, Armed: true}
+	if key != "" {
+		call.Keys = []string{key}
+	}
 	ok := map[int]bool{}
 	count := func(r *Round) (yes, done int) {
 		clear(ok)

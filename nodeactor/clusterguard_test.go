@@ -1,0 +1,105 @@
+package nodeactor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// The per-master guard of a cluster node (docs/lock.md, "Redis Cluster
+// nodes: the per-master guard"): each master is looked at and armed on its
+// own; an armed call is refused on a master not armed yet, runs once its
+// master is, and its body sees its own arguments only. A FLUSHALL on one
+// master refuses the names of that master alone, and an arming under an
+// identity the master does not have is refused.
+func TestClusterArmPerMaster(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	if !a.Guarded() {
+		t.Fatal("a cluster with Options.Guard is not guarded")
+	}
+	ctx := context.Background()
+	var names []string
+	owner := map[string]*testutil.Server{}
+	for i := 0; len(names) < 3; i++ {
+		n := fmt.Sprintf("n%d", i)
+		m := cl.MasterFor("{" + n + "}")
+		dup := false
+		for _, o := range owner {
+			dup = dup || o == m
+		}
+		if !dup {
+			names = append(names, n)
+			owner[n] = m
+		}
+	}
+	last := nodeactor.NewScript("guard-cluster-test", "return ARGV[#ARGV]")
+	call := func(n string) nodeactor.Reply {
+		return a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: last, Keys: []string{"redlock:{" + n + "}:lock"}, Args: []string{"x", n}, Armed: true})
+	}
+	look := func() nodeactor.Look {
+		t.Helper()
+		var lk nodeactor.Look
+		var err error
+		if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
+			t.Fatalf("Look: %v", err)
+		}
+		return lk
+	}
+	for _, n := range names {
+		if rep := call(n); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+			t.Fatalf("armed call on an unarmed master (%s): %v, want ErrNodeGuarded", n, rep.Err)
+		}
+	}
+	lk := look()
+	if len(lk.Masters) != 3 || lk.Horizon >= 0 {
+		t.Fatalf("look of a fresh cluster: %+v, want 3 masters and no horizon", lk)
+	}
+	if err := a.Arm(ctx, lk.Masters[0].Master, "0123/4567"); !errors.Is(err, nodeactor.ErrIdentityChanged) {
+		t.Fatalf("Arm under an identity the master does not have: %v, want ErrIdentityChanged", err)
+	}
+	for _, ml := range lk.Masters {
+		if ml.Marked || ml.Identity == "" {
+			t.Fatalf("fresh master %+v", ml)
+		}
+		if err := a.Arm(ctx, ml.Master, ml.Identity); err != nil {
+			t.Fatalf("Arm %s: %v", ml.Master, err)
+		}
+	}
+	for _, ml := range look().Masters {
+		if !ml.Marked || ml.Missing != 0 {
+			t.Fatalf("after Arm: %+v", ml)
+		}
+	}
+	for _, n := range names {
+		if rep := call(n); rep.Err != nil {
+			t.Fatalf("armed call on an armed master (%s): %v", n, rep.Err)
+		} else if v, _ := rep.Msg.ToString(); v != n {
+			t.Fatalf("armed call (%s) saw ARGV[#ARGV] = %q: the prelude's arguments were not hidden", n, v)
+		}
+	}
+	if _, err := owner[names[0]].Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := call(names[0]); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+		t.Fatalf("armed call after FLUSHALL on its master: %v, want ErrNodeGuarded", rep.Err)
+	}
+	if rep := call(names[1]); rep.Err != nil {
+		t.Fatalf("armed call on another master after the FLUSHALL: %v", rep.Err)
+	}
+	marked := 0
+	for _, ml := range look().Masters {
+		if ml.Marked {
+			marked++
+		}
+	}
+	if marked != 2 {
+		t.Fatalf("%d masters found armed after a FLUSHALL on one of 3, want 2", marked)
+	}
+}
