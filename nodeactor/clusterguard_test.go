@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,5 +102,81 @@ func TestClusterArmPerMaster(t *testing.T) {
 	}
 	if marked != 2 {
 		t.Fatalf("%d masters found armed after a FLUSHALL on one of 3, want 2", marked)
+	}
+}
+
+// A slot moved to another armed master (an empty slot reassigned, as an
+// interrupted migration may leave it) changes both masters' slot digests:
+// an armed call on that slot is refused until a guard armed the gaining
+// master again, with its new slots (docs/lock.md, "Why it is safe", the
+// last case).
+func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	ctx := context.Background()
+	look := func() nodeactor.Look {
+		t.Helper()
+		var lk nodeactor.Look
+		var err error
+		if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
+			t.Fatalf("Look: %v", err)
+		}
+		return lk
+	}
+	armAll := func() {
+		t.Helper()
+		for _, ml := range look().Masters {
+			if err := a.Arm(ctx, ml.Master, ml.Identity); err != nil {
+				t.Fatalf("Arm %s: %v", ml.Master, err)
+			}
+		}
+	}
+	const name = "moved"
+	ret := nodeactor.NewScript("guard-cluster-moved", "return 1")
+	armAll()
+	call := func() error {
+		return a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: ret, Keys: []string{"redlock:{" + name + "}:lock"}, Armed: true}).Err
+	}
+	if err := call(); err != nil {
+		t.Fatalf("armed call on an armed master: %v", err)
+	}
+	from := cl.MasterFor("{" + name + "}")
+	var to *testutil.Server
+	for _, m := range cl.Masters {
+		if m != from {
+			to = m
+			break
+		}
+	}
+	id, err := to.Do("CLUSTER", "MYID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := strconv.Itoa(int(nodeactor.Slot(name)))
+	for _, m := range append([]*testutil.Server{to}, cl.Masters...) {
+		if _, err := m.Do("CLUSTER", "SETSLOT", slot, "NODE", id); err != nil {
+			t.Fatalf("SETSLOT on %s: %v", m.Addr(), err)
+		}
+	}
+	// the actor reads the slot map every few seconds
+	if !testutil.Eventually(15*time.Second, func() bool {
+		for _, ml := range look().Masters {
+			if ml.Master == to.Addr() {
+				return !ml.Marked
+			}
+		}
+		return false
+	}) {
+		t.Fatal("the master that gained a slot still reads armed")
+	}
+	if err := call(); err == nil {
+		t.Fatal("an armed call on the moved slot ran before its new master was armed again")
+	} else {
+		t.Logf("an armed call on the moved slot: %v", err)
+	}
+	armAll()
+	if !testutil.Eventually(5*time.Second, func() bool { return call() == nil }) {
+		t.Fatalf("armed call after arming again: %v", call())
 	}
 }
