@@ -105,14 +105,19 @@ func (a *Actor) unarmed() *armedSet {
 }
 
 // setMasterArmed records that master addr was found or made armed under
-// identity: armed calls on its slots send that identity's copies.
+// identity: armed calls on its slots send that identity's copies. Masters
+// no longer in the slot map are dropped (a failed master's copies would
+// otherwise stay for the actor's life).
 func (a *Actor) setMasterArmed(addr, identity string) {
 	a.armMu.Lock()
 	defer a.armMu.Unlock()
+	sm := a.slots.Load()
 	next := map[string]*armedSet{}
 	if old := a.masterArms.Load(); old != nil {
 		for k, v := range *old {
-			next[k] = v
+			if sm == nil || sm.armKey[k] != "" {
+				next[k] = v
+			}
 		}
 	}
 	if set := next[addr]; set == nil || set.identity != identity {
