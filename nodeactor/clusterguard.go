@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -209,16 +208,9 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	res := mc.DoMulti(ctx, info, mc.B().ScriptExists().Sha1(shas(guess)...).Build(),
 		mc.B().Get().Key(sm.armKey[addr]).Build())
 	ml := Look{Sent: time.Now()}
-	text, err := res[0].ToString()
-	if err != nil {
+	if err := ml.readInfo(res[0]); err != nil {
 		return ml, err
 	}
-	if infoField(text, "run_id") == "" {
-		return ml, errors.New("redlock: guard look: no run_id in the INFO reply")
-	}
-	ml.Identity = identity(text)
-	up, _ := strconv.ParseInt(infoField(text, "uptime_in_seconds"), 10, 64)
-	ml.Uptime = time.Duration(up) * time.Second
 	ex, err := res[1].AsIntSlice()
 	if err != nil {
 		return ml, err

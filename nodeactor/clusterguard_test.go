@@ -44,15 +44,7 @@ func TestClusterArmPerMaster(t *testing.T) {
 	call := func(n string) nodeactor.Reply {
 		return a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: last, Keys: []string{"redlock:{" + n + "}:lock"}, Args: []string{"x", n}, Armed: true})
 	}
-	look := func() nodeactor.Look {
-		t.Helper()
-		var lk nodeactor.Look
-		var err error
-		if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
-			t.Fatalf("Look: %v", err)
-		}
-		return lk
-	}
+	look := func() nodeactor.Look { t.Helper(); return lookNow(t, a) }
 	for _, n := range names {
 		if rep := call(n); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
 			t.Fatalf("armed call on an unarmed master (%s): %v, want ErrNodeGuarded", n, rep.Err)
@@ -115,15 +107,7 @@ func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
 	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
 	ready(t, a)
 	ctx := context.Background()
-	look := func() nodeactor.Look {
-		t.Helper()
-		var lk nodeactor.Look
-		var err error
-		if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
-			t.Fatalf("Look: %v", err)
-		}
-		return lk
-	}
+	look := func() nodeactor.Look { t.Helper(); return lookNow(t, a) }
 	armAll := func() {
 		t.Helper()
 		for _, ml := range look().Masters {

@@ -146,17 +146,9 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
 	lk.Recv = time.Now()
-	info, err := res[0].ToString()
-	if err != nil {
+	if err := lk.readInfo(res[0]); err != nil {
 		return lk, err
 	}
-	if infoField(info, "run_id") == "" {
-		// not an INFO reply: a connection out of step (a reply lost)
-		return lk, errors.New("redlock: guard look: no run_id in the INFO reply")
-	}
-	lk.Identity = identity(info)
-	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
-	lk.Uptime = time.Duration(up) * time.Second
 	ex, err := res[1].AsIntSlice()
 	if err != nil {
 		return lk, err
@@ -286,6 +278,23 @@ func (a *Actor) noDeadline(ctx context.Context) (context.Context, context.Cancel
 		stop()
 		cancel()
 	}
+}
+
+// readInfo reads a look's INFO reply (sections server and replication)
+// into lk's Identity and Uptime.
+func (lk *Look) readInfo(r rueidis.RedisResult) error {
+	info, err := r.ToString()
+	if err != nil {
+		return err
+	}
+	if infoField(info, "run_id") == "" {
+		// not an INFO reply: a connection out of step (a reply lost)
+		return errors.New("redlock: guard look: no run_id in the INFO reply")
+	}
+	lk.Identity = identity(info)
+	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	lk.Uptime = time.Duration(up) * time.Second
+	return nil
 }
 
 // identity is a node's run_id and master_replid from INFO.

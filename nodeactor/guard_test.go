@@ -25,15 +25,7 @@ func TestArmRefusesAnotherIdentity(t *testing.T) {
 		t.Fatal("a real server with Options.Guard is not guarded")
 	}
 	ctx := context.Background()
-	look := func() nodeactor.Look {
-		t.Helper()
-		var lk nodeactor.Look
-		var err error
-		if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(ctx, "redlock:{guard}:horizon"); return err == nil }) {
-			t.Fatalf("Look: %v", err)
-		}
-		return lk
-	}
+	look := func() nodeactor.Look { t.Helper(); return lookNow(t, a) }
 	probe := nodeactor.NewScript("guard-test", "return 7")
 	call := nodeactor.Call{Script: probe, Armed: true}
 	if rep := a.Do(ctx, nodeactor.Normal, call); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
@@ -123,4 +115,16 @@ func TestFixedScriptArmedCopyChecksTheArmKey(t *testing.T) {
 			t.Errorf("%s armed, arm key gone: %v, want ErrNodeGuarded", sc.Name, rep.Err)
 		}
 	}
+}
+
+// lookNow is a's Look of the default prefix's horizon, retried for up to
+// 5 s while it fails (a connection still coming up).
+func lookNow(t *testing.T, a *nodeactor.Actor) nodeactor.Look {
+	t.Helper()
+	var lk nodeactor.Look
+	var err error
+	if !testutil.Eventually(5*time.Second, func() bool { lk, err = a.Look(context.Background(), "redlock:{guard}:horizon"); return err == nil }) {
+		t.Fatalf("Look: %v", err)
+	}
+	return lk
 }
