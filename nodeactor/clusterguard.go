@@ -173,18 +173,7 @@ func (a *Actor) lookCluster(ctx context.Context, cl rueidis.Client, horizonKey s
 		ids[i] = ml.Master + "=" + ml.Identity
 	}
 	lk.Identity = strings.Join(ids, ",")
-	p, err := res[0].AsInt64()
-	if err != nil {
-		return lk, err
-	}
-	lk.Horizon = time.Duration(p) * time.Millisecond
-	if p < 0 {
-		lk.Horizon = -1
-	}
-	if v, err := res[1].AsInt64(); err == nil && v > 0 {
-		lk.MaxTTL = time.Duration(v) * time.Millisecond
-	}
-	return lk, nil
+	return lk, lk.readHorizon(res[0], res[1])
 }
 
 // lookMaster reads one master's identity, which armed copies it has and

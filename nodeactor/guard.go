@@ -199,9 +199,15 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	for _, e := range ex[1:] {
 		lk.Missing += int(1 - e)
 	}
-	p, err := res[2].AsInt64()
+	return lk, lk.readHorizon(res[2], res[4])
+}
+
+// readHorizon reads the horizon key's PTTL and value into lk's Horizon
+// (-1 when the key has none) and MaxTTL.
+func (lk *Look) readHorizon(pttl, value rueidis.RedisResult) error {
+	p, err := pttl.AsInt64()
 	if err != nil {
-		return lk, err
+		return err
 	}
 	lk.Horizon = time.Duration(p) * time.Millisecond
 	if p < 0 {
@@ -209,10 +215,10 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	}
 	// the horizon key's value: the largest MaxTTL (ms) of the processes
 	// that raised it ("1" from a version before it carried one)
-	if v, err := res[4].AsInt64(); err == nil && v > 0 {
+	if v, err := value.AsInt64(); err == nil && v > 0 {
 		lk.MaxTTL = time.Duration(v) * time.Millisecond
 	}
-	return lk, nil
+	return nil
 }
 
 // Arm loads every armed script (and its plain copy) in one pipeline that first reads the
