@@ -269,23 +269,8 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 	}
 	cmds = append(cmds, mc.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build(),
 		mc.B().Eval().Script(armSetCluster).Numkeys(1).Key(sm.armKey[addr]).Arg(sm.armValue(addr, want), want).Build())
-	res := mc.DoMulti(ctx, cmds...)
-	info, err := res[0].ToString()
-	if err != nil {
+	if err := armed(ctx, mc, mc.DoMulti(ctx, cmds...), want, addr); err != nil {
 		return err
-	}
-	if infoField(info, "run_id") == "" {
-		return errors.New("redlock: guard arm: no run_id in the INFO reply")
-	}
-	set, serr := res[len(res)-1].AsInt64()
-	if got := identity(info); got != want || (serr == nil && set != 1) {
-		_ = mc.Do(ctx, mc.B().ScriptFlush().Build()).Error()
-		return fmt.Errorf("%w: evaluated %s, found %s on %s", ErrIdentityChanged, want, got, addr)
-	}
-	for _, r := range res[1:] {
-		if err := r.Error(); err != nil {
-			return err
-		}
 	}
 	a.setMasterArmed(addr, want)
 	return nil

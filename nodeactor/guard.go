@@ -248,7 +248,18 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 	}
 	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(1).Key(a.armKey()).Arg(want).Build())
-	res := cl.DoMulti(ctx, cmds...)
+	if err := armed(ctx, cl, cl.DoMulti(ctx, cmds...), want, ""); err != nil {
+		return err
+	}
+	a.armedAs.Store(&want)
+	return nil
+}
+
+// armed checks an arming pipeline's replies on c: the first is the INFO
+// read before the loads, the last the arm key's EVAL. Under another
+// identity than want it flushes c's scripts and returns
+// ErrIdentityChanged; where names a cluster master ("" otherwise).
+func armed(ctx context.Context, c rueidis.Client, res []rueidis.RedisResult, want, where string) error {
 	info, err := res[0].ToString()
 	if err != nil {
 		return err
@@ -258,7 +269,10 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 	}
 	set, serr := res[len(res)-1].AsInt64()
 	if got := identity(info); got != want || (serr == nil && set != 1) {
-		_ = cl.Do(ctx, cl.B().ScriptFlush().Build()).Error()
+		_ = c.Do(ctx, c.B().ScriptFlush().Build()).Error()
+		if where != "" {
+			got += " on " + where
+		}
 		return fmt.Errorf("%w: evaluated %s, found %s", ErrIdentityChanged, want, got)
 	}
 	for _, r := range res[1:] {
@@ -266,7 +280,6 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 			return err
 		}
 	}
-	a.armedAs.Store(&want)
 	return nil
 }
 
