@@ -129,7 +129,10 @@ type Actor struct {
 	// under armMu (setMasterArmed). noneArmed: identity "" (unarmed).
 	masterArms atomic.Pointer[map[string]*armedSet]
 	armMu      sync.Mutex
-	noneArmed  atomic.Pointer[armedSet]
+	// looked is, per master, the slot digest its last look read under
+	// (under armMu): Arm refuses a master whose slots changed since.
+	looked    map[string]string
+	noneArmed atomic.Pointer[armedSet]
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

@@ -184,6 +184,12 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	if !ok {
 		return Look{}, fmt.Errorf("cluster master %s not known to the client yet", addr)
 	}
+	a.armMu.Lock()
+	if a.looked == nil {
+		a.looked = map[string]string{}
+	}
+	a.looked[addr] = sm.digest[addr]
+	a.armMu.Unlock()
 	ss := registered()
 	shas := func(id string) []string {
 		out := []string{marker.armedFor(a.opt.Guard, "", false).SHA}
@@ -256,6 +262,14 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 	sm := a.slots.Load()
 	if sm == nil || sm.armKey[addr] == "" {
 		return fmt.Errorf("redlock: guard arm: %s owns no slot in the slot map", addr)
+	}
+	a.armMu.Lock()
+	looked, ok := a.looked[addr]
+	a.armMu.Unlock()
+	if !ok || looked != sm.digest[addr] {
+		// a slot reached or left it since the look that decided this
+		// arming: that look did not see what the slot brings
+		return fmt.Errorf("%w: the slots of %s changed since its look", ErrIdentityChanged, addr)
 	}
 	mc, ok := cl.Nodes()[addr]
 	if !ok {

@@ -164,3 +164,62 @@ func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
 		t.Fatalf("armed call after arming again: %v", call())
 	}
 }
+
+// A slot that reaches a master between the look that decided its arming
+// and the arming is refused: Arm writes no arm key whose digest covers a
+// slot its look did not see (docs/lock.md, the per-master guard's message
+// table). Found by an adversarial review: Arm read the slot map again
+// and wrote the new map's digest, so the slot counted at once.
+func TestClusterArmRefusesSlotsThatArrivedSinceItsLook(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	ctx := context.Background()
+	for _, ml := range lookNow(t, a).Masters {
+		if err := a.Arm(ctx, ml.Master, ml.Identity); err != nil {
+			t.Fatalf("Arm %s: %v", ml.Master, err)
+		}
+	}
+	m := cl.Masters[0]
+	var name string
+	for i := 0; ; i++ {
+		name = fmt.Sprintf("arrive%d", i)
+		if cl.MasterFor("{"+name+"}") != m {
+			break
+		}
+	}
+	ret := nodeactor.NewScript("guard-cluster-arrive", "return 1")
+	call := func() error {
+		return a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: ret, Keys: []string{"redlock:{" + name + "}:lock"}, Armed: true}).Err
+	}
+	if _, err := m.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	var mid string
+	for _, ml := range lookNow(t, a).Masters {
+		if ml.Master == m.Addr() {
+			if ml.Marked {
+				t.Fatal("m reads armed after FLUSHALL")
+			}
+			mid = ml.Identity
+		}
+	}
+	// between that look and the arming, the (empty) slot of name reaches m
+	id, err := m.Do("CLUSTER", "MYID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := strconv.Itoa(int(nodeactor.Slot(name)))
+	for _, x := range cl.Masters {
+		if _, err := x.Do("CLUSTER", "SETSLOT", slot, "NODE", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(7 * time.Second) // the actor reads the slot map every 5 s
+	if err := a.Arm(ctx, m.Addr(), mid); !errors.Is(err, nodeactor.ErrIdentityChanged) {
+		t.Errorf("Arm after a slot arrived since its look: %v, want ErrIdentityChanged", err)
+	}
+	if err := call(); !errors.Is(err, nodeactor.ErrNodeGuarded) {
+		t.Errorf("an armed call on the slot that arrived: %v, want ErrNodeGuarded", err)
+	}
+}
