@@ -242,17 +242,37 @@ func (s *SentinelSet) Failover() *Server {
 	return s.WaitSwitch(old)
 }
 
+// splitElectionWait is how long WaitSwitch waits before it forces the
+// failover: the sentinels' election of a leader can split (each votes for
+// itself), and a failed one ends after 10 s and is retried only after twice
+// failover-timeout (120 s here).
+const splitElectionWait = 6 * time.Second
+
 // WaitSwitch waits until every sentinel names a master other than old and
-// that server reports role:master, and returns it.
+// that server reports role:master, and returns it. Past splitElectionWait
+// while every sentinel still names old, it sends SENTINEL FAILOVER to the
+// sentinels in turn, once a second, until one takes it (refused with
+// INPROG while an election runs).
 func (s *SentinelSet) WaitSwitch(old *Server) *Server {
 	s.t.Helper()
-	deadline := time.Now().Add(sentinelTimeout)
-	for {
-		next, ok := s.agreedMaster()
-		if ok && next != old {
-			if info, err := next.Do("INFO", "replication"); err == nil && infoField(info, "role") == "master" {
-				return next
+	start := time.Now()
+	deadline := start.Add(sentinelTimeout)
+	forced, next := false, time.Time{}
+	for i := 0; ; i++ {
+		cur, ok := s.agreedMaster()
+		if ok && cur != old {
+			if info, err := cur.Do("INFO", "replication"); err == nil && infoField(info, "role") == "master" {
+				return cur
 			}
+		}
+		if !forced && ok && cur == old && time.Since(start) > splitElectionWait && time.Now().After(next) {
+			sv := s.Sentinels[i%len(s.Sentinels)]
+			if _, err := sv.Do("SENTINEL", "FAILOVER", s.Name); err == nil {
+				forced = true
+				s.t.Logf("sentinel set %s: no switch after %v (a split election?): SENTINEL FAILOVER on %s",
+					s.Name, time.Since(start).Round(time.Millisecond), sv.Addr())
+			}
+			next = time.Now().Add(time.Second)
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("sentinel set %s: no switch away from %s within %v", s.Name, old.Addr(), sentinelTimeout)
