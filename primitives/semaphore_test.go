@@ -518,11 +518,16 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 	w := mustSem(t, cw, "deadwaiter", 1, primitives.WithTTL(ttl))
 	wdone := make(chan error, 1)
 	go func() { _, err := w.Acquire(ctx); wdone <- err }()
+	// queued on every node: its enqueue can reach node 0 before the others
 	if !testutil.Eventually(5*time.Second, func() bool {
-		n, _ := srv[0].Do("ZCARD", "redlock:{deadwaiter}:sq")
-		return n == "1"
+		for _, s := range srv {
+			if n, _ := s.Do("ZCARD", "redlock:{deadwaiter}:sq"); n != "1" {
+				return false
+			}
+		}
+		return true
 	}) {
-		t.Fatal("W never queued")
+		t.Fatal("W never queued on every node")
 	}
 	for _, p := range px {
 		p.SetFault(testutil.DropRequests)
