@@ -246,7 +246,7 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 // and records the confirmed horizons.
 func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 	if !g.anyGuarded() {
-		return // miniredis, a cluster: no node to guard, no key to leave
+		return // no guarded node (miniredis, no INFO): no key to leave
 	}
 	px := ttl + guardMargin
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
@@ -284,7 +284,7 @@ func (g *guard) anyGuarded() bool {
 }
 
 // tick raises the horizon everywhere and, meanwhile, looks at every node,
-// decides and arms. A node the guard does not apply to (a cluster, a
+// decides and arms. A node the guard does not apply to (miniredis, a
 // server without INFO) gives its horizon by a plain PTTL read. The first
 // tick (New's) raises only after its looks: they must not see its raise,
 // or a fresh deployment would not look fresh.
