@@ -74,9 +74,11 @@ const (
 // answering it returns LeaderUnknown and an error wrapping
 // ErrQuorumUnavailable. So does a split: no holder on a quorum, but too
 // few free nodes to say nobody holds it (a handoff half done). Fence is
-// the highest fence counter among the holder's nodes. After a node
-// restarted empty it can be above the lease's own Fence; the lease's is
-// the one to guard writes with.
+// the highest fence counter among the holder's nodes. A read that
+// overlaps the holder's acquire can see it below the lease's Fence: the
+// node with the highest counter has not granted yet. After a node
+// restarted empty it can be above the lease's. The lease's is the one to
+// guard writes with.
 func (l *Lock) Observe(ctx context.Context) (Leadership, error) {
 	o := l.observe(ctx, 0)
 	return o.lead, o.err
@@ -212,6 +214,8 @@ func tailHolder(v string) HolderInfo {
 // events do). Otherwise it reads only as a slow safety re-check. The
 // state keeps its Since while it stays the same. A Leading's Fence is
 // never below one reported before, even when the nodes' counters are.
+// Every grant makes it read again, so it reports a holder's lease Fence
+// (or a node's higher counter) once the holder's grants are in.
 func (l *Lock) Watch(ctx context.Context, fn func(Leadership)) error {
 	if ctx == nil {
 		return engine.NilCtx("Watch")
