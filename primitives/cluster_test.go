@@ -38,6 +38,7 @@ func spreadNames(t *testing.T, cl *testutil.Cluster, prefix string, n int) []str
 // router receives is one of our releases' SPUBLISH, and each wake-up below
 // must come with one.
 func TestClusterEveryPrimitive(t *testing.T) {
+	t.Parallel()
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) {
 		cfg.DefaultTTL = 20 * time.Second
@@ -158,6 +159,7 @@ func TestClusterEveryPrimitive(t *testing.T) {
 // them slot group by slot group: all or nothing, excluding Locks on its
 // names, with one fence above every name's counter written to each.
 func TestClusterMultiLockAcrossSlots(t *testing.T) {
+	t.Parallel()
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) { cfg.DefaultTTL = 10 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -242,6 +244,7 @@ func TestClusterMultiLockAcrossSlots(t *testing.T) {
 // Overlapping sets on a cluster, requested in opposite orders by clients
 // with their own Coordinators, never deadlock and never overlap.
 func TestClusterMultiLockContention(t *testing.T) {
+	t.Parallel()
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	oppositeOrders(t, []string{cl.URL()}, spreadNames(t, cl, "x", 3))
 }
@@ -477,6 +480,7 @@ func mustWait(t *testing.T, d time.Duration, what string, cond func() bool) {
 // held out until A's lease expired, and afterwards it counts again: B's
 // grant is written there.
 func TestClusterShardLossyFailover(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode   coordinator.GuardMode
 		double bool

@@ -473,6 +473,7 @@ func TestFairLockFIFO(t *testing.T) {
 // the waiter timeout; then the others proceed in order. Meanwhile a
 // TryAcquire fails (others are queued) and leaves no entry.
 func TestFairLockDeadHeadEvicted(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)

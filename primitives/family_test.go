@@ -364,6 +364,7 @@ func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
 // there) fails and releases; once the nodes caught up, no reader entry and
 // no writer key of the lease may exist anywhere (#13 item 6).
 func TestDowngradeFailureLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	px := make([]*testutil.Proxy, 3)

@@ -414,6 +414,7 @@ func TestGuardCoversMinHoldTail(t *testing.T) {
 // 3 s, and C, a new process that reaches every node, adopts that arming
 // and takes {0, 2} while L is valid.
 func TestGuardMaxTTLDiffersBetweenProcesses(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	pl := testutil.NewProxy(t, srv[2].Addr())
 	ps := testutil.NewProxy(t, srv[2].Addr())

@@ -574,6 +574,7 @@ func TestLockFaultStaleReleaseKeepsNextHolder(t *testing.T) {
 // ---------------------------------------------------------------- 7. S2 fencing
 
 func TestLockFaultFenceMonotonicAcrossEmptyRestarts(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv))
@@ -668,6 +669,7 @@ func TestDemoLockStateLossDoubleGrant(t *testing.T) {
 // ---------------------------------------------------------------- 9. ctx cancel while waiting
 
 func TestLockFaultCancelWaiterLeavesQueue(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)

@@ -134,10 +134,18 @@ for entry in "redis8" "valkey9 REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE
   read -r name extra <<<"$entry"
   run=()
   skip=$matrix_skip
-  if [ "$name" = redisnext ]; then
+  case $name in
+  redisnext)
     run=(-run "$next_run")
     skip="$matrix_skip|$next_skip"
-  fi
+    ;;
+  redis8)
+    # Redis 8.0 runs everything but the Lock's client-logic fault tests and
+    # the Semaphore's property test (about 3 minutes): they run on Redis
+    # 7.0 and on Valkey 9, a server of its own lineage.
+    skip="$matrix_skip|$next_skip"
+    ;;
+  esac
   start=$SECONDS
   echo "test.sh: matrix: $("$bin/$name-server" --version | cut -d' ' -f1-3)"
   if ! env REDLOCK_REDIS_SERVER="$PWD/$bin/$name-server" REDLOCK_REDIS_CLI="$PWD/$bin/$name-cli" $extra \
