@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -97,11 +96,10 @@ func TestClusterArmPerMaster(t *testing.T) {
 	}
 }
 
-// A slot moved to another armed master (an empty slot reassigned, as an
-// interrupted migration may leave it) changes both masters' slot digests:
-// an armed call on that slot is refused until a guard armed the gaining
-// master again, with its new slots (docs/lock.md, "Why it is safe", the
-// last case).
+// A slot moved to another armed master, with its keys, brings its marker,
+// which names its old master (or the look that saw it migrating deleted
+// it): an armed call on that slot is refused until a guard armed the
+// slot on its new master (docs/lock.md, "Why it is safe").
 func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
@@ -133,16 +131,9 @@ func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
 			break
 		}
 	}
-	id, err := to.Do("CLUSTER", "MYID")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := strconv.Itoa(int(nodeactor.Slot(name)))
-	for _, m := range append([]*testutil.Server{to}, cl.Masters...) {
-		if _, err := m.Do("CLUSTER", "SETSLOT", slot, "NODE", id); err != nil {
-			t.Fatalf("SETSLOT on %s: %v", m.Addr(), err)
-		}
-	}
+	// with its keys (its marker among them), as a resharding does: a
+	// master refuses to give away a slot that still has keys
+	cl.MoveSlot(int(nodeactor.Slot(name)), to)
 	// the actor reads the slot map every few seconds
 	if !testutil.Eventually(15*time.Second, func() bool {
 		for _, ml := range look().Masters {
@@ -204,17 +195,8 @@ func TestClusterArmRefusesSlotsThatArrivedSinceItsLook(t *testing.T) {
 			mid = ml.Identity
 		}
 	}
-	// between that look and the arming, the (empty) slot of name reaches m
-	id, err := m.Do("CLUSTER", "MYID")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := strconv.Itoa(int(nodeactor.Slot(name)))
-	for _, x := range cl.Masters {
-		if _, err := x.Do("CLUSTER", "SETSLOT", slot, "NODE", id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// between that look and the arming, the slot of name reaches m
+	cl.MoveSlot(int(nodeactor.Slot(name)), m)
 	time.Sleep(7 * time.Second) // the actor reads the slot map every 5 s
 	if err := a.Arm(ctx, m.Addr(), mid); !errors.Is(err, nodeactor.ErrIdentityChanged) {
 		t.Errorf("Arm after a slot arrived since its look: %v, want ErrIdentityChanged", err)
