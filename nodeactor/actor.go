@@ -138,6 +138,8 @@ type Actor struct {
 	suspects  map[uint16]bool
 	pend      map[string]*pending
 	noneArmed atomic.Pointer[armedSet]
+	// nodesRefused warns once that CLUSTER NODES is refused (lookMaster).
+	nodesRefused sync.Once
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

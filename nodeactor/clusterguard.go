@@ -221,7 +221,15 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 		return ml, err
 	}
 	nodes, err := res[2].ToString()
-	if err != nil {
+	if _, answered := rueidis.IsRedisErr(err); answered {
+		// CLUSTER NODES refused (an ACL without +cluster|nodes): the look
+		// cannot see migrations, the rest of the guard holds
+		a.nodesRefused.Do(func() {
+			a.opt.Logger.Warn("redlock: node guard: CLUSTER NODES refused, an aborted migration goes unseen (grant +cluster|nodes, docs/operations.md)",
+				"node", a.opt.Addr, "err", err)
+		})
+		nodes = ""
+	} else if err != nil {
 		return ml, err
 	}
 	bad, err := readBad(res[3], checked)
