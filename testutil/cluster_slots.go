@@ -96,6 +96,30 @@ func (c *Cluster) MoveSlot(slot int, to *Server) {
 	}
 }
 
+// GiveSlot gives slot to to without migrating its keys: CLUSTER SETSLOT
+// NODE on to alone, then CLUSTER BUMPEPOCH there, so its claim wins by
+// gossip. The old owner then deletes its keys in the slot (Redis drops a
+// master's keys in a slot it lost), which GiveSlot waits for, as for
+// every master that answers to name to as the owner.
+func (c *Cluster) GiveSlot(slot int, to *Server) {
+	c.t.Helper()
+	from := c.Owner(slot)
+	if from == to {
+		return
+	}
+	c.setSlot(to, strconv.Itoa(slot), "NODE", c.NodeID(to))
+	if _, err := to.Do("CLUSTER", "BUMPEPOCH"); err != nil {
+		c.t.Fatalf("CLUSTER BUMPEPOCH on %s: %v", to.Addr(), err)
+	}
+	deadline := time.Now().Add(clusterTimeout)
+	for c.Owner(slot) != to || !c.agree(slot, to) || len(c.KeysInSlot(from, slot)) > 0 {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("GiveSlot: slot %d not given to %s everywhere within %v", slot, to.Addr(), clusterTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Owner returns the master that says it owns slot (nil if none does).
 func (c *Cluster) Owner(slot int) *Server {
 	c.t.Helper()
