@@ -131,8 +131,15 @@ type Actor struct {
 	armMu      sync.Mutex
 	// looked is, per master, the slot digest its last look read under
 	// (under armMu): Arm refuses a master whose slots changed since.
-	looked    map[string]string
+	looked map[string]string
+	// suspects are the slots whose markers the next looks check (a
+	// refused call's, a slot that changed owner or is migrating), and
+	// pend each master's pending set (clusterslots.go); under armMu.
+	suspects  map[uint16]bool
+	pend      map[string]*pending
 	noneArmed atomic.Pointer[armedSet]
+	// nodesRefused warns once that CLUSTER NODES is refused (lookMaster).
+	nodesRefused sync.Once
 
 	subMu    sync.Mutex
 	subWant  map[string]int  // channel -> refcount

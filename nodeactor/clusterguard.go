@@ -16,24 +16,24 @@ import (
 
 // The per-master node guard of a Redis Cluster node (docs/lock.md, "Redis
 // Cluster nodes: the per-master guard"). Each master is looked at and
-// armed through its own connection, under an arm key in the lowest slot
-// it owns, whose value is its identity and a digest of its slots. An
-// armed call sends the copies of the identity found armed on the master
-// that owns the call's slot, with that master's arm key and the value
-// expected there as its last two arguments.
+// armed through its own connection; each slot holds its own arm marker,
+// the identity of the master that armed it (clusterslots.go). An armed
+// call sends the copies of the identity found armed on the master that
+// owns the call's slot, with that slot's marker and that identity as its
+// last two arguments.
 
 // slotMap is a cluster node's slot owners as the keeper last read them,
 // with the per-master guard's names derived from them. Immutable once
 // stored in Actor.slots.
 type slotMap struct {
 	owner  []string          // slot -> master address ("" = unknown)
-	armKey map[string]string // master -> its arm key (in the lowest slot it owns)
+	lowest map[string]uint16 // master -> the lowest slot it owns (every look checks its marker)
 	digest map[string]string // master -> a digest of the slot ranges it owns
 }
 
-// newSlotMap derives the arm keys and slot digests of owner's masters.
-func newSlotMap(prefix string, owner []string) *slotMap {
-	m := &slotMap{owner: owner, armKey: map[string]string{}, digest: map[string]string{}}
+// newSlotMap derives the lowest slots and slot digests of owner's masters.
+func newSlotMap(owner []string) *slotMap {
+	m := &slotMap{owner: owner, lowest: map[string]uint16{}, digest: map[string]string{}}
 	ranges := map[string]*strings.Builder{}
 	for s := 0; s < len(owner); {
 		addr, e := owner[s], s
@@ -45,7 +45,7 @@ func newSlotMap(prefix string, owner []string) *slotMap {
 			if b == nil {
 				b = &strings.Builder{}
 				ranges[addr] = b
-				m.armKey[addr] = prefix + "{" + SlotTag(uint16(s)) + "}:armed"
+				m.lowest[addr] = uint16(s)
 			}
 			fmt.Fprintf(b, "%d-%d,", s, e)
 		}
@@ -59,31 +59,35 @@ func newSlotMap(prefix string, owner []string) *slotMap {
 }
 
 // storeSlots publishes the keeper's slot map to the lanes and the guard.
+// The slots that changed owner become suspect: their new master's next
+// look checks their markers.
 func (a *Actor) storeSlots(owner []string) {
-	if owner != nil {
-		a.slots.Store(newSlotMap(a.opt.Guard, owner))
+	if owner == nil {
+		return
+	}
+	if old := a.slots.Swap(newSlotMap(owner)); old != nil {
+		if moved := movedSlots(old.owner, owner); len(moved) > 0 {
+			a.suspect(moved...)
+		}
 	}
 }
 
-// armValue is what master addr's arm key holds once armed under id.
-func (m *slotMap) armValue(addr, id string) string { return id + "#" + m.digest[addr] }
-
 // clusterArmed returns the armed copy of s for the master that owns the
-// call's slot, and args with that master's arm key and expected value
-// appended (clusterPrelude). A master the guard has not found armed gets
-// the copies of identity "", which no guard loads: NOSCRIPT.
+// call's slot, and args with that slot's marker and the identity expected
+// there appended (clusterPrelude). A master the guard has not found armed
+// gets the copies of identity "", which no guard loads: NOSCRIPT.
 func (a *Actor) clusterArmed(s *Script, keys, args []string) (*Script, []string) {
 	slot := uint16(0)
 	if len(keys) > 0 {
 		slot = Slot(keys[0])
 	}
-	key, want := a.opt.Guard+"{"+SlotTag(slot)+"}:armed", ""
+	key, want := markerKey(a.opt.Guard, slot), ""
 	var set *armedSet
 	if sm := a.slots.Load(); sm != nil {
 		addr := sm.owner[slot]
 		if arms := a.masterArms.Load(); arms != nil && addr != "" {
 			if set = (*arms)[addr]; set != nil {
-				key, want = sm.armKey[addr], sm.armValue(addr, set.identity)
+				want = set.identity
 			}
 		}
 	}
@@ -114,7 +118,9 @@ func (a *Actor) setMasterArmed(addr, identity string) {
 	next := map[string]*armedSet{}
 	if old := a.masterArms.Load(); old != nil {
 		for k, v := range *old {
-			if sm == nil || sm.armKey[k] != "" {
+			if sm == nil {
+				next[k] = v
+			} else if _, in := sm.lowest[k]; in {
 				next[k] = v
 			}
 		}
@@ -142,12 +148,12 @@ func (a *Actor) masterArmed(addr string) string {
 // master whose look failed is listed with Identity "".
 func (a *Actor) lookCluster(ctx context.Context, cl rueidis.Client, horizonKey string) (Look, error) {
 	sm := a.slots.Load()
-	if sm == nil || len(sm.armKey) == 0 {
+	if sm == nil || len(sm.lowest) == 0 {
 		return Look{}, errors.New("redlock: guard look: the cluster's slot map is not known yet")
 	}
 	lk := Look{Sent: time.Now()}
-	masters := make([]string, 0, len(sm.armKey))
-	for addr := range sm.armKey {
+	masters := make([]string, 0, len(sm.lowest))
+	for addr := range sm.lowest {
 		masters = append(masters, addr)
 	}
 	slices.Sort(masters)
@@ -176,9 +182,12 @@ func (a *Actor) lookCluster(ctx context.Context, cl rueidis.Client, horizonKey s
 	return lk, lk.readHorizon(res[0], res[1])
 }
 
-// lookMaster reads one master's identity, which armed copies it has and
-// its arm key, in one pipeline on its own connection. If its identity is
-// not the one guessed, it asks again for that identity's copies.
+// lookMaster reads one master's identity, which armed copies it has, its
+// open migrations and the markers of its lowest and suspect slots, in one
+// pipeline on its own connection. If its identity is not the one guessed,
+// it asks again for that identity's copies. When anything is off it
+// checks the marker of every slot the master owns: its unarmed set, from
+// which the pending set is kept (keepPending).
 func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, addr string) (Look, error) {
 	mc, ok := cl.Nodes()[addr]
 	if !ok {
@@ -199,9 +208,10 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 		return out
 	}
 	guess := a.masterArmed(addr)
+	checked := append([]uint16{sm.lowest[addr]}, a.suspectsOf(sm, addr)...)
 	info := mc.B().Info().Section("server", "replication").Build()
 	res := mc.DoMulti(ctx, info, mc.B().ScriptExists().Sha1(shas(guess)...).Build(),
-		mc.B().Get().Key(sm.armKey[addr]).Build())
+		mc.B().ClusterNodes().Build(), a.checkCmd(mc, checked))
 	ml := Look{Sent: time.Now()}
 	if err := ml.readInfo(res[0]); err != nil {
 		return ml, err
@@ -210,11 +220,28 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	if err != nil {
 		return ml, err
 	}
-	switch v, err := res[2].ToString(); {
-	case err == nil:
-		ml.ArmedAs = v
-	case !rueidis.IsRedisNil(err):
+	nodes, err := res[2].ToString()
+	if _, answered := rueidis.IsRedisErr(err); answered {
+		// CLUSTER NODES refused (an ACL without +cluster|nodes): the look
+		// cannot see migrations, the rest of the guard holds
+		a.nodesRefused.Do(func() {
+			a.opt.Logger.Warn("redlock: node guard: CLUSTER NODES refused, an aborted migration goes unseen (grant +cluster|nodes, docs/operations.md)",
+				"node", a.opt.Addr, "err", err)
+		})
+		nodes = ""
+	} else if err != nil {
 		return ml, err
+	}
+	bad, err := readBad(res[3], checked)
+	if err != nil {
+		return ml, err
+	}
+	// A migration open on this master: its slot's marker is deleted (an
+	// abort would leave a marker beside a key that moved away).
+	migrating, importing := openSlots(nodes)
+	a.poison(ctx, cl, append(migrating, importing...))
+	for _, s := range migrating {
+		bad[s] = true
 	}
 	if ml.Identity != guess {
 		res := mc.DoMulti(ctx, mc.B().Info().Section("server", "replication").Build(),
@@ -230,15 +257,29 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 			return ml, err
 		}
 	}
-	ml.Recv = time.Now()
 	if len(ex) != len(ss)+1 {
 		return ml, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(ss)+1)
 	}
 	for _, e := range ex[1:] {
 		ml.Missing += int(1 - e)
 	}
-	// armed under its present identity and present slots
-	ml.Marked = ex[0] == 1 && ml.ArmedAs == sm.armValue(addr, ml.Identity)
+	if len(bad) > 0 || ex[0] != 1 || ml.Missing > 0 || guess != ml.Identity {
+		// something is off: every slot's marker, for the pending set
+		var all []uint16
+		for s, o := range sm.owner {
+			if o == addr {
+				all = append(all, uint16(s))
+			}
+		}
+		if bad, err = a.checkSlots(ctx, mc, all); err != nil {
+			return ml, err
+		}
+	}
+	ml.Recv = time.Now()
+	a.cleared(checked, bad)
+	// armed under its present identity, in every slot it owns
+	ml.Marked = ex[0] == 1 && len(bad) == 0
+	a.keepPending(addr, ml.Identity, ml.Marked, bad)
 	if ml.Marked && (guess == "" || guess == ml.Identity) {
 		// as Look: another identity is adopted by the engine (Adopt)
 		a.setMasterArmed(addr, ml.Identity)
@@ -246,21 +287,15 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	return ml, nil
 }
 
-// armSetCluster is armSet for a cluster master: it sets the arm key to
-// ARGV[1] (the identity and slot digest) only if ARGV[2] is the master's
-// identity now.
-const armSetCluster = `local s = redis.call('INFO', 'server')
-local r = redis.call('INFO', 'replication')
-local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
-if id ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1`
-
 // armMaster is Arm on one master of a cluster node, through its own
-// connection, with the arm key and slot digest of the present slot map.
+// connection: it loads the copies and writes the markers of its pending
+// set (none when the look found it armed: a new script only).
 func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want string) error {
 	sm := a.slots.Load()
-	if sm == nil || sm.armKey[addr] == "" {
+	if sm == nil {
+		return fmt.Errorf("redlock: guard arm: the cluster's slot map is not known yet")
+	}
+	if _, in := sm.lowest[addr]; !in {
 		return fmt.Errorf("redlock: guard arm: %s owns no slot in the slot map", addr)
 	}
 	a.armMu.Lock()
@@ -281,11 +316,12 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 		cmds = append(cmds, mc.B().ScriptLoad().Script(s.sharded.armedFor(a.opt.Guard, want, true).Body).Build(),
 			mc.B().ScriptLoad().Script(s.sharded.Body).Build())
 	}
-	cmds = append(cmds, mc.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build(),
-		mc.B().Eval().Script(armSetCluster).Numkeys(1).Key(sm.armKey[addr]).Arg(sm.armValue(addr, want), want).Build())
+	cmds = append(cmds, mc.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
+	cmds = append(cmds, a.armCmds(mc, addr, want)...)
 	if err := armed(ctx, mc, mc.DoMulti(ctx, cmds...), want, addr); err != nil {
 		return err
 	}
+	a.keepPending(addr, want, true, nil)
 	a.setMasterArmed(addr, want)
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -97,11 +96,10 @@ func TestClusterArmPerMaster(t *testing.T) {
 	}
 }
 
-// A slot moved to another armed master (an empty slot reassigned, as an
-// interrupted migration may leave it) changes both masters' slot digests:
-// an armed call on that slot is refused until a guard armed the gaining
-// master again, with its new slots (docs/lock.md, "Why it is safe", the
-// last case).
+// A slot moved to another armed master, with its keys, brings its marker,
+// which names its old master (or the look that saw it migrating deleted
+// it): an armed call on that slot is refused until a guard armed the
+// slot on its new master (docs/lock.md, "Why it is safe").
 func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
@@ -133,16 +131,9 @@ func TestClusterSlotMovedRefusesUntilArmedAgain(t *testing.T) {
 			break
 		}
 	}
-	id, err := to.Do("CLUSTER", "MYID")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := strconv.Itoa(int(nodeactor.Slot(name)))
-	for _, m := range append([]*testutil.Server{to}, cl.Masters...) {
-		if _, err := m.Do("CLUSTER", "SETSLOT", slot, "NODE", id); err != nil {
-			t.Fatalf("SETSLOT on %s: %v", m.Addr(), err)
-		}
-	}
+	// with its keys (its marker among them), as a resharding does: a
+	// master refuses to give away a slot that still has keys
+	cl.MoveSlot(int(nodeactor.Slot(name)), to)
 	// the actor reads the slot map every few seconds
 	if !testutil.Eventually(15*time.Second, func() bool {
 		for _, ml := range look().Masters {
@@ -204,22 +195,87 @@ func TestClusterArmRefusesSlotsThatArrivedSinceItsLook(t *testing.T) {
 			mid = ml.Identity
 		}
 	}
-	// between that look and the arming, the (empty) slot of name reaches m
-	id, err := m.Do("CLUSTER", "MYID")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := strconv.Itoa(int(nodeactor.Slot(name)))
-	for _, x := range cl.Masters {
-		if _, err := x.Do("CLUSTER", "SETSLOT", slot, "NODE", id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// between that look and the arming, the slot of name reaches m
+	cl.MoveSlot(int(nodeactor.Slot(name)), m)
 	time.Sleep(7 * time.Second) // the actor reads the slot map every 5 s
 	if err := a.Arm(ctx, m.Addr(), mid); !errors.Is(err, nodeactor.ErrIdentityChanged) {
 		t.Errorf("Arm after a slot arrived since its look: %v, want ErrIdentityChanged", err)
 	}
 	if err := call(); !errors.Is(err, nodeactor.ErrNodeGuarded) {
 		t.Errorf("an armed call on the slot that arrived: %v, want ErrNodeGuarded", err)
+	}
+}
+
+// A look that sees a slot migrating deletes its marker (docs/lock.md,
+// "The look"): after the migration is aborted the slot stays refused on
+// its master, whose other slots keep running, until an arming from a later
+// look writes the marker again. Without it an abort after a key moved
+// left a lease's key stranded on the target and the slot armed (B2).
+func TestClusterLookDeletesAMigratingSlotsMarker(t *testing.T) {
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	a := startCluster(t, cl, func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	ctx := context.Background()
+	armAll := func() {
+		t.Helper()
+		for _, ml := range lookNow(t, a).Masters {
+			if err := a.Arm(ctx, ml.Master, ml.Identity); err != nil {
+				t.Fatalf("Arm %s: %v", ml.Master, err)
+			}
+		}
+	}
+	ret := nodeactor.NewScript("guard-cluster-migrating", "return 1")
+	armAll()
+	const name = "migrating"
+	m := cl.MasterFor("{" + name + "}")
+	var other string // a name of another slot on m
+	for i := 0; other == ""; i++ {
+		n := fmt.Sprintf("o%d", i)
+		if cl.MasterFor("{"+n+"}") == m && nodeactor.Slot(n) != nodeactor.Slot(name) {
+			other = n
+		}
+	}
+	call := func(n string) error {
+		return a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: ret, Keys: []string{"redlock:{" + n + "}:lock"}, Armed: true}).Err
+	}
+	if err := call(name); err != nil {
+		t.Fatalf("armed call before the migration: %v", err)
+	}
+	slot := int(nodeactor.Slot(name))
+	var to *testutil.Server
+	for _, x := range cl.Masters {
+		if x != m {
+			to = x
+			break
+		}
+	}
+	cl.OpenSlot(slot, m, to)
+	marked := func() bool {
+		for _, ml := range lookNow(t, a).Masters {
+			if ml.Master == m.Addr() {
+				return ml.Marked
+			}
+		}
+		return true
+	}
+	if marked() {
+		t.Error("a look of a master with a slot migrating away reads armed")
+	}
+	if n := cl.KeysInSlot(m, slot); len(n) != 0 {
+		t.Errorf("the migrating slot still holds %v on its master after a look", n)
+	}
+	cl.AbortSlot(slot, m, to)
+	if err := call(name); !errors.Is(err, nodeactor.ErrNodeGuarded) {
+		t.Fatalf("armed call on the slot after the aborted migration: %v, want ErrNodeGuarded", err)
+	}
+	if err := call(other); err != nil {
+		t.Fatalf("armed call on another slot of the same master: %v", err)
+	}
+	armAll() // a look, then an arming: the slot was unarmed at every look since
+	if err := call(name); err != nil {
+		t.Fatalf("armed call after arming again: %v", err)
+	}
+	if !marked() {
+		t.Error("the master reads unarmed after arming again")
 	}
 }

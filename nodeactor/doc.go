@@ -63,5 +63,7 @@
 //     by the lanes (armed calls) and the guard's looks.
 //   - armedAs, masterArms: written by the guard's Look, Arm and Adopt
 //     (masterArms whole, under armMu); read by the lanes.
+//   - suspects, pend, looked (the cluster guard): under armMu; a lane
+//     adds the slot of a refused armed call to suspects.
 //   - A Ticket's state: one atomic; the first of Deliver and Abandon wins.
 package nodeactor

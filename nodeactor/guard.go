@@ -21,11 +21,11 @@ type Look struct {
 	Recv     time.Time     // when its replies had all come: the node read them in between
 	Identity string        // run_id/master_replid
 	Uptime   time.Duration // since the server process started
-	Marked   bool          // the armed marker is loaded: some guard armed this process
+	Marked   bool          // the armed marker is loaded: some guard armed this process (a cluster master: and every slot's marker it checked holds its identity)
 	Missing  int           // armed scripts not loaded
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
 	MaxTTL   time.Duration // the largest MaxTTL written in the horizon key (0 if none)
-	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none)
+	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none; a cluster master: "")
 	// A cluster node's look has one look per master of its slot map (an
 	// Identity "" when it failed), each naming its Master; the horizon,
 	// MaxTTL, Sent and Recv are the node's. Nil on a single node.

@@ -210,6 +210,9 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 			rep.Msg = msg
 		case a.armed(live[i].Call) && isNoScript(err):
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, err)}
+			if a.opt.Cluster {
+				a.suspectCall(live[i].Call)
+			}
 			if a.opt.OnGuarded != nil {
 				a.opt.OnGuarded(a.opt.Index)
 			}

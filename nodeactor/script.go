@@ -93,13 +93,12 @@ const armedCheck = "do local id = ARGV[#ARGV] " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end end\n"
 
 // clusterPrelude starts every armed copy run on a Redis Cluster node
-// (docs/lock.md, "Redis Cluster nodes: the per-master guard"). The arm
-// key lives in another slot than the call's keys, so it is not declared:
-// the call passes its name and the value expected there (the identity and
-// slot digest the master was armed under) as its last two arguments. A
-// script without a shebang may read an undeclared key of any slot its
-// master serves; one its master does not serve is an error, a refusal.
-// The body sees ARGV without them (KEYS is unchanged).
+// (docs/lock.md, "Redis Cluster nodes: the per-master guard"). The call
+// passes the arm marker of its keys' slot (markerKey) and the identity
+// the slot's master was armed under as its last two arguments: the marker
+// is not declared, so the body's KEYS stay its own, and it is local
+// wherever the call's keys are (a slot migrating away without it: the
+// non-local key error, a refusal). The body sees ARGV without them.
 const clusterPrelude = clusterCheck +
 	"local ARGV = (function(a) local a2 = {} for i = 1, #a - 2 do a2[i] = a[i] end return a2 end)(ARGV)\n"
 
