@@ -118,8 +118,10 @@ func (r reshardRun) noSecondHolder(t *testing.T, since time.Time) {
 // (FLUSHALL), the emptied slot is given back. "dropped": the slot is given
 // to m' by gossip alone, and m deletes its keys in it as it loses it.
 func TestClusterSlotRoundTripKeepsNoOldArm(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"flushed", "dropped"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			r := startReshardRun(t, "round-trip", 10*time.Second)
 			to := r.other()
 			if how == "flushed" {
@@ -149,6 +151,7 @@ func TestClusterSlotRoundTripKeepsNoOldArm(t *testing.T) {
 // it aborts; a migration aborted faster than one look is not covered
 // (docs/lock.md, "What the design does not cover").
 func TestClusterAbortedMigrationStrandsNoLease(t *testing.T) {
+	t.Parallel()
 	r := startReshardRun(t, "aborted", 30*time.Second)
 	to := r.other()
 	r.cl.OpenSlot(r.slot, r.m, to)
