@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func start(t *testing.T, addr string, mut ...func(*nodeactor.Options)) *nodeactor.Actor {
+func start(t testing.TB, addr string, mut ...func(*nodeactor.Options)) *nodeactor.Actor {
 	t.Helper()
 	o := nodeactor.Options{Addr: addr, Client: rueidis.ClientOption{InitAddress: []string{addr}}, Logger: quiet}
 	for _, f := range mut {
@@ -32,7 +32,7 @@ func start(t *testing.T, addr string, mut ...func(*nodeactor.Options)) *nodeacto
 	return a
 }
 
-func ready(t *testing.T, a *nodeactor.Actor) {
+func ready(t testing.TB, a *nodeactor.Actor) {
 	t.Helper()
 	select {
 	case <-a.Ready():

@@ -27,7 +27,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 	}
 }
 
-func startCluster(t *testing.T, cl *testutil.Cluster, mut ...func(*nodeactor.Options)) *nodeactor.Actor {
+func startCluster(t testing.TB, cl *testutil.Cluster, mut ...func(*nodeactor.Options)) *nodeactor.Actor {
 	t.Helper()
 	opt, err := rueidis.ParseURL(cl.URL())
 	if err != nil {

@@ -119,7 +119,7 @@ func TestFixedScriptArmedCopyChecksTheArmKey(t *testing.T) {
 
 // lookNow is a's Look of the default prefix's horizon, retried for up to
 // 5 s while it fails (a connection still coming up).
-func lookNow(t *testing.T, a *nodeactor.Actor) nodeactor.Look {
+func lookNow(t testing.TB, a *nodeactor.Actor) nodeactor.Look {
 	t.Helper()
 	var lk nodeactor.Look
 	var err error

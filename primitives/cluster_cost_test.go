@@ -2,7 +2,7 @@ package primitives_test
 
 import (
 	"context"
-	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,14 +11,13 @@ import (
 	"github.com/redlock-go/redlock/testutil"
 )
 
-// The per-master guard's cost per armed call on a cluster node (docs/
-// lock.md, "Cost on a cluster node"): 2000 TryAcquire+Release pairs on
-// one cluster node, and the server time per EVALSHA on the name's master
-// (INFO commandstats). A measurement, not a check: REDLOCK_MEASURE=1.
-func TestClusterGuardCallCost(t *testing.T) {
-	if os.Getenv("REDLOCK_MEASURE") == "" {
-		t.Skip("a measurement: set REDLOCK_MEASURE=1")
-	}
+// The guard's cost per armed call on a cluster node (docs/lock.md, "Cost
+// on a cluster node"): TryAcquire+Release pairs on one cluster node, and
+// the server time per EVALSHA on the name's master (INFO commandstats),
+// reported as evalsha-µs.
+func BenchmarkClusterGuardCallCost(b *testing.B) {
+	t := b
+	testutil.RequireRedis(t)
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	c := newCoord(t, []string{cl.URL()})
 	ctx := context.Background()
@@ -34,9 +33,8 @@ func TestClusterGuardCallCost(t *testing.T) {
 		return true
 	})
 	admin(t, m, "CONFIG", "RESETSTAT")
-	const n = 2000
-	start := time.Now()
-	for range n {
+	b.ResetTimer()
+	for b.Loop() {
 		l, err := lk.TryAcquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -45,10 +43,16 @@ func TestClusterGuardCallCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pair := time.Since(start) / n
+	b.StopTimer()
 	for _, f := range strings.Fields(admin(t, m, "INFO", "commandstats")) {
-		if strings.HasPrefix(f, "cmdstat_evalsha:") {
-			t.Logf("%d pairs: %v per pair end to end; %s", n, pair.Round(time.Microsecond), f)
+		if v, ok := strings.CutPrefix(f, "cmdstat_evalsha:"); ok {
+			for _, kv := range strings.Split(v, ",") {
+				if us, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+					if x, err := strconv.ParseFloat(us, 64); err == nil {
+						b.ReportMetric(x, "evalsha-µs")
+					}
+				}
+			}
 		}
 	}
 }

@@ -461,7 +461,7 @@ func failover(ctx context.Context, t *testing.T, name string) failoverRun {
 	return f
 }
 
-func mustWait(t *testing.T, d time.Duration, what string, cond func() bool) {
+func mustWait(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !testutil.Eventually(d, cond) {
 		t.Fatalf("timed out after %v waiting for %s", d, what)

@@ -35,7 +35,7 @@ func lockKey(name, suffix string) string { return "redlock:{" + name + "}:" + su
 
 // admin runs an admin command on s and fails the test on an error reply.
 // Test goroutine only.
-func admin(t *testing.T, s *testutil.Server, args ...string) string {
+func admin(t testing.TB, s *testutil.Server, args ...string) string {
 	t.Helper()
 	r, err := s.Do(args...)
 	if err != nil {

@@ -244,16 +244,8 @@ func (c *Cluster) MasterFor(key string) *Server {
 			if len(f) < 8 || !strings.Contains(f[2], "myself") || !strings.Contains(f[2], "master") {
 				continue
 			}
-			for _, r := range f[8:] {
-				lo, hi, ok := strings.Cut(r, "-")
-				if !ok {
-					hi = lo
-				}
-				l, err1 := strconv.Atoi(lo)
-				h, err2 := strconv.Atoi(hi)
-				if err1 == nil && err2 == nil && slot >= l && slot <= h {
-					return s
-				}
+			if ownsSlot(f[8:], slot) {
+				return s
 			}
 		}
 	}
