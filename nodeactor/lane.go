@@ -126,9 +126,10 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	ctx := clock.start(deadline)
 	defer clock.stop()
 	caps := a.caps.Load()
-	cmds := make(rueidis.Commands, len(live))
-	for i := range live {
-		cmds[i] = a.build(cl, live[i].Call, false, caps)
+	us := a.units(live)
+	cmds := make(rueidis.Commands, len(us))
+	for i := range us {
+		cmds[i] = a.build(cl, us[i].call, false, caps)
 	}
 	start := time.Now()
 	res := cl.DoMulti(ctx, cmds...)
@@ -148,7 +149,7 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	if len(broken) > 0 {
 		again := make(rueidis.Commands, len(broken))
 		for j, i := range broken {
-			again[j] = a.build(cl, live[i].Call, false, caps)
+			again[j] = a.build(cl, us[i].call, false, caps)
 		}
 		for j, rr := range cl.DoMulti(ctx, again...) {
 			res[broken[j]] = rr
@@ -158,13 +159,13 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	// read-only script) redoes its resource's tail: see the package doc.
 	var eval []bool
 	for range 2 {
-		redo := a.fallbacks(live, res, &eval)
+		redo := a.fallbacks(live, us, res, &eval)
 		if len(redo) == 0 {
 			break
 		}
 		again := make(rueidis.Commands, len(redo))
 		for j, i := range redo {
-			again[j] = a.build(cl, live[i].Call, eval != nil && eval[i], caps)
+			again[j] = a.build(cl, us[i].call, eval != nil && eval[i], caps)
 		}
 		for j, rr := range cl.DoMulti(ctx, again...) {
 			res[redo[j]] = rr
@@ -186,7 +187,8 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	} else {
 		a.markUp(rtt)
 	}
-	for i, rr := range res {
+	for k, rr := range res {
+		i := us[k].first
 		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
 			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			// On a cluster a connection error usually means the slot's
@@ -208,13 +210,20 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 			rep.Msg = msg
 		case rueidis.IsRedisNil(err):
 			rep.Msg = msg
-		case a.armed(live[i].Call) && isNoScript(err):
+		case a.armed(us[k].call) && isNoScript(err):
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, err)}
 			if a.opt.OnGuarded != nil {
 				a.opt.OnGuarded(a.opt.Index)
 			}
 		default:
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
+		}
+		if us[k].elems != nil {
+			// a joined call: each element's request gets its own reply
+			for j, rep := range a.split(len(us[k].elems), rep) {
+				live[us[k].elems[j]].Deliver(rep)
+			}
+			continue
 		}
 		if r, ok := a.step(live[i], rep); ok {
 			next = append(next, r)
@@ -337,16 +346,17 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
-// fallbacks returns the requests of live to send again after a fallback,
-// in batch order. A script answered NOSCRIPT is marked for EVAL in eval. A
-// read-only call the server cannot run loses its ReadOnly. Either one, and
-// every later request of the same resource, is returned: those already ran
-// before it, out of the queued order.
-func (a *Actor) fallbacks(live []Request, res []rueidis.RedisResult, eval *[]bool) []int {
+// fallbacks returns the units (commands) of the batch live to send again
+// after a fallback, in batch order. A script answered NOSCRIPT is marked
+// for EVAL in eval. A read-only call the server cannot run loses its
+// ReadOnly. Either one, and every later unit that touches one of its
+// resources, is returned: those already ran before it, out of the queued
+// order.
+func (a *Actor) fallbacks(live []Request, us []unit, res []rueidis.RedisResult, eval *[]bool) []int {
 	var redo []int
 	var tail map[string]bool // resources whose later requests are redone
-	for i := range live {
-		c := &live[i].Call
+	for i := range us {
+		c := &us[i].call
 		err := res[i].Error()
 		e, isRedis := rueidis.IsRedisErr(err)
 		noScript := isRedis && e.IsNoScript() && c.Script != nil && (*eval == nil || !(*eval)[i]) && !a.armed(*c)
@@ -358,14 +368,21 @@ func (a *Actor) fallbacks(live []Request, res []rueidis.RedisResult, eval *[]boo
 				tail = map[string]bool{}
 			}
 			if *eval == nil {
-				*eval = make([]bool, len(live))
+				*eval = make([]bool, len(us))
 			}
 			(*eval)[i] = (*eval)[i] || noScript
 			c.ReadOnly = c.ReadOnly && !roRefused
-			tail[resource(*c)] = true
+			for _, r := range us[i].resources(live) {
+				tail[r] = true
+			}
 		}
-		if tail != nil && tail[resource(*c)] {
-			redo = append(redo, i)
+		if tail != nil {
+			for _, r := range us[i].resources(live) {
+				if tail[r] {
+					redo = append(redo, i)
+					break
+				}
+			}
 		}
 	}
 	return redo
