@@ -24,6 +24,10 @@ var (
 	// lockTryScript is lock.lua's acquire for an attempt that does not
 	// queue (scripts.LockTryAcquire): the uncontended path's server cost.
 	lockTryScript = nodeactor.NewFixedScript("lock.try", scripts.LockTry)
+	// lockRenewScript renews many plain Lock leases in one call: a node
+	// actor's lane joins the plain renewals of a batch into one
+	// (nodeactor.Join; docs/architecture.md, "Batched renewals").
+	lockRenewScript = nodeactor.NewScript("lock.renew", scripts.LockRenewMany)
 )
 
 // The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
@@ -239,6 +243,11 @@ func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.C
 		// a plain renewal reads and writes only the lock key (lock.lua):
 		// each key passed costs the server as much as a GET of one
 		script.Keys = l.keys[:1]
+		if !retake {
+			// the same renewal as an element of a joined call
+			script.Join = &nodeactor.Join{Script: lockRenewScript, Key: l.keys[0],
+				Args: scripts.LockRenewElem{Token: p.token, TTL: ttl}.Args()}
+		}
 	}
 	return p.high.renewCall(l.c, i, l.o.owner == "" && !retake, l.keys[0], "rl1:L:"+p.token, ttl, script)
 }
