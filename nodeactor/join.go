@@ -39,9 +39,8 @@ func (a *Actor) joinable(c *Call) bool {
 // joins the open call only if no request of its own resource outside the
 // call lies between, so one resource's requests still run in the order
 // queued; otherwise it opens a new one. A call of one element is sent as
-// its request's own Call.
-func (a *Actor) units(live []Request) []unit {
-	us := make([]unit, 0, len(live))
+// its request's own Call. It appends to us (the lane's reused slice).
+func (a *Actor) units(live []Request, us []unit) []unit {
 	open := -1                  // index in us of the joined call being filled
 	var touched map[string]bool // resources of other requests since it opened
 	for i := range live {

@@ -20,6 +20,7 @@ func (a *Actor) serve(l *fifo) {
 	var front []Request
 	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
 	var clock batchClock          // the batches' ctx, reused while no deadline hits
+	var us []unit                 // a batch's commands, reused
 	for {
 		if len(front) == 0 {
 			select {
@@ -43,7 +44,7 @@ func (a *Actor) serve(l *fifo) {
 		for i := range batch {
 			a.dequeued(&batch[i])
 		}
-		next, wait := a.exec(batch, &clock)
+		next, wait := a.exec(batch, &clock, &us)
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -88,8 +89,9 @@ func (a *Actor) fail(batch []Request, err error) {
 
 // exec sends one batch and delivers its replies. It returns the requests
 // to send first in the lane's next batch, and how long the lane must wait
-// before it (a cluster node's resend after a failover).
-func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait time.Duration) {
+// before it (a cluster node's resend after a failover). scratch is the
+// lane's, for the batch's commands (units).
+func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next []Request, wait time.Duration) {
 	cp := a.client.Load()
 	if cp == nil {
 		a.fail(batch, ErrNodeDown)
@@ -126,7 +128,13 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	ctx := clock.start(deadline)
 	defer clock.stop()
 	caps := a.caps.Load()
-	us := a.units(live)
+	us := a.units(live, (*scratch)[:0])
+	defer func() {
+		clear(us) // drop references to finished requests
+		if cap(us) <= 4*a.opt.MaxBatch {
+			*scratch = us[:0]
+		}
+	}()
 	cmds := make(rueidis.Commands, len(us))
 	for i := range us {
 		cmds[i] = a.build(cl, us[i].call, false, caps)
