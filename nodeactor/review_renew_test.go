@@ -2,7 +2,7 @@ package nodeactor_test
 
 import (
 	"context"
-		"testing"
+	"testing"
 
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/testutil"
