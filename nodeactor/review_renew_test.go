@@ -65,3 +65,51 @@ func TestReviewRenewNoscriptFallbackKeepsJoinedResourcesOrder(t *testing.T) {
 		t.Fatalf("run order %v: C1 (queued before Crel) ran again after it and its reply is the late run's", order)
 	}
 }
+
+// An urgent joinable request of a resource with a normal request queued
+// before it stays behind that request, joined or not.
+func TestReviewRenewJoinRespectsNormalBeforeUrgent(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr())
+	ready(t, a)
+	loadJoinScripts(t, s)
+	resume := blockLane(t, s, a)
+	type q struct {
+		lane nodeactor.Lane
+		call nodeactor.Call
+	}
+	reqs := []q{
+		{nodeactor.Urgent, joinable("B", "B1")},
+		{nodeactor.Normal, nodeactor.Call{Script: logged, Keys: []string{"{A}:k"}, Args: []string{"Aacq"}}},
+		{nodeactor.Urgent, joinable("A", "A1")},
+		{nodeactor.Urgent, joinable("C", "C1")},
+		{nodeactor.Normal, nodeactor.Call{Script: logged, Keys: []string{"{C}:k"}, Args: []string{"Cacq"}}},
+		{nodeactor.Urgent, joinable("C", "C2")},
+	}
+	ch := make(chan nodeactor.Reply, len(reqs))
+	for _, r := range reqs {
+		if err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Lane: r.lane, Reply: ch, Call: r.call}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume()
+	for range reqs {
+		if rep := <-ch; rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	order := runOrder(t, s)
+	pos := func(x string) int {
+		for i, y := range order {
+			if y == x {
+				return i
+			}
+		}
+		return -1
+	}
+	t.Logf("run order %v", order)
+	if !(pos("Aacq") < pos("A1") && pos("C1") < pos("Cacq") && pos("Cacq") < pos("C2")) {
+		t.Fatalf("run order %v: an urgent request ran before a normal one of its resource queued earlier", order)
+	}
+}
