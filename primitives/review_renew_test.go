@@ -90,3 +90,36 @@ func TestReviewRenewPausedQuorumNeverTwoHolders(t *testing.T) {
 	wg.Wait()
 	t.Logf("second client acquired %d of %d names; %d with the first lease not ended", got, n, bad)
 }
+
+// A joined batch of renewals that meets NOSCRIPT (SCRIPT FLUSH while it was
+// queued) is sent again by EVAL: every Extend succeeds and every key is
+// extended; none is answered by a neighbour's element.
+func TestReviewRenewJoinedBatchAfterScriptFlush(t *testing.T) {
+	const n = 12
+	j := newJoinNode(t, "fl", n, func(int) time.Duration { return 5 * time.Second })
+	release := j.hold()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			errs <- j.leases[i].Extend(ctx, 10*time.Second)
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // queued behind the blocker
+	if _, err := j.srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("Extend after SCRIPT FLUSH: %v", err)
+		}
+	}
+	for i := range n {
+		j.waitPTTLAbove(i, 8500)
+		if !j.leases[i].Valid() {
+			t.Errorf("lease %d not valid", i)
+		}
+	}
+}
