@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -384,12 +385,13 @@ func (a *Actor) fallbacks(live []Request, us []unit, res []rueidis.RedisResult, 
 				tail[r] = true
 			}
 		}
-		if tail != nil {
+		if tail != nil && slices.ContainsFunc(us[i].resources(live), func(r string) bool { return tail[r] }) {
+			// A redone unit runs after everything else in the batch: the
+			// later requests of each of its resources (a joined call has
+			// several) are redone behind it, in batch order.
+			redo = append(redo, i)
 			for _, r := range us[i].resources(live) {
-				if tail[r] {
-					redo = append(redo, i)
-					break
-				}
+				tail[r] = true
 			}
 		}
 	}

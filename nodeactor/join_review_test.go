@@ -23,7 +23,7 @@ var loggedCold = nodeactor.NewScript("logged.cold", "return redis.call('RPUSH', 
 // again after Crel. With real ops: a renewal of C replayed after C's release
 // (or after another holder's acquire of C), its reply (MISSING / NOT_OURS)
 // replacing the RENEWED it got in order.
-func TestReviewRenewNoscriptFallbackKeepsJoinedResourcesOrder(t *testing.T) {
+func TestJoinedNoscriptFallbackKeepsEachResourcesOrder(t *testing.T) {
 	testutil.RequireRedis(t)
 	s := testutil.StartServer(t, testutil.ServerOptions{})
 	a := start(t, s.Addr())
@@ -68,7 +68,7 @@ func TestReviewRenewNoscriptFallbackKeepsJoinedResourcesOrder(t *testing.T) {
 
 // An urgent joinable request of a resource with a normal request queued
 // before it stays behind that request, joined or not.
-func TestReviewRenewJoinRespectsNormalBeforeUrgent(t *testing.T) {
+func TestJoinedRespectsNormalBeforeUrgent(t *testing.T) {
 	testutil.RequireRedis(t)
 	s := testutil.StartServer(t, testutil.ServerOptions{})
 	a := start(t, s.Addr())

@@ -12,7 +12,7 @@ import (
 
 // On miniredis (supported: docs/architecture.md, "Push connection"),
 // lock_renew.lua answers each element as lock.lua's plain renew does.
-func TestReviewRenewManyOnMiniredis(t *testing.T) {
+func TestLockRenewManyOnMiniredis(t *testing.T) {
 	m := miniredis.RunT(t)
 	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {

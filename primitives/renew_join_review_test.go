@@ -15,7 +15,7 @@ import (
 // longer than the TTL, so the renewals pile up and are answered in joined
 // calls on resume. SPEC §5: a second client that acquires a name must find
 // the first client's lease already ended (Lost closed, not Valid).
-func TestReviewRenewPausedQuorumNeverTwoHolders(t *testing.T) {
+func TestJoinedRenewalsPausedQuorumNeverTwoHolders(t *testing.T) {
 	testutil.RequireRedis(t)
 	srvs := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
@@ -94,7 +94,7 @@ func TestReviewRenewPausedQuorumNeverTwoHolders(t *testing.T) {
 // A joined batch of renewals that meets NOSCRIPT (SCRIPT FLUSH while it was
 // queued) is sent again by EVAL: every Extend succeeds and every key is
 // extended; none is answered by a neighbour's element.
-func TestReviewRenewJoinedBatchAfterScriptFlush(t *testing.T) {
+func TestJoinedRenewalsAfterScriptFlush(t *testing.T) {
 	const n = 12
 	j := newJoinNode(t, "fl", n, func(int) time.Duration { return 5 * time.Second })
 	release := j.hold()
