@@ -163,8 +163,8 @@ type Actor struct {
 // first, keeps each resource's order.
 type fifo struct {
 	mu     sync.Mutex
-	urgent []Request
-	normal []Request
+	urgent queue
+	normal queue
 	// inNormal counts the requests of each resource in the normal queue.
 	inNormal map[string]int
 	kick     chan struct{} // cap 1: something was queued
@@ -174,9 +174,9 @@ func (l *fifo) push(r Request) {
 	res := resource(r.Call)
 	l.mu.Lock()
 	if r.Lane == Urgent && l.inNormal[res] == 0 {
-		l.urgent = append(l.urgent, r)
+		l.urgent.push(r)
 	} else {
-		l.normal = append(l.normal, r)
+		l.normal.push(r)
 		l.inNormal[res]++
 	}
 	l.mu.Unlock()
@@ -190,7 +190,7 @@ func (l *fifo) push(r Request) {
 func (l *fifo) queued() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.urgent)+len(l.normal) > 0
+	return l.urgent.len()+l.normal.len() > 0
 }
 
 // take moves up to max queued requests after front into a batch: urgent
@@ -199,9 +199,9 @@ func (l *fifo) take(front []Request, max int) []Request {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	batch := front
-	batch, l.urgent = takeFrom(batch, l.urgent, max)
+	batch = l.urgent.take(batch, max, 2*max)
 	n := len(batch)
-	batch, l.normal = takeFrom(batch, l.normal, max)
+	batch = l.normal.take(batch, max, 2*max)
 	for i := n; i < len(batch); i++ {
 		res := resource(batch[i].Call)
 		if l.inNormal[res]--; l.inNormal[res] <= 0 {
@@ -211,32 +211,12 @@ func (l *fifo) take(front []Request, max int) []Request {
 	return batch
 }
 
-// takeFrom moves the head of q into batch until batch holds max requests,
-// and returns both.
-func takeFrom(batch, q []Request, max int) ([]Request, []Request) {
-	k := min(len(q), max-len(batch))
-	if k <= 0 {
-		return batch, q
-	}
-	batch = append(batch, q[:k]...)
-	clear(q[:k])
-	switch {
-	case k < len(q):
-		q = q[k:]
-	case cap(q) <= 2*max:
-		q = q[:0] // reused: a lane's queue is refilled between batches
-	default:
-		q = nil // let a burst's backing array go
-	}
-	return batch, q
-}
-
 // takeAll empties the lane and returns what was queued.
 func (l *fifo) takeAll() []Request {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	q := append(l.urgent, l.normal...)
-	l.urgent, l.normal = nil, nil
+	q := l.urgent.take(nil, l.urgent.len(), 0)
+	q = l.normal.take(q, len(q)+l.normal.len(), 0)
 	clear(l.inNormal)
 	return q
 }

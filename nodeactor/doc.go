@@ -35,9 +35,18 @@
 //  6. Fallbacks redo the tail. A script that finds NOSCRIPT, or a read-only
 //     form the server refuses, is sent again after its batch. Its resource's
 //     later requests of that batch already ran; they are sent again after
-//     it, in order. So the node's final state is that of the queued order.
+//     it, in order, and so, in turn, are the later requests of every
+//     resource of a request sent again. So the node's final state is that
+//     of the queued order.
 //  7. Follow-ups go first. A program's next step and a cluster node's
 //     delayed resend go at the head of the lane's next batch.
+//  8. Joined calls only move requests earlier past other resources. The
+//     requests of a batch that share a Join script go as one call at the
+//     place of the first; one joins only if no request of its own
+//     resource that is not in the call lies between, and the call runs its
+//     elements in order. A fallback or resend of the call redoes it whole,
+//     and every later request of any of its resources (point 6), whether
+//     the call itself found NOSCRIPT or is redone behind another request.
 //
 // A reconnect happens only between two batches of a lane, because of point
 // 2. The one limit is a connection broken by the network while the node is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ func (a *Actor) serve(l *fifo) {
 	var front []Request
 	buf := make([]Request, 0, 16) // reused: a batch is done with once exec returns
 	var clock batchClock          // the batches' ctx, reused while no deadline hits
+	var us []unit                 // a batch's commands, reused
 	for {
 		if len(front) == 0 {
 			select {
@@ -43,7 +45,7 @@ func (a *Actor) serve(l *fifo) {
 		for i := range batch {
 			a.dequeued(&batch[i])
 		}
-		next, wait := a.exec(batch, &clock)
+		next, wait := a.exec(batch, &clock, &us)
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -88,8 +90,9 @@ func (a *Actor) fail(batch []Request, err error) {
 
 // exec sends one batch and delivers its replies. It returns the requests
 // to send first in the lane's next batch, and how long the lane must wait
-// before it (a cluster node's resend after a failover).
-func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait time.Duration) {
+// before it (a cluster node's resend after a failover). scratch is the
+// lane's, for the batch's commands (units).
+func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next []Request, wait time.Duration) {
 	cp := a.client.Load()
 	if cp == nil {
 		a.fail(batch, ErrNodeDown)
@@ -126,9 +129,16 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	ctx := clock.start(deadline)
 	defer clock.stop()
 	caps := a.caps.Load()
-	cmds := make(rueidis.Commands, len(live))
-	for i := range live {
-		cmds[i] = a.build(cl, live[i].Call, false, caps)
+	us := a.units(live, (*scratch)[:0])
+	defer func() {
+		clear(us) // drop references to finished requests
+		if cap(us) <= 4*a.opt.MaxBatch {
+			*scratch = us[:0]
+		}
+	}()
+	cmds := make(rueidis.Commands, len(us))
+	for i := range us {
+		cmds[i] = a.build(cl, us[i].call, false, caps)
 	}
 	start := time.Now()
 	res := cl.DoMulti(ctx, cmds...)
@@ -148,7 +158,7 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	if len(broken) > 0 {
 		again := make(rueidis.Commands, len(broken))
 		for j, i := range broken {
-			again[j] = a.build(cl, live[i].Call, false, caps)
+			again[j] = a.build(cl, us[i].call, false, caps)
 		}
 		for j, rr := range cl.DoMulti(ctx, again...) {
 			res[broken[j]] = rr
@@ -158,13 +168,13 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	// read-only script) redoes its resource's tail: see the package doc.
 	var eval []bool
 	for range 2 {
-		redo := a.fallbacks(live, res, &eval)
+		redo := a.fallbacks(live, us, res, &eval)
 		if len(redo) == 0 {
 			break
 		}
 		again := make(rueidis.Commands, len(redo))
 		for j, i := range redo {
-			again[j] = a.build(cl, live[i].Call, eval != nil && eval[i], caps)
+			again[j] = a.build(cl, us[i].call, eval != nil && eval[i], caps)
 		}
 		for j, rr := range cl.DoMulti(ctx, again...) {
 			res[redo[j]] = rr
@@ -186,7 +196,8 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 	} else {
 		a.markUp(rtt)
 	}
-	for i, rr := range res {
+	for k, rr := range res {
+		i := us[k].first
 		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
 			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			// On a cluster a connection error usually means the slot's
@@ -208,7 +219,7 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 			rep.Msg = msg
 		case rueidis.IsRedisNil(err):
 			rep.Msg = msg
-		case a.armed(live[i].Call) && isNoScript(err):
+		case a.armed(us[k].call) && isNoScript(err):
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, err)}
 			if a.opt.Cluster {
 				a.suspectCall(live[i].Call)
@@ -218,6 +229,13 @@ func (a *Actor) exec(batch []Request, clock *batchClock) (next []Request, wait t
 			}
 		default:
 			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
+		}
+		if us[k].elems != nil {
+			// a joined call: each element's request gets its own reply
+			for j, rep := range a.split(len(us[k].elems), rep) {
+				live[us[k].elems[j]].Deliver(rep)
+			}
+			continue
 		}
 		if r, ok := a.step(live[i], rep); ok {
 			next = append(next, r)
@@ -340,16 +358,17 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	return cl.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
-// fallbacks returns the requests of live to send again after a fallback,
-// in batch order. A script answered NOSCRIPT is marked for EVAL in eval. A
-// read-only call the server cannot run loses its ReadOnly. Either one, and
-// every later request of the same resource, is returned: those already ran
-// before it, out of the queued order.
-func (a *Actor) fallbacks(live []Request, res []rueidis.RedisResult, eval *[]bool) []int {
+// fallbacks returns the units (commands) of the batch live to send again
+// after a fallback, in batch order. A script answered NOSCRIPT is marked
+// for EVAL in eval. A read-only call the server cannot run loses its
+// ReadOnly. Either one, and every later unit that touches one of its
+// resources, is returned: those already ran before it, out of the queued
+// order.
+func (a *Actor) fallbacks(live []Request, us []unit, res []rueidis.RedisResult, eval *[]bool) []int {
 	var redo []int
 	var tail map[string]bool // resources whose later requests are redone
-	for i := range live {
-		c := &live[i].Call
+	for i := range us {
+		c := &us[i].call
 		err := res[i].Error()
 		e, isRedis := rueidis.IsRedisErr(err)
 		noScript := isRedis && e.IsNoScript() && c.Script != nil && (*eval == nil || !(*eval)[i]) && !a.armed(*c)
@@ -361,14 +380,22 @@ func (a *Actor) fallbacks(live []Request, res []rueidis.RedisResult, eval *[]boo
 				tail = map[string]bool{}
 			}
 			if *eval == nil {
-				*eval = make([]bool, len(live))
+				*eval = make([]bool, len(us))
 			}
 			(*eval)[i] = (*eval)[i] || noScript
 			c.ReadOnly = c.ReadOnly && !roRefused
-			tail[resource(*c)] = true
+			for _, r := range us[i].resources(live) {
+				tail[r] = true
+			}
 		}
-		if tail != nil && tail[resource(*c)] {
+		if tail != nil && slices.ContainsFunc(us[i].resources(live), func(r string) bool { return tail[r] }) {
+			// A redone unit runs after everything else in the batch: the
+			// later requests of each of its resources (a joined call has
+			// several) are redone behind it, in batch order.
 			redo = append(redo, i)
+			for _, r := range us[i].resources(live) {
+				tail[r] = true
+			}
 		}
 	}
 	return redo

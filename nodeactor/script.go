@@ -196,4 +196,23 @@ type Call struct {
 	// returns either the next step or, with done, the reply to deliver. It
 	// runs on an actor worker: it must not block.
 	Next func(Reply) (next Call, final Reply, done bool)
+
+	// Join, when set, is the call's element form: a lane that holds two
+	// or more requests whose Join names the same script in one batch may
+	// run them as one call of it instead of each Call (never on a Redis
+	// Cluster node). Each request still gets its own reply: its element of
+	// the script's answer (docs/architecture.md, "Batched renewals").
+	Join *Join
+}
+
+// Join is one element of a joined call. The joined call passes every
+// element's Key as its KEYS, in order, and their Args one after the other
+// as its ARGV; Script must answer an array with one reply per key (an
+// error element is that element's error). Every element of one Script
+// must have the same number of Args. A joined call must do for each
+// element exactly what the request's own Call does.
+type Join struct {
+	Script *Script
+	Key    string
+	Args   []string
 }

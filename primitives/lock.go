@@ -24,6 +24,10 @@ var (
 	// lockTryScript is lock.lua's acquire for an attempt that does not
 	// queue (scripts.LockTryAcquire): the uncontended path's server cost.
 	lockTryScript = nodeactor.NewFixedScript("lock.try", scripts.LockTry)
+	// lockRenewScript renews many plain Lock leases in one call: a node
+	// actor's lane joins the plain renewals of a batch into one
+	// (nodeactor.Join; docs/architecture.md, "Batched renewals").
+	lockRenewScript = nodeactor.NewScript("lock.renew", scripts.LockRenewMany)
 )
 
 // The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
@@ -229,18 +233,44 @@ type lockProto struct {
 	// release is the release call, the same for every node: built once
 	// (ReleaseCall is asked for it node by node).
 	release nodeactor.Call
+	// plain is the last plain renewal's script call and its TTL: the same
+	// for every node and every round until the TTL changes (an Extend), so
+	// a renewal round builds it once, not once per node and round. The
+	// node actors never modify a Call's slices.
+	plain atomic.Pointer[renewScript]
+}
+
+type renewScript struct {
+	ttl  time.Duration
+	call nodeactor.Call
 }
 
 func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.Call {
 	l := p.l
 	ttl = l.o.keyTTL(ttl) // the keys outlive the validity by the lock delay
-	script := l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
-	if l.o.owner == "" {
-		// a plain renewal reads and writes only the lock key (lock.lua):
-		// each key passed costs the server as much as a GET of one
-		script.Keys = l.keys[:1]
+	plain := l.o.owner == "" && !retake
+	var script nodeactor.Call
+	if c := p.plain.Load(); plain && c != nil && c.ttl == ttl {
+		script = c.call
+	} else {
+		script = l.call(scripts.LockRenew{Token: p.token, TTL: ttl, Owner: l.o.owner, Fence: p.fence, Retake: retake})
+		if l.o.owner == "" {
+			// a plain renewal reads and writes only the lock key (lock.lua):
+			// each key passed costs the server as much as a GET of one
+			script.Keys = l.keys[:1]
+		}
+		if plain {
+			// the same renewal as an element of a joined call
+			script.Join = &nodeactor.Join{Script: lockRenewScript, Key: l.keys[0],
+				Args: scripts.LockRenewElem{Token: p.token, TTL: ttl}.Args()}
+			p.plain.Store(&renewScript{ttl: ttl, call: script})
+		}
 	}
-	return p.high.renewCall(l.c, i, l.o.owner == "" && !retake, l.keys[0], "rl1:L:"+p.token, ttl, script)
+	if !plain || !l.c.NodeCaps(i).NativeCAS {
+		p.high.note(ttl)
+		return script
+	}
+	return p.high.renewCall(l.c, i, plain, l.keys[0], "rl1:L:"+p.token, ttl, script)
 }
 
 // renewCall is a renewal on node i: script, or, where the node has native

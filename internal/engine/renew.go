@@ -225,8 +225,12 @@ func RenewOutcome(rep nodeactor.Reply) Outcome {
 	if rep.Msg.IsNil() {
 		return OutcomeNotOwner
 	}
-	if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
-		return OutcomeOK
+	// An integer first: ToString of one formats an error, which cost a
+	// burst of 100,000 leases' renewals 4 % of the client's CPU.
+	if !rep.Msg.IsInt64() {
+		if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
+			return OutcomeOK
+		}
 	}
 	if v, err := rep.Msg.AsInt64(); err == nil {
 		switch v {

@@ -115,6 +115,16 @@ func (a LockRenew) Args() []string {
 	return []string{"renew", a.Token, Ms(a.TTL), a.Owner, itoa(int64(a.Fence)), Flag(a.Retake)}
 }
 
+// LockRenewElem is one lease of lock_renew.lua (script LockRenewMany), which
+// renews many: a LockRenew without Owner and Retake, sent with the lock
+// key alone. Its element of the answer is that LockRenew's answer.
+type LockRenewElem struct {
+	Token string
+	TTL   time.Duration
+}
+
+func (a LockRenewElem) Args() []string { return []string{"rl1:L:" + a.Token, Ms(a.TTL)} }
+
 // LockFence writes back a fence the coordinator decided (answers 1).
 type LockFence struct {
 	Fence int64

@@ -18,13 +18,14 @@ import (
 // Each is its .lua file with the prelude parts it names pulled in (see
 // WithPrelude).
 var (
-	Lock      = WithPrelude(lockBody)    // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
-	LockTry   = WithPrelude(lockTryBody) // lock.lua's acquire for an attempt that does not queue (LockTryAcquire)
-	MultiLock = WithPrelude(multiLockBody)
-	FairLock  = WithPrelude(fairLockBody)
-	RWLock    = WithPrelude(rwLockBody)
-	Semaphore = WithPrelude(semaphoreBody)
-	Latch     = WithPrelude(latchBody)
+	Lock          = WithPrelude(lockBody)      // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
+	LockTry       = WithPrelude(lockTryBody)   // lock.lua's acquire for an attempt that does not queue (LockTryAcquire)
+	LockRenewMany = WithPrelude(lockRenewBody) // lock.lua's plain renewal of many leases in one call (LockRenewElem)
+	MultiLock     = WithPrelude(multiLockBody)
+	FairLock      = WithPrelude(fairLockBody)
+	RWLock        = WithPrelude(rwLockBody)
+	Semaphore     = WithPrelude(semaphoreBody)
+	Latch         = WithPrelude(latchBody)
 )
 
 var (
@@ -34,6 +35,8 @@ var (
 	lockBody string
 	//go:embed lock_try.lua
 	lockTryBody string
+	//go:embed lock_renew.lua
+	lockRenewBody string
 	//go:embed multilock.lua
 	multiLockBody string
 	//go:embed fairlock.lua

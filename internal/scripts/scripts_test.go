@@ -51,6 +51,7 @@ func TestScriptsReadOnlyTheirLayout(t *testing.T) {
 
 var all = []struct{ name, body, script string }{
 	{"lock", lockBody, Lock},
+	{"lock_renew", lockRenewBody, LockRenewMany},
 	{"multilock", multiLockBody, MultiLock},
 	{"fairlock", fairLockBody, FairLock},
 	{"rwlock", rwLockBody, RWLock},
