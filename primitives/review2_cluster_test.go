@@ -1,0 +1,140 @@
+package primitives_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Second adversarial review of the cluster guard's arm marker per slot.
+
+// armSetSub is a piece of the arming script (nodeactor's armSetCluster)
+// that no other request carries: a proxy holds the arming pipeline by it.
+const armSetSub = "'SET', ARGV[i], id)"
+
+// viaProxy makes one coordinator (one process) reach cluster master addr
+// through its own proxy: every other process reaches it directly. The
+// connection's PING timeout is raised so a held request does not make
+// rueidis drop the connection (and the held bytes with it).
+func viaProxy(addr string, p *testutil.Proxy) func(*coordinator.Config) {
+	return func(c *coordinator.Config) {
+		c.ClientOption = func(node int, opt *rueidis.ClientOption) {
+			if node != 0 {
+				return
+			}
+			opt.ConnWriteTimeout = time.Minute
+			opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				if dst == addr {
+					dst = p.Addr()
+				}
+				return d.DialContext(ctx, "tcp", dst)
+			}
+		}
+	}
+}
+
+// Hole: a stale arming in flight. The pending set's rule ("every slot of
+// the pending set was unarmed at the look the bound was read from and at
+// every look since") holds per process, but the markers are shared by
+// every process. Process G looks at master m (unarmed after a FLUSHALL),
+// its bound runs out and it sends its arming pipeline; that pipeline is
+// delayed in the network. Meanwhile another process (A's) arms m, A
+// takes a lease on a slot of m, and m forgets again (a second FLUSHALL:
+// same identity, script cache kept). Then G's arming arrives: it writes
+// the markers of G's pending set, every slot of m, under m's identity,
+// which is still m's identity. The slot is armed again without any guard
+// having waited for A's lease: B takes the name on the cluster and on the
+// server A could not reach.
+func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
+	ctx := context.Background()
+	const name = "stale-arming"
+	const ttl = 10 * time.Second
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	m := cl.MasterFor("{" + name + "}")
+	slot := nodeactor.Slot(name)
+	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
+	// each process reaches m through its own proxy
+	pa, pb, pg := testutil.NewProxy(t, m.Addr()), testutil.NewProxy(t, m.Addr()), testutil.NewProxy(t, m.Addr())
+	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(m.Addr(), pb))
+	waitAllUp(t, cb)
+	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()}, viaProxy(m.Addr(), pa))
+	waitAllUp(t, ca)
+	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(m.Addr(), pg))
+	waitAllUp(t, cg)
+	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
+	key := lockKey(name, "lock")
+	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on m)", func() bool {
+		b, err := lb.TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer b.Release(ctx)
+		v, err := m.Do("EXISTS", key)
+		return err == nil && v == "1"
+	})
+	id := admin(t, m, "GET", marker)
+	t.Logf("m %s armed, slot %d's marker %s", m.Addr(), slot, id)
+
+	// first forget: every process guards m; hold each one's arming
+	ha, hb, hg := pa.Hold(armSetSub), pb.Hold(armSetSub), pg.Hold(armSetSub)
+	admin(t, m, "FLUSHALL")
+	flushed := time.Now()
+	for _, h := range []struct {
+		who string
+		h   *testutil.Held
+	}{{"G", hg}, {"A's process", ha}, {"B's process", hb}} {
+		select {
+		case <-h.h.Caught():
+			t.Logf("%s's arming of m sent %v after the first FLUSHALL: held", h.who, time.Since(flushed).Round(time.Millisecond))
+		case <-time.After(40 * time.Second):
+			t.Fatalf("%s never armed m", h.who)
+		}
+	}
+	// A's process arming arrives: m armed (the guard waited its bound)
+	ha.Release()
+	hb.Release()
+	mustWait(t, 10*time.Second, "A's process sees m armed", func() bool {
+		v, _ := m.Do("GET", marker)
+		return v == id && !ca.Nodes()[0].Guarded
+	})
+	cut.SetFault(testutil.Reset)
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	if v := admin(t, m, "EXISTS", key); v != "1" {
+		t.Fatalf("A's key is not on m")
+	}
+	// second forget, then G's stale arming arrives
+	admin(t, m, "FLUSHALL")
+	forgot := time.Now()
+	hg.Release()
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() {
+				v, _ := m.Do("GET", marker)
+				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
+					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
+					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
+				b.Release(ctx)
+				return
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("no second holder while A was valid")
+}
