@@ -138,3 +138,89 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 	}
 	t.Logf("no second holder while A was valid")
 }
+
+// Hole, the same without any request in flight: process G is cut off
+// from master m for a while (its looks of m fail) after it found m
+// forgotten and started its guard. Its pending set and its bound stay as
+// they were: a failed look neither narrows the one nor restarts the
+// other. Meanwhile another process arms m, A takes a lease on a slot of
+// m, and m forgets again (FLUSHALL: same identity). The partition heals:
+// G's first look finds m unarmed under the identity of its old guard,
+// whose bound ran out long ago, and arms at once, writing the markers of
+// every slot of m. B takes the name while A is valid.
+func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
+	ctx := context.Background()
+	const name = "partitioned-guard"
+	const ttl = 10 * time.Second
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	m := cl.MasterFor("{" + name + "}")
+	slot := nodeactor.Slot(name)
+	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
+	pg := testutil.NewProxy(t, m.Addr()) // G's way to m
+	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
+	waitAllUp(t, cb)
+	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
+	waitAllUp(t, ca)
+	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(m.Addr(), pg))
+	waitAllUp(t, cg)
+	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
+	key := lockKey(name, "lock")
+	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on m)", func() bool {
+		b, err := lb.TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer b.Release(ctx)
+		v, err := m.Do("EXISTS", key)
+		return err == nil && v == "1"
+	})
+	id := admin(t, m, "GET", marker)
+
+	// first forget: G looks, finds m forgotten, starts its guard; then G
+	// loses its way to m (a partition: its requests wait in the network)
+	admin(t, m, "FLUSHALL")
+	flushed := time.Now()
+	mustWait(t, 10*time.Second, "G guards m", func() bool { return cg.Nodes()[0].Guarded })
+	pg.SetFault(testutil.Blackhole)
+	t.Logf("G guards m (until %v after the FLUSHALL); G cut off from m", cg.Nodes()[0].GuardedUntil.Sub(flushed).Round(time.Millisecond))
+	// the other processes arm m when their bound runs out
+	mustWait(t, 40*time.Second, "A's process sees m armed again", func() bool {
+		v, _ := m.Do("GET", marker)
+		return v == id && !ca.Nodes()[0].Guarded
+	})
+	t.Logf("m armed again %v after the first FLUSHALL", time.Since(flushed).Round(time.Millisecond))
+	cut.SetFault(testutil.Reset)
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	if v := admin(t, m, "EXISTS", key); v != "1" {
+		t.Fatalf("A's key is not on m")
+	}
+	// second forget; then the partition heals
+	admin(t, m, "FLUSHALL")
+	forgot := time.Now()
+	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
+	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
+	pg.SetFault(testutil.Pass)
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() {
+				v, _ := m.Do("GET", marker)
+				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
+					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
+					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
+				b.Release(ctx)
+				return
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("no second holder while A was valid")
+}
