@@ -224,3 +224,95 @@ func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
 	}
 	t.Logf("no second holder while A was valid")
 }
+
+// Hole, the engine's side: the actor restarts a master's pending set at a
+// look that finds the master armed, but the engine sees that look only if
+// the whole cluster node's look answered, the horizon key included. Here
+// process G is cut off from the master that holds the horizon key
+// (another master than m) for a while after it started a guard for m.
+// Its looks of m go on: they find m armed again (another process armed
+// it) and drop the pending set, but the node's look fails (the horizon
+// read times out), so the engine keeps m's old guard: not armed, its
+// bound run out. A takes a lease on m, m forgets (FLUSHALL), the
+// partition heals: G's look starts a new pending set (every slot of m)
+// and the engine, for which nothing is new, arms at once.
+func TestReview2HorizonUnreadKeepsStaleBound(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 10 * time.Second
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	hm := cl.MasterFor("{guard}")
+	name := ""
+	for _, n := range []string{"unread-0", "unread-1", "unread-2", "unread-3", "unread-4", "unread-5", "unread-6"} {
+		if cl.MasterFor("{"+n+"}") != hm {
+			name = n
+			break
+		}
+	}
+	m := cl.MasterFor("{" + name + "}")
+	slot := nodeactor.Slot(name)
+	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
+	ph := testutil.NewProxy(t, hm.Addr()) // G's way to the horizon's master
+	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
+	waitAllUp(t, cb)
+	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
+	waitAllUp(t, ca)
+	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(hm.Addr(), ph))
+	waitAllUp(t, cg)
+	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
+	key := lockKey(name, "lock")
+	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on m)", func() bool {
+		b, err := lb.TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer b.Release(ctx)
+		v, err := m.Do("EXISTS", key)
+		return err == nil && v == "1"
+	})
+	id := admin(t, m, "GET", marker)
+
+	admin(t, m, "FLUSHALL")
+	flushed := time.Now()
+	mustWait(t, 10*time.Second, "G guards m", func() bool { return cg.Nodes()[0].Guarded })
+	ph.SetFault(testutil.Blackhole)
+	t.Logf("G guards m (until %v after the FLUSHALL); G cut off from the horizon's master %s", cg.Nodes()[0].GuardedUntil.Sub(flushed).Round(time.Millisecond), hm.Addr())
+	mustWait(t, 40*time.Second, "A's process sees m armed again", func() bool {
+		v, _ := m.Do("GET", marker)
+		return v == id && !ca.Nodes()[0].Guarded
+	})
+	time.Sleep(1500 * time.Millisecond) // G's actor looks at m armed: its pending set ends
+	t.Logf("m armed again %v after the first FLUSHALL; G's status: guarded %v", time.Since(flushed).Round(time.Millisecond), cg.Nodes()[0].Guarded)
+	cut.SetFault(testutil.Reset)
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	if v := admin(t, m, "EXISTS", key); v != "1" {
+		t.Fatalf("A's key is not on m")
+	}
+	admin(t, m, "FLUSHALL")
+	forgot := time.Now()
+	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
+	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
+	ph.SetFault(testutil.Pass)
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() {
+				v, _ := m.Do("GET", marker)
+				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
+					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
+					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
+				b.Release(ctx)
+				return
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("no second holder while A was valid")
+}
