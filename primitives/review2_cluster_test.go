@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,8 +106,11 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 	hb.Release()
 	mustWait(t, 10*time.Second, "A's process sees m armed", func() bool {
 		v, _ := m.Do("GET", marker)
-		return v == id && !ca.Nodes()[0].Guarded
+		return v == id && !ca.Nodes()[0].Guarded && !cb.Nodes()[0].Guarded
 	})
+	// every process but G looks at m armed (else the race of
+	// TestReview2GuardEndsThenMasterForgets lets B in without G)
+	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	a, err := la.TryAcquire(ctx)
@@ -120,6 +124,11 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 	// second forget, then G's stale arming arrives
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
+	time.Sleep(1500 * time.Millisecond) // every process but G looks: m guarded again
+	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
+	if b, err := lb.TryAcquire(ctx); err == nil {
+		t.Fatalf("B holds before G's arming arrives (fence %d): not the hole under test", b.Fence())
+	}
 	hg.Release()
 	for a.Valid() {
 		b, err := lb.TryAcquire(ctx)
@@ -148,14 +157,32 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 // G's first look finds m unarmed under the identity of its old guard,
 // whose bound ran out long ago, and arms at once, writing the markers of
 // every slot of m. B takes the name while A is valid.
+//
+// "flushall": G's guard is for a first FLUSHALL of m. "reshard": it is
+// for a routine resharding, slot s moved to m with its keys; the only
+// fault is then the one FLUSHALL that loses A's key.
 func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
+	for _, first := range []string{"flushall", "reshard"} {
+		t.Run(first, func(t *testing.T) { partitionedGuard(t, first) })
+	}
+}
+
+func partitionedGuard(t *testing.T, first string) {
 	ctx := context.Background()
-	const name = "partitioned-guard"
+	name := "partitioned-guard-" + first
 	const ttl = 10 * time.Second
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
 	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	cut := testutil.NewProxy(t, srv[1].Addr())
 	m := cl.MasterFor("{" + name + "}")
+	if first == "reshard" {
+		for _, x := range cl.Masters {
+			if x != m {
+				m = x // the slot will move there
+				break
+			}
+		}
+	}
 	slot := nodeactor.Slot(name)
 	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
 	pg := testutil.NewProxy(t, m.Addr()) // G's way to m
@@ -167,22 +194,26 @@ func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
 	waitAllUp(t, cg)
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
 	key := lockKey(name, "lock")
-	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on m)", func() bool {
+	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on the slot's master)", func() bool {
 		b, err := lb.TryAcquire(ctx)
 		if err != nil {
 			return false
 		}
 		defer b.Release(ctx)
-		v, err := m.Do("EXISTS", key)
+		v, err := cl.MasterFor("{"+name+"}").Do("EXISTS", key)
 		return err == nil && v == "1"
 	})
-	id := admin(t, m, "GET", marker)
+	id := identityOf(t, m)
 
 	// first forget: G looks, finds m forgotten, starts its guard; then G
 	// loses its way to m (a partition: its requests wait in the network)
-	admin(t, m, "FLUSHALL")
+	if first == "reshard" {
+		cl.MoveSlot(int(slot), m)
+	} else {
+		admin(t, m, "FLUSHALL")
+	}
 	flushed := time.Now()
-	mustWait(t, 10*time.Second, "G guards m", func() bool { return cg.Nodes()[0].Guarded })
+	mustWait(t, 20*time.Second, "G guards m", func() bool { return cg.Nodes()[0].Guarded })
 	pg.SetFault(testutil.Blackhole)
 	t.Logf("G guards m (until %v after the FLUSHALL); G cut off from m", cg.Nodes()[0].GuardedUntil.Sub(flushed).Round(time.Millisecond))
 	// the other processes arm m when their bound runs out
@@ -191,6 +222,9 @@ func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
 		return v == id && !ca.Nodes()[0].Guarded
 	})
 	t.Logf("m armed again %v after the first FLUSHALL", time.Since(flushed).Round(time.Millisecond))
+	// every process but G looks at m armed (else the race of
+	// TestReview2GuardEndsThenMasterForgets lets B in without G)
+	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	a, err := la.TryAcquire(ctx)
@@ -206,6 +240,9 @@ func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
+	if b, err := lb.TryAcquire(ctx); err == nil {
+		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
+	}
 	pg.SetFault(testutil.Pass)
 	for a.Valid() {
 		b, err := lb.TryAcquire(ctx)
@@ -298,7 +335,139 @@ func TestReview2HorizonUnreadKeepsStaleBound(t *testing.T) {
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
+	if b, err := lb.TryAcquire(ctx); err == nil {
+		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
+	}
 	ph.SetFault(testutil.Pass)
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() {
+				v, _ := m.Do("GET", marker)
+				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
+					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
+					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
+				b.Release(ctx)
+				return
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("no second holder while A was valid")
+}
+
+// identityOf is master s's identity as the guard writes it in a marker.
+func identityOf(t *testing.T, s *testutil.Server) string {
+	t.Helper()
+	info := admin(t, s, "INFO", "server")
+	repl := admin(t, s, "INFO", "replication")
+	field := func(text, f string) string {
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	return field(info, "run_id") + "/" + field(repl, "master_replid")
+}
+
+// Hole, with no fault injected in the network: a guard's end races the
+// other processes' looks. Several processes guard master m after it
+// forgot (or after a slot moved to it); their bounds run out within about
+// a second of each other. The first to arm it (X) writes the markers;
+// the others (Y) learn it only at their next look, up to a second later.
+// If A takes a lease on m in that second and m forgets again (FLUSHALL,
+// same identity), Y's next look finds m unarmed under the identity of its
+// guard, whose bound ran out: not a new guard for Y. Y arms at once and
+// writes the markers of its pending set, which is still the one of the
+// first guard. X's guard of the second forget then sees m armed and lifts.
+// B takes the name while A is valid.
+//
+// "flushall": the first guard is for a FLUSHALL of m. "reshard": it is
+// for a routine resharding (slot s moved to m); the FLUSHALL that loses
+// A's key is then the only fault.
+func TestReview2GuardEndsThenMasterForgets(t *testing.T) {
+	for _, first := range []string{"flushall", "reshard"} {
+		t.Run(first, func(t *testing.T) { guardEndsThenForgets(t, first) })
+	}
+}
+
+func guardEndsThenForgets(t *testing.T, first string) {
+	ctx := context.Background()
+	name := "guard-ends-" + first
+	const ttl = 10 * time.Second
+	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
+	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[1].Addr())
+	m := cl.MasterFor("{" + name + "}")
+	if first == "reshard" {
+		for _, x := range cl.Masters {
+			if x != m {
+				m = x // the slot will move there
+				break
+			}
+		}
+	}
+	slot := nodeactor.Slot(name)
+	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
+	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
+	waitAllUp(t, cb)
+	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
+	waitAllUp(t, ca)
+	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}) // a third process
+	waitAllUp(t, cg)
+	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
+	key := lockKey(name, "lock")
+	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on the slot's master)", func() bool {
+		b, err := lb.TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer b.Release(ctx)
+		v, err := cl.MasterFor("{"+name+"}").Do("EXISTS", key)
+		return err == nil && v == "1"
+	})
+	id := identityOf(t, m)
+	if first == "reshard" {
+		cl.MoveSlot(int(slot), m)
+	} else {
+		admin(t, m, "FLUSHALL")
+	}
+	began := time.Now()
+	// the first process whose bound ran out arms m: at once, A, then m
+	// forgets again
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if v, _ := m.Do("GET", marker); v == id {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("m never armed again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	armed := time.Now()
+	cut.SetFault(testutil.Reset)
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	var a *primitives.Lease
+	for {
+		var err error
+		if a, err = la.TryAcquire(ctx); err == nil {
+			break
+		}
+		if time.Since(armed) > 5*time.Second {
+			t.Fatalf("A: %v", err)
+		}
+	}
+	defer a.Release(ctx)
+	if v := admin(t, m, "EXISTS", key); v != "1" {
+		t.Fatalf("A's key is not on m")
+	}
+	admin(t, m, "FLUSHALL")
+	forgot := time.Now()
+	t.Logf("m armed %v after the first event; A holds, m forgot %v after the arming", armed.Sub(began).Round(time.Millisecond), forgot.Sub(armed).Round(time.Millisecond))
 	for a.Valid() {
 		b, err := lb.TryAcquire(ctx)
 		if err == nil {
