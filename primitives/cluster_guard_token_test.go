@@ -15,7 +15,10 @@ import (
 	"github.com/redlock-go/redlock/testutil"
 )
 
-// Second adversarial review of the cluster guard's arm marker per slot.
+// The cluster guard's unarmed-since tokens (docs/lock.md, "Which
+// markers an arming writes"): the holes a second adversarial review of
+// the arm marker per slot found, each a decision on one process's stale
+// state. Each test fails without the tokens (B holds while A is valid).
 
 // armSetSub is a piece of the arming script (nodeactor's armSetCluster)
 // that no other request carries: a proxy holds the arming pipeline by it.
@@ -42,7 +45,7 @@ func viaProxy(addr string, p *testutil.Proxy) func(*coordinator.Config) {
 	}
 }
 
-// Hole: a stale arming in flight. The pending set's rule ("every slot of
+// A stale arming in flight writes nothing. Before the tokens, the pending set's rule ("every slot of
 // the pending set was unarmed at the look the bound was read from and at
 // every look since") holds per process, but the markers are shared by
 // every process. Process G looks at master m (unarmed after a FLUSHALL),
@@ -53,8 +56,9 @@ func viaProxy(addr string, p *testutil.Proxy) func(*coordinator.Config) {
 // the markers of G's pending set, every slot of m, under m's identity,
 // which is still m's identity. The slot is armed again without any guard
 // having waited for A's lease: B takes the name on the cluster and on the
-// server A could not reach.
-func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
+// server A could not reach. Now the tokens G's arming carries are gone.
+func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const name = "stale-arming"
 	const ttl = 10 * time.Second
@@ -109,7 +113,7 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 		return v == id && !ca.Nodes()[0].Guarded && !cb.Nodes()[0].Guarded
 	})
 	// every process but G looks at m armed (else the race of
-	// TestReview2GuardEndsThenMasterForgets lets B in without G)
+	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
 	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
@@ -148,7 +152,7 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 	t.Logf("no second holder while A was valid")
 }
 
-// Hole, the same without any request in flight: process G is cut off
+// A guard cut off during the episode starts again. Before the tokens, the same without any request in flight: process G is cut off
 // from master m for a while (its looks of m fail) after it found m
 // forgotten and started its guard. Its pending set and its bound stay as
 // they were: a failed look neither narrows the one nor restarts the
@@ -161,9 +165,13 @@ func TestReview2StaleArmingAfterSecondForget(t *testing.T) {
 // "flushall": G's guard is for a first FLUSHALL of m. "reshard": it is
 // for a routine resharding, slot s moved to m with its keys; the only
 // fault is then the one FLUSHALL that loses A's key.
-func TestReview2PartitionedGuardArmsAfterSecondForget(t *testing.T) {
+func TestClusterGuardPartitionedGuardStartsAgain(t *testing.T) {
+	t.Parallel()
 	for _, first := range []string{"flushall", "reshard"} {
-		t.Run(first, func(t *testing.T) { partitionedGuard(t, first) })
+		t.Run(first, func(t *testing.T) {
+			t.Parallel()
+			partitionedGuard(t, first)
+		})
 	}
 }
 
@@ -223,7 +231,7 @@ func partitionedGuard(t *testing.T, first string) {
 	})
 	t.Logf("m armed again %v after the first FLUSHALL", time.Since(flushed).Round(time.Millisecond))
 	// every process but G looks at m armed (else the race of
-	// TestReview2GuardEndsThenMasterForgets lets B in without G)
+	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
 	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
@@ -262,7 +270,7 @@ func partitionedGuard(t *testing.T, first string) {
 	t.Logf("no second holder while A was valid")
 }
 
-// Hole, the engine's side: the actor restarts a master's pending set at a
+// The engine's side (before the tokens, a stale bound): the actor restarts a master's pending set at a
 // look that finds the master armed, but the engine sees that look only if
 // the whole cluster node's look answered, the horizon key included. Here
 // process G is cut off from the master that holds the horizon key
@@ -273,7 +281,9 @@ func partitionedGuard(t *testing.T, first string) {
 // bound run out. A takes a lease on m, m forgets (FLUSHALL), the
 // partition heals: G's look starts a new pending set (every slot of m)
 // and the engine, for which nothing is new, arms at once.
-func TestReview2HorizonUnreadKeepsStaleBound(t *testing.T) {
+// Now the look reports the pending set's epoch, which is new.
+func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	cl := testutil.StartCluster(t, testutil.ClusterOptions{})
@@ -373,7 +383,7 @@ func identityOf(t *testing.T, s *testutil.Server) string {
 	return field(info, "run_id") + "/" + field(repl, "master_replid")
 }
 
-// Hole, with no fault injected in the network: a guard's end races the
+// With no fault injected in the network (before the tokens): a guard's end races the
 // other processes' looks. Several processes guard master m after it
 // forgot (or after a slot moved to it); their bounds run out within about
 // a second of each other. The first to arm it (X) writes the markers;
@@ -388,9 +398,14 @@ func identityOf(t *testing.T, s *testutil.Server) string {
 // "flushall": the first guard is for a FLUSHALL of m. "reshard": it is
 // for a routine resharding (slot s moved to m); the FLUSHALL that loses
 // A's key is then the only fault.
-func TestReview2GuardEndsThenMasterForgets(t *testing.T) {
+// Now Y's look reads new tokens: a new epoch, a fresh bound.
+func TestClusterGuardSecondForgetRightAfterAnotherProcessArmed(t *testing.T) {
+	t.Parallel()
 	for _, first := range []string{"flushall", "reshard"} {
-		t.Run(first, func(t *testing.T) { guardEndsThenForgets(t, first) })
+		t.Run(first, func(t *testing.T) {
+			t.Parallel()
+			guardEndsThenForgets(t, first)
+		})
 	}
 }
 
