@@ -64,7 +64,8 @@ return bad`
 // it sets the marker to ARGV[1] and deletes the token if the token is
 // still the one given, atomically. A slot whose token changed (another
 // process armed it, a flush, the slot left) is not written: the script
-// then answers -1 (0: another identity, 1: all written).
+// then answers -1, unless its marker holds the identity already (another
+// process armed it; 0: another identity, 1: all armed now).
 const armSetCluster = `local s = redis.call('INFO', 'server')
 local r = redis.call('INFO', 'replication')
 local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
@@ -74,7 +75,7 @@ for i = 2, #ARGV, 3 do
   local ok, t = pcall(redis.call, 'GET', ARGV[i + 1])
   if ok and t == ARGV[i + 2] and pcall(redis.call, 'SET', ARGV[i], id) then
     redis.call('DEL', ARGV[i + 1])
-  else stale = -1 end
+  elseif not ok or redis.call('GET', ARGV[i]) ~= id then stale = -1 end
 end
 return stale`
 
@@ -145,10 +146,11 @@ func movedSlots(old, owner []string) []uint16 {
 }
 
 // markerBatch is how many markers one script checks or writes: a master
-// runs about 1000 GETs or SETs in a few ms, so the scripts of a master's
-// every slot are several, pipelined, and other clients' commands run
-// between them.
-const markerBatch = 1024
+// runs about 300 markers with their tokens (a GET, a GET and a SET each
+// to check them after a FLUSHALL, a GET, a SET and a DEL to write them)
+// in a few ms, so the scripts of a master's every slot are several,
+// pipelined, and other clients' commands run between them.
+const markerBatch = 384
 
 // checkSlots runs checkMarkers over slots on mc, in batches, and returns
 // those found unarmed, with their tokens.

@@ -70,17 +70,17 @@ func (a *Actor) armedScript(s *Script, id string) *Script {
 // ARGV[2], the one the look read, and deletes the token: atomic, so a
 // restart, a flush or another process's arming after that look leaves
 // the key alone (docs/lock.md, "Unarmed-since token"). With no token
-// (ARGV[2] "") it writes nothing: the arm key must be the identity
-// already. It answers 1 armed, 0 another identity, -1 another token.
+// (ARGV[2] "") or another, it writes nothing, and answers 1 only if the
+// arm key is the identity already (another process armed the node:
+// armed now); else -1. 0: another identity.
 const armSet = `local s = redis.call('INFO', 'server')
 local r = redis.call('INFO', 'replication')
 local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
 if id ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
+if ARGV[2] == '' or redis.call('GET', KEYS[2]) ~= ARGV[2] then
   if redis.call('GET', KEYS[1]) == id then return 1 end
   return -1
 end
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
 redis.call('SET', KEYS[1], id)
 redis.call('DEL', KEYS[2])
 return 1`
