@@ -119,6 +119,11 @@ type Actor struct {
 	armedAs atomic.Pointer[string]
 	// armKeyName is armKey's value, made once (an armed call passes it)
 	armKeyName string
+	// since is the unarmed-since token the last look read, with the
+	// identity it read it under (nil: the look found the node armed); an
+	// arming under that identity writes the arm key only where the node
+	// still holds it (docs/lock.md, "Unarmed-since token").
+	since atomic.Pointer[[2]string]
 	// armedCopies caches the armed copies for armedAs (armedScript).
 	armedCopies atomic.Pointer[armedSet]
 	// slots is a cluster node's slot map, published by the keeper

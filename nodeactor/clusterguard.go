@@ -240,9 +240,14 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	// abort would leave a marker beside a key that moved away).
 	migrating, importing := openSlots(nodes)
 	a.poison(ctx, cl, append(migrating, importing...))
-	for _, s := range migrating {
-		bad[s] = true
+	unserved := func() {
+		for _, s := range migrating {
+			if _, in := bad[s]; !in {
+				bad[s] = ""
+			}
+		}
 	}
+	unserved()
 	if ml.Identity != guess {
 		res := mc.DoMulti(ctx, mc.B().Info().Section("server", "replication").Build(),
 			mc.B().ScriptExists().Sha1(shas(ml.Identity)...).Build())
@@ -274,12 +279,13 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 		if bad, err = a.checkSlots(ctx, mc, all); err != nil {
 			return ml, err
 		}
+		unserved()
 	}
 	ml.Recv = time.Now()
 	a.cleared(checked, bad)
 	// armed under its present identity, in every slot it owns
 	ml.Marked = ex[0] == 1 && len(bad) == 0
-	a.keepPending(addr, ml.Identity, ml.Marked, bad)
+	ml.Token = a.keepPending(addr, ml.Identity, ml.Marked, bad)
 	if ml.Marked && (guess == "" || guess == ml.Identity) {
 		// as Look: another identity is adopted by the engine (Adopt)
 		a.setMasterArmed(addr, ml.Identity)
@@ -317,8 +323,12 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 			mc.B().ScriptLoad().Script(s.sharded.Body).Build())
 	}
 	cmds = append(cmds, mc.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
-	cmds = append(cmds, a.armCmds(mc, addr, want)...)
-	if err := armed(ctx, mc, mc.DoMulti(ctx, cmds...), want, addr); err != nil {
+	ac := a.armCmds(mc, addr, want)
+	cmds = append(cmds, ac...)
+	if err := armed(ctx, mc, mc.DoMulti(ctx, cmds...), want, addr, len(ac)); err != nil {
+		if errors.Is(err, errTokenChanged) {
+			a.dropPending(addr) // a new epoch: the engine's guard starts again
+		}
 		return err
 	}
 	a.keepPending(addr, want, true, nil)

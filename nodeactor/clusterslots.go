@@ -26,40 +26,66 @@ func markerKey(prefix string, slot uint16) string {
 // others: a slot found unarmed stays suspect until found armed).
 const maxSuspects = 4096
 
-// checkMarkers answers the indexes (1-based) of the markers named in ARGV
-// that do not hold the master's identity now, and deletes those that hold
-// another identity (a migrated slot's, or a promoted replica's copy of its
-// old master's). A marker its master does not serve (a stale slot map, a
-// slot migrating away) counts as unarmed.
+// tokenKey is slot's unarmed-since token: in the slot of its marker.
+func tokenKey(prefix string, slot uint16) string {
+	return prefix + "{" + SlotTag(slot) + "}:unarmed"
+}
+
+// checkMarkers checks the markers named in ARGV[2], ARGV[4], ...; each
+// is followed by its slot's token key. It answers, for each marker that
+// does not hold the master's identity now, its index (1-based) and its
+// slot's token, set to ARGV[1] first when missing (docs/lock.md, "Which
+// markers an arming writes"). It deletes the markers that hold another
+// identity (a migrated slot's, or a promoted replica's copy of its old
+// master's). A marker its master does not serve (a stale slot map, a
+// slot migrating away) counts as unarmed, with no token ("").
 const checkMarkers = `local s = redis.call('INFO', 'server')
 local r = redis.call('INFO', 'replication')
 local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
 local bad = {}
-for i = 1, #ARGV do
+for i = 2, #ARGV, 2 do
   local ok, v = pcall(redis.call, 'GET', ARGV[i])
   if not ok or v ~= id then
-    bad[#bad + 1] = i
-    if ok and v then pcall(redis.call, 'DEL', ARGV[i]) end
+    local t = ''
+    if ok then
+      if v then pcall(redis.call, 'DEL', ARGV[i]) end
+      local tok, cur = pcall(redis.call, 'GET', ARGV[i + 1])
+      if tok and cur then t = cur
+      elseif tok and pcall(redis.call, 'SET', ARGV[i + 1], ARGV[1]) then t = ARGV[1] end
+    end
+    bad[#bad + 1] = i / 2
+    bad[#bad + 1] = t
   end
 end
 return bad`
 
-// armSetCluster is armSet for a cluster master: it sets the markers named
-// in ARGV[2:] to ARGV[1] only if ARGV[1] is the master's identity now. A
-// marker of a slot the master does not serve fails alone: it stays
-// unarmed.
+// armSetCluster is armSet for a cluster master: only if ARGV[1] is the
+// master's identity now, for each (marker, token key, token) in ARGV[2:],
+// it sets the marker to ARGV[1] and deletes the token if the token is
+// still the one given, atomically. A slot whose token changed (another
+// process armed it, a flush, the slot left) is not written: the script
+// then answers -1, unless its marker holds the identity already (another
+// process armed it; 0: another identity, 1: all armed now).
 const armSetCluster = `local s = redis.call('INFO', 'server')
 local r = redis.call('INFO', 'replication')
 local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
 if id ~= ARGV[1] then return 0 end
-for i = 2, #ARGV do pcall(redis.call, 'SET', ARGV[i], id) end
-return 1`
+local stale = 1
+for i = 2, #ARGV, 3 do
+  local ok, t = pcall(redis.call, 'GET', ARGV[i + 1])
+  if ok and t == ARGV[i + 2] and pcall(redis.call, 'SET', ARGV[i], id) then
+    redis.call('DEL', ARGV[i + 1])
+  elseif not ok or redis.call('GET', ARGV[i]) ~= id then stale = -1 end
+end
+return stale`
 
 // pending is one master's pending set: the slots found unarmed by every
-// look since the first that found the master not armed, under identity.
+// look since the first that found the master not armed, under identity,
+// each with the token that look read; epoch names it (Look.Token).
 type pending struct {
 	identity string
-	slots    map[uint16]bool
+	epoch    string
+	slots    map[uint16]string
 }
 
 // suspectCall records the slot of an armed call refused on a cluster
@@ -98,11 +124,11 @@ func (a *Actor) suspectsOf(sm *slotMap, addr string) []uint16 {
 }
 
 // cleared drops the slots found armed from the suspect set.
-func (a *Actor) cleared(slots []uint16, bad map[uint16]bool) {
+func (a *Actor) cleared(slots []uint16, bad map[uint16]string) {
 	a.armMu.Lock()
 	defer a.armMu.Unlock()
 	for _, s := range slots {
-		if !bad[s] {
+		if _, b := bad[s]; !b {
 			delete(a.suspects, s)
 		}
 	}
@@ -120,19 +146,20 @@ func movedSlots(old, owner []string) []uint16 {
 }
 
 // markerBatch is how many markers one script checks or writes: a master
-// runs about 1000 GETs or SETs in a few ms, so the scripts of a master's
-// every slot are several, pipelined, and other clients' commands run
-// between them.
-const markerBatch = 1024
+// runs about 300 markers with their tokens (a GET, a GET and a SET each
+// to check them after a FLUSHALL, a GET, a SET and a DEL to write them)
+// in a few ms, so the scripts of a master's every slot are several,
+// pipelined, and other clients' commands run between them.
+const markerBatch = 384
 
 // checkSlots runs checkMarkers over slots on mc, in batches, and returns
-// those found unarmed.
-func (a *Actor) checkSlots(ctx context.Context, mc rueidis.Client, slots []uint16) (map[uint16]bool, error) {
+// those found unarmed, with their tokens.
+func (a *Actor) checkSlots(ctx context.Context, mc rueidis.Client, slots []uint16) (map[uint16]string, error) {
 	var cmds rueidis.Commands
 	for b := range slices.Chunk(slots, markerBatch) {
 		cmds = append(cmds, a.checkCmd(mc, b))
 	}
-	bad := map[uint16]bool{}
+	bad := map[uint16]string{}
 	for i, r := range mc.DoMulti(ctx, cmds...) {
 		b, err := readBad(r, slots[i*markerBatch:min(len(slots), (i+1)*markerBatch)])
 		if err != nil {
@@ -144,23 +171,33 @@ func (a *Actor) checkSlots(ctx context.Context, mc rueidis.Client, slots []uint1
 }
 
 func (a *Actor) checkCmd(mc rueidis.Client, slots []uint16) rueidis.Completed {
-	keys := make([]string, len(slots))
-	for i, s := range slots {
-		keys[i] = markerKey(a.opt.Guard, s)
+	args := make([]string, 0, 1+2*len(slots))
+	args = append(args, newToken())
+	for _, s := range slots {
+		args = append(args, markerKey(a.opt.Guard, s), tokenKey(a.opt.Guard, s))
 	}
-	return mc.B().Eval().Script(checkMarkers).Numkeys(0).Arg(keys...).Build()
+	return mc.B().Eval().Script(checkMarkers).Numkeys(0).Arg(args...).Build()
 }
 
-// readBad reads checkMarkers' reply for slots.
-func readBad(r rueidis.RedisResult, slots []uint16) (map[uint16]bool, error) {
-	idx, err := r.AsIntSlice()
+// readBad reads checkMarkers' reply for slots: the unarmed ones, with
+// their tokens.
+func readBad(r rueidis.RedisResult, slots []uint16) (map[uint16]string, error) {
+	vs, err := r.ToArray()
 	if err != nil {
 		return nil, err
 	}
-	bad := map[uint16]bool{}
-	for _, i := range idx {
+	bad := map[uint16]string{}
+	for k := 0; k+1 < len(vs); k += 2 {
+		i, err := vs[k].AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		t, err := vs[k+1].ToString()
+		if err != nil {
+			return nil, err
+		}
 		if i >= 1 && int(i) <= len(slots) {
-			bad[slots[i-1]] = true
+			bad[slots[i-1]] = t
 		}
 	}
 	return bad, nil
@@ -212,28 +249,54 @@ func (a *Actor) poison(ctx context.Context, cl rueidis.Client, slots []uint16) {
 	a.suspect(slots...)
 }
 
-// keepPending updates master addr's pending set from a look: armed, it
-// starts again; else it keeps the slots unarmed at every look since the
-// first that found the master not armed, under one identity.
-func (a *Actor) keepPending(addr, identity string, armed bool, bad map[uint16]bool) {
+// keepPending updates master addr's pending set from a look and returns
+// its epoch: armed, it ends (""); else it keeps the slots unarmed at
+// every look since the first that found the master not armed, under one
+// identity, each under one token. A slot of the set found under another
+// token (armed, and perhaps forgotten, since) starts it again.
+func (a *Actor) keepPending(addr, identity string, armed bool, bad map[uint16]string) string {
 	a.armMu.Lock()
 	defer a.armMu.Unlock()
 	if a.pend == nil {
 		a.pend = map[string]*pending{}
 	}
 	p := a.pend[addr]
-	switch {
-	case armed:
+	if armed {
 		delete(a.pend, addr)
-	case p == nil || p.identity != identity:
-		a.pend[addr] = &pending{identity: identity, slots: bad}
-	default:
-		for s := range p.slots {
-			if !bad[s] {
-				delete(p.slots, s)
-			}
+		return ""
+	}
+	restart := p == nil || p.identity != identity
+	for s, t := range p.slotsOrNil() {
+		if nt, in := bad[s]; in && nt != t {
+			restart = true
 		}
 	}
+	if restart {
+		p = &pending{identity: identity, epoch: newToken(), slots: maps.Clone(bad)}
+		a.pend[addr] = p
+		return p.epoch
+	}
+	for s := range p.slots {
+		if _, in := bad[s]; !in {
+			delete(p.slots, s)
+		}
+	}
+	return p.epoch
+}
+
+func (p *pending) slotsOrNil() map[uint16]string {
+	if p == nil {
+		return nil
+	}
+	return p.slots
+}
+
+// dropPending ends master addr's pending set: its next look starts
+// another, under a new epoch (an arming refused).
+func (a *Actor) dropPending(addr string) {
+	a.armMu.Lock()
+	defer a.armMu.Unlock()
+	delete(a.pend, addr)
 }
 
 // armCmds returns the scripts that write master addr's pending markers
@@ -243,7 +306,7 @@ func (a *Actor) armCmds(mc rueidis.Client, addr, identity string) rueidis.Comman
 	keys := a.pendingKeys(addr, identity)
 	cmds := rueidis.Commands{}
 	for len(cmds) == 0 || len(keys) > 0 {
-		n := min(len(keys), markerBatch)
+		n := min(len(keys), 3*markerBatch)
 		cmds = append(cmds, mc.B().Eval().Script(armSetCluster).Numkeys(0).Arg(identity).Arg(keys[:n]...).Build())
 		keys = keys[n:]
 	}
@@ -251,7 +314,8 @@ func (a *Actor) armCmds(mc rueidis.Client, addr, identity string) rueidis.Comman
 }
 
 // pendingKeys returns the markers an arming of master addr under identity
-// writes: its pending set.
+// writes, its pending set (but the slots with no token: unserved or
+// migrating at the first look), each followed by its token key and token.
 func (a *Actor) pendingKeys(addr, identity string) []string {
 	a.armMu.Lock()
 	defer a.armMu.Unlock()
@@ -259,9 +323,11 @@ func (a *Actor) pendingKeys(addr, identity string) []string {
 	if p == nil || p.identity != identity {
 		return nil
 	}
-	keys := make([]string, 0, len(p.slots))
-	for s := range p.slots {
-		keys = append(keys, markerKey(a.opt.Guard, s))
+	keys := make([]string, 0, 3*len(p.slots))
+	for s, t := range p.slots {
+		if t != "" {
+			keys = append(keys, markerKey(a.opt.Guard, s), tokenKey(a.opt.Guard, s), t)
+		}
 	}
 	return keys
 }

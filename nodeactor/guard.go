@@ -2,6 +2,8 @@ package nodeactor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -26,6 +28,11 @@ type Look struct {
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
 	MaxTTL   time.Duration // the largest MaxTTL written in the horizon key (0 if none)
 	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none; a cluster master: "")
+	// Token names the unarmed episode the look saw: a single node's
+	// unarmed-since token, a cluster master's pending set's epoch ("" when
+	// none). Another token than the one a guard recorded means the node
+	// was armed or forgot since: a fresh guard.
+	Token string
 	// A cluster node's look has one look per master of its slot map (an
 	// Identity "" when it failed), each naming its Master; the horizon,
 	// MaxTTL, Sent and Recv are the node's. Nil on a single node.
@@ -58,23 +65,72 @@ func (a *Actor) armedScript(s *Script, id string) *Script {
 	return set.get(s, a.opt.Guard)
 }
 
-// armSet sets the arm key to ARGV[1] only if that is the node's identity
-// now: atomic, so a restart or a resync after the identity read in Arm's
-// pipeline cannot leave the key naming an identity the node no longer has.
+// armSet sets the arm key (KEYS[1]) to ARGV[1] only if that is the
+// node's identity now and the unarmed-since token (KEYS[2]) is still
+// ARGV[2], the one the look read, and deletes the token: atomic, so a
+// restart, a flush or another process's arming after that look leaves
+// the key alone (docs/lock.md, "Unarmed-since token"). With no token
+// (ARGV[2] "") or another, it writes nothing, and answers 1 only if the
+// arm key is the identity already (another process armed the node:
+// armed now); else -1. 0: another identity.
 const armSet = `local s = redis.call('INFO', 'server')
 local r = redis.call('INFO', 'replication')
 local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
 if id ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
+if ARGV[2] == '' or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  if redis.call('GET', KEYS[1]) == id then return 1 end
+  return -1
+end
+redis.call('SET', KEYS[1], id)
+redis.call('DEL', KEYS[2])
 return 1`
+
+// sinceScript answers the unarmed-since token (KEYS[2]); when there is
+// none and the arm key (KEYS[1]) is not ARGV[1], the identity the look
+// asks the copies of, it sets it to ARGV[2] (a random value) first. Two
+// processes that look at once so read the same token.
+const sinceScript = `local t = redis.call('GET', KEYS[2])
+if t or redis.call('GET', KEYS[1]) == ARGV[1] then return t end
+redis.call('SET', KEYS[2], ARGV[2])
+return ARGV[2]`
+
+// sinceKey is the unarmed-since token's key on a single node.
+func (a *Actor) sinceKey() string { return a.opt.Guard + "{guard}:unarmed" }
+
+// newToken returns a random token.
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// sinceCmd is the look's token script, the arm key compared with id.
+func (a *Actor) sinceCmd(cl rueidis.Client, id string) rueidis.Completed {
+	return cl.B().Eval().Script(sinceScript).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(id, newToken()).Build()
+}
+
+// readToken reads sinceScript's reply ("" for none).
+func readToken(r rueidis.RedisResult) (string, error) {
+	v, err := r.ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	return v, err
+}
 
 // marker is loaded last by Arm. Its body never changes, so another
 // version of the library, with other scripts, sees the node armed too.
 var marker = newScript("guard-marker", "return 1")
 
 // ErrIdentityChanged means the node answered the arming pipeline with
-// another identity than the one evaluated: it restarted again.
+// another identity than the one evaluated: it restarted again. Or its
+// unarmed-since token changed since the look (errTokenChanged): another
+// process armed it, or it forgot again. Either way: evaluate again.
 var ErrIdentityChanged = errors.New("redlock: node identity changed before arming")
+
+// errTokenChanged: the arming found another unarmed-since token than the
+// look's, and wrote nothing.
+var errTokenChanged = errors.New("its unarmed-since token changed")
 
 // Adopt makes armed calls carry identity: the node (master, on a cluster
 // node; "" otherwise) was found armed under it by another process, and
@@ -142,6 +198,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		cl.B().Pttl().Key(horizonKey).Build(),
 		cl.B().Get().Key(a.armKey()).Build(),
 		cl.B().Get().Key(horizonKey).Build(),
+		a.sinceCmd(cl, guess),
 	}
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
@@ -162,6 +219,9 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	case !rueidis.IsRedisNil(err):
 		return lk, err
 	}
+	if lk.Token, err = readToken(res[5]); err != nil {
+		return lk, err
+	}
 	// armed: some guard armed this process, under its present identity
 	lk.Marked = ex[0] == 1 && lk.ArmedAs == lk.Identity
 	if lk.Marked {
@@ -180,8 +240,9 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		for _, s := range ss {
 			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
 		}
+		// and the token, the arm key compared with this identity
 		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
-			cl.B().ScriptExists().Sha1(shas...).Build())
+			cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl, lk.Identity))
 		info, err := res[0].ToString()
 		if err != nil {
 			return lk, err
@@ -195,11 +256,21 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		if len(ex) != len(shas) {
 			return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
 		}
+		if lk.Token, err = readToken(res[2]); err != nil {
+			return lk, err
+		}
 	}
 	for _, e := range ex[1:] {
 		lk.Missing += int(1 - e)
 	}
-	return lk, lk.readHorizon(res[2], res[4])
+	if err := lk.readHorizon(res[2], res[4]); err != nil {
+		return lk, err
+	}
+	a.since.Store(nil)
+	if !lk.Marked {
+		a.since.Store(&[2]string{lk.Identity, lk.Token})
+	}
+	return lk, nil
 }
 
 // readHorizon reads the horizon key's PTTL and value into lk's Horizon
@@ -247,8 +318,13 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 			cl.B().ScriptLoad().Script(s.Body).Build())
 	}
 	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
-	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(1).Key(a.armKey()).Arg(want).Build())
-	if err := armed(ctx, cl, cl.DoMulti(ctx, cmds...), want, ""); err != nil {
+	token := ""
+	if p := a.since.Load(); p != nil && p[0] == want {
+		token = p[1]
+	}
+	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(want, token).Build())
+	if err := armed(ctx, cl, cl.DoMulti(ctx, cmds...), want, "", 1); err != nil {
+		a.since.Store(nil)
 		return err
 	}
 	a.armedAs.Store(&want)
@@ -256,10 +332,13 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 }
 
 // armed checks an arming pipeline's replies on c: the first is the INFO
-// read before the loads, the last the arm key's EVAL. Under another
+// read before the loads, the last evals the arm scripts. Under another
 // identity than want it flushes c's scripts and returns
-// ErrIdentityChanged; where names a cluster master ("" otherwise).
-func armed(ctx context.Context, c rueidis.Client, res []rueidis.RedisResult, want, where string) error {
+// ErrIdentityChanged; where names a cluster master ("" otherwise). A
+// token that changed since the look (-1: another process armed, or the
+// node forgot) returns ErrIdentityChanged too, with no flush: another
+// process's arming must stay.
+func armed(ctx context.Context, c rueidis.Client, res []rueidis.RedisResult, want, where string, evals int) error {
 	info, err := res[0].ToString()
 	if err != nil {
 		return err
@@ -267,13 +346,24 @@ func armed(ctx context.Context, c rueidis.Client, res []rueidis.RedisResult, wan
 	if infoField(info, "run_id") == "" {
 		return errors.New("redlock: guard arm: no run_id in the INFO reply")
 	}
-	set, serr := res[len(res)-1].AsInt64()
-	if got := identity(info); got != want || (serr == nil && set != 1) {
-		_ = c.Do(ctx, c.B().ScriptFlush().Build()).Error()
-		if where != "" {
-			got += " on " + where
+	got, stale := identity(info), false
+	for _, r := range res[len(res)-evals:] {
+		if set, serr := r.AsInt64(); serr == nil {
+			stale = stale || set == -1
+			if set == 0 && got == want {
+				got = "another identity"
+			}
 		}
-		return fmt.Errorf("%w: evaluated %s, found %s", ErrIdentityChanged, want, got)
+	}
+	if where != "" {
+		where = " on " + where
+	}
+	if got != want {
+		_ = c.Do(ctx, c.B().ScriptFlush().Build()).Error()
+		return fmt.Errorf("%w: evaluated %s, found %s%s", ErrIdentityChanged, want, got, where)
+	}
+	if stale {
+		return fmt.Errorf("%w: armed or forgot again since the look%s (%w)", ErrIdentityChanged, where, errTokenChanged)
 	}
 	for _, r := range res[1:] {
 		if err := r.Error(); err != nil {

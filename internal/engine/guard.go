@@ -114,6 +114,7 @@ type nodeGuard struct {
 	identity  string    // as last read
 	seen      string    // the identity last found armed
 	evaluated string    // the identity the current guard is for
+	token     string    // and the unarmed episode's token (Look.Token)
 	until     time.Time // the current guard's bound (zero: none yet)
 	mem       time.Time // our confirmed horizon when it was found to have forgotten
 }
@@ -417,7 +418,7 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		if !st.armed && st.evaluated != "" {
 			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr(), "master", master)
 		}
-		st.armed, st.seen, st.evaluated, st.until = true, lk.Identity, "", time.Time{}
+		st.armed, st.seen, st.evaluated, st.token, st.until = true, lk.Identity, "", "", time.Time{}
 		g.mu.Unlock()
 		return
 	}
@@ -427,9 +428,12 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		// the identity the look read with the marker.
 		want = lk.Identity
 	} else {
-		fresh := st.armed || st.evaluated != lk.Identity
+		// Another token than the recorded one: the node was armed, and
+		// perhaps forgot again, since (by any process): this process's
+		// state is stale, a new bound from this look.
+		fresh := st.armed || st.evaluated != lk.Identity || st.token != lk.Token
 		if fresh {
-			st.armed, st.evaluated, st.until = false, lk.Identity, time.Time{}
+			st.armed, st.evaluated, st.token, st.until = false, lk.Identity, lk.Token, time.Time{}
 			if st.seen != "" {
 				// what this process confirmed there, perhaps under the
 				// identity it had before (a raise since only adds)
@@ -464,9 +468,9 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 	defer g.mu.Unlock()
 	switch {
 	case err == nil:
-		st.armed, st.seen, st.evaluated, st.until = true, want, "", time.Time{}
+		st.armed, st.seen, st.evaluated, st.token, st.until = true, want, "", "", time.Time{}
 	case errors.Is(err, nodeactor.ErrIdentityChanged):
-		st.armed, st.evaluated, st.until = false, "", time.Time{} // evaluate again
+		st.armed, st.evaluated, st.token, st.until = false, "", "", time.Time{} // evaluate again
 	}
 }
 

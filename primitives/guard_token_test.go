@@ -1,0 +1,143 @@
+package primitives_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// armScriptSub is a piece of every arming script (nodeactor's armSet and
+// armSetCluster) that no look or call carries: a proxy holds an arming
+// by it.
+const armScriptSub = "if id ~= ARGV[1] then return 0 end"
+
+// heldConn keeps node 0's connection open while a proxy holds one of its
+// requests (rueidis would otherwise drop it, and the held bytes with it).
+func heldConn(c *coordinator.Config) {
+	c.ClientOption = func(node int, opt *rueidis.ClientOption) {
+		if node == 0 {
+			opt.ConnWriteTimeout = time.Minute
+		}
+	}
+}
+
+// The single node's case of the cluster review's holes (docs/lock.md,
+// "Unarmed-since token"): a guard's bound and state live in one process,
+// the arm key in the node. Node s0 forgets (FLUSHALL); processes X (B's,
+// A's) and Y guard it. Y's bound runs out too, but its arming does not
+// arrive: "stale-state", Y's arming is lost with its connection and Y
+// cannot reach s0 for a while, which stands for Y's look interval in the
+// race without fault (its next look a second later); "held-arming", Y's
+// arming is held in the network. Meanwhile the others arm s0, A (cut off
+// from s2) takes a lease on s0 and s1, and s0 is flushed again: same
+// identity. Then Y's look finds s0 unarmed under the identity of its
+// guard, whose bound ran out, and arms it at once ("stale-state"), or Y's
+// held arming arrives and writes the arm key ("held-arming"). B then takes
+// the name on s0 and s2 while A is valid.
+func TestGuardSecondFlushRightAfterAnotherProcessArmed(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"stale-state", "held-arming"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			secondFlush(t, mode)
+		})
+	}
+}
+
+func secondFlush(t *testing.T, mode string) {
+	ctx := context.Background()
+	name := "second-flush-" + mode
+	const ttl = 10 * time.Second
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	cut := testutil.NewProxy(t, srv[2].Addr())
+	// each process reaches s0 through its own proxy
+	pa, pb, py := testutil.NewProxy(t, srv[0].Addr()), testutil.NewProxy(t, srv[0].Addr()), testutil.NewProxy(t, srv[0].Addr())
+	cb := newCoord(t, []string{pb.Addr(), srv[1].Addr(), srv[2].Addr()}, heldConn)
+	waitAllUp(t, cb)
+	ca := newCoord(t, []string{pa.Addr(), srv[1].Addr(), cut.Addr()}, heldConn)
+	waitAllUp(t, ca)
+	cy := newCoord(t, []string{py.Addr(), srv[1].Addr(), srv[2].Addr()}, heldConn)
+	waitAllUp(t, cy)
+	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
+	key := lockKey(name, "lock")
+	mustWait(t, 30*time.Second, "B's grant written on s0", func() bool {
+		b, err := lb.TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer b.Release(ctx)
+		v, err := srv[0].Do("EXISTS", key)
+		return err == nil && v == "1"
+	})
+	id := admin(t, srv[0], "GET", advArmKey)
+
+	// first forget: every process guards s0; hold each one's arming
+	ha, hb, hy := pa.Hold(armScriptSub), pb.Hold(armScriptSub), py.Hold(armScriptSub)
+	admin(t, srv[0], "FLUSHALL")
+	flushed := time.Now()
+	for _, h := range []struct {
+		who string
+		h   *testutil.Held
+	}{{"Y", hy}, {"A's process", ha}, {"B's process", hb}} {
+		select {
+		case <-h.h.Caught():
+			t.Logf("%s's arming of s0 sent %v after the first FLUSHALL: held", h.who, time.Since(flushed).Round(time.Millisecond))
+		case <-time.After(40 * time.Second):
+			t.Fatalf("%s never armed s0", h.who)
+		}
+	}
+	if mode == "stale-state" {
+		py.SetFault(testutil.Reset) // the held arming is lost; Y cannot reach s0
+		hy.Release()
+	}
+	ha.Release()
+	hb.Release()
+	mustWait(t, 20*time.Second, "the others see s0 armed", func() bool {
+		v, _ := srv[0].Do("GET", advArmKey)
+		return v == id && !ca.Nodes()[0].Guarded && !cb.Nodes()[0].Guarded
+	})
+	time.Sleep(1500 * time.Millisecond) // every process but Y looks at s0 armed
+	cut.SetFault(testutil.Reset)
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	defer a.Release(ctx)
+	if v := admin(t, srv[0], "EXISTS", key); v != "1" {
+		t.Fatalf("A's key is not on s0")
+	}
+	// second forget, then Y's look (or its held arming) arrives
+	admin(t, srv[0], "FLUSHALL")
+	forgot := time.Now()
+	time.Sleep(1500 * time.Millisecond) // every process but Y looks: s0 guarded again
+	if b, err := lb.TryAcquire(ctx); err == nil {
+		t.Fatalf("B holds before Y acts (fence %d): not the hole under test", b.Fence())
+	}
+	if mode == "stale-state" {
+		py.SetFault(testutil.Pass)
+	} else {
+		hy.Release()
+	}
+	for a.Valid() {
+		b, err := lb.TryAcquire(ctx)
+		if err == nil {
+			if a.Valid() {
+				v, _ := srv[0].Do("GET", advArmKey)
+				t.Errorf("B holds (fence %d) %v after s0 forgot A's key, while A is valid (fence %d, %v left); s0's arm key: %q",
+					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
+					time.Until(a.Deadline()).Round(time.Millisecond), v)
+				b.Release(ctx)
+				return
+			}
+			b.Release(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("no second holder while A was valid; Y guards s0: %v", cy.Nodes()[0].Guarded)
+}
