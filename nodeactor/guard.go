@@ -73,10 +73,7 @@ func (a *Actor) armedScript(s *Script, id string) *Script {
 // (ARGV[2] "") or another, it writes nothing, and answers 1 only if the
 // arm key is the identity already (another process armed the node:
 // armed now); else -1. 0: another identity.
-const armSet = `local s = redis.call('INFO', 'server')
-local r = redis.call('INFO', 'replication')
-local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
-if id ~= ARGV[1] then return 0 end
+const armSet = identityLua + `if id ~= ARGV[1] then return 0 end
 if ARGV[2] == '' or redis.call('GET', KEYS[2]) ~= ARGV[2] then
   if redis.call('GET', KEYS[1]) == id then return 1 end
   return -1
@@ -85,14 +82,22 @@ redis.call('SET', KEYS[1], id)
 redis.call('DEL', KEYS[2])
 return 1`
 
+// identityLua sets id to the node's identity, run_id/master_replid.
+const identityLua = `local s = redis.call('INFO', 'server')
+local r = redis.call('INFO', 'replication')
+local id = (string.match(s, 'run_id:(%x+)') or '') .. '/' .. (string.match(r, 'master_replid:(%x+)') or '')
+`
+
 // sinceScript answers the unarmed-since token (KEYS[2]); when there is
-// none and the arm key (KEYS[1]) is not ARGV[1], the identity the look
-// asks the copies of, it sets it to ARGV[2] (a random value) first. Two
-// processes that look at once so read the same token.
+// none and the arm key (KEYS[1]) is not the node's identity now, it sets
+// it to ARGV[1] (a random value) first. Two processes that look at once
+// so read the same token, and a look at an armed node (a new process's
+// first, which knows no identity yet) leaves none behind.
 const sinceScript = `local t = redis.call('GET', KEYS[2])
-if t or redis.call('GET', KEYS[1]) == ARGV[1] then return t end
-redis.call('SET', KEYS[2], ARGV[2])
-return ARGV[2]`
+if t then return t end
+` + identityLua + `if redis.call('GET', KEYS[1]) == id then return false end
+redis.call('SET', KEYS[2], ARGV[1])
+return ARGV[1]`
 
 // sinceKey is the unarmed-since token's key on a single node.
 func (a *Actor) sinceKey() string { return a.opt.Guard + "{guard}:unarmed" }
@@ -104,9 +109,9 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
-// sinceCmd is the look's token script, the arm key compared with id.
-func (a *Actor) sinceCmd(cl rueidis.Client, id string) rueidis.Completed {
-	return cl.B().Eval().Script(sinceScript).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(id, newToken()).Build()
+// sinceCmd is the look's token script.
+func (a *Actor) sinceCmd(cl rueidis.Client) rueidis.Completed {
+	return cl.B().Eval().Script(sinceScript).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(newToken()).Build()
 }
 
 // readToken reads sinceScript's reply ("" for none).
@@ -198,7 +203,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		cl.B().Pttl().Key(horizonKey).Build(),
 		cl.B().Get().Key(a.armKey()).Build(),
 		cl.B().Get().Key(horizonKey).Build(),
-		a.sinceCmd(cl, guess),
+		a.sinceCmd(cl),
 	}
 	lk := Look{Sent: time.Now()}
 	res := cl.DoMulti(ctx, cmds...)
@@ -240,9 +245,9 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		for _, s := range ss {
 			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
 		}
-		// and the token, the arm key compared with this identity
+		// and the token again, on the same client
 		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
-			cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl, lk.Identity))
+			cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl))
 		info, err := res[0].ToString()
 		if err != nil {
 			return lk, err
