@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -70,23 +71,10 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
 	// each process reaches m through its own proxy
 	pa, pb, pg := testutil.NewProxy(t, m.Addr()), testutil.NewProxy(t, m.Addr()), testutil.NewProxy(t, m.Addr())
-	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(m.Addr(), pb))
-	waitAllUp(t, cb)
-	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()}, viaProxy(m.Addr(), pa))
-	waitAllUp(t, ca)
-	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(m.Addr(), pg))
-	waitAllUp(t, cg)
+	ca, cb, _ := guardProcs(t, cl, srv, cut, viaProxy(m.Addr(), pa), viaProxy(m.Addr(), pb), viaProxy(m.Addr(), pg))
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
 	key := lockKey(name, "lock")
-	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on m)", func() bool {
-		b, err := lb.TryAcquire(ctx)
-		if err != nil {
-			return false
-		}
-		defer b.Release(ctx)
-		v, err := m.Do("EXISTS", key)
-		return err == nil && v == "1"
-	})
+	waitGrantOn(t, lb, func() *testutil.Server { return m }, key)
 	id := admin(t, m, "GET", marker)
 	t.Logf("m %s armed, slot %d's marker %s", m.Addr(), slot, id)
 
@@ -116,15 +104,7 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
 	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
-	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	a, err := la.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("A: %v", err)
-	}
-	defer a.Release(ctx)
-	if v := admin(t, m, "EXISTS", key); v != "1" {
-		t.Fatalf("A's key is not on m")
-	}
+	a := leaseOn(t, ca, name, ttl, m, key)
 	// second forget, then G's stale arming arrives
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
@@ -134,22 +114,10 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 		t.Fatalf("B holds before G's arming arrives (fence %d): not the hole under test", b.Fence())
 	}
 	hg.Release()
-	for a.Valid() {
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() {
-				v, _ := m.Do("GET", marker)
-				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
-					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
-					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
-				b.Release(ctx)
-				return
-			}
-			b.Release(ctx)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("no second holder while A was valid")
+	noSecondHolder(t, a, lb, forgot, func() string {
+		v, _ := m.Do("GET", marker)
+		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
+	})
 }
 
 // A guard cut off during the episode starts again. Before the tokens, the same without any request in flight: process G is cut off
@@ -194,23 +162,10 @@ func partitionedGuard(t *testing.T, first string) {
 	slot := nodeactor.Slot(name)
 	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
 	pg := testutil.NewProxy(t, m.Addr()) // G's way to m
-	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
-	waitAllUp(t, cb)
-	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
-	waitAllUp(t, ca)
-	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(m.Addr(), pg))
-	waitAllUp(t, cg)
+	ca, cb, cg := guardProcs(t, cl, srv, cut, nil, nil, viaProxy(m.Addr(), pg))
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
 	key := lockKey(name, "lock")
-	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on the slot's master)", func() bool {
-		b, err := lb.TryAcquire(ctx)
-		if err != nil {
-			return false
-		}
-		defer b.Release(ctx)
-		v, err := cl.MasterFor("{"+name+"}").Do("EXISTS", key)
-		return err == nil && v == "1"
-	})
+	waitGrantOn(t, lb, func() *testutil.Server { return cl.MasterFor("{" + name + "}") }, key)
 	id := identityOf(t, m)
 
 	// first forget: G looks, finds m forgotten, starts its guard; then G
@@ -234,15 +189,7 @@ func partitionedGuard(t *testing.T, first string) {
 	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
 	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
-	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	a, err := la.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("A: %v", err)
-	}
-	defer a.Release(ctx)
-	if v := admin(t, m, "EXISTS", key); v != "1" {
-		t.Fatalf("A's key is not on m")
-	}
+	a := leaseOn(t, ca, name, ttl, m, key)
 	// second forget; then the partition heals
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
@@ -252,22 +199,10 @@ func partitionedGuard(t *testing.T, first string) {
 		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
 	}
 	pg.SetFault(testutil.Pass)
-	for a.Valid() {
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() {
-				v, _ := m.Do("GET", marker)
-				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
-					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
-					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
-				b.Release(ctx)
-				return
-			}
-			b.Release(ctx)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("no second holder while A was valid")
+	noSecondHolder(t, a, lb, forgot, func() string {
+		v, _ := m.Do("GET", marker)
+		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
+	})
 }
 
 // The engine's side (before the tokens, a stale bound): the actor restarts a master's pending set at a
@@ -301,23 +236,10 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 	slot := nodeactor.Slot(name)
 	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
 	ph := testutil.NewProxy(t, hm.Addr()) // G's way to the horizon's master
-	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
-	waitAllUp(t, cb)
-	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
-	waitAllUp(t, ca)
-	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, viaProxy(hm.Addr(), ph))
-	waitAllUp(t, cg)
+	ca, cb, cg := guardProcs(t, cl, srv, cut, nil, nil, viaProxy(hm.Addr(), ph))
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
 	key := lockKey(name, "lock")
-	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on m)", func() bool {
-		b, err := lb.TryAcquire(ctx)
-		if err != nil {
-			return false
-		}
-		defer b.Release(ctx)
-		v, err := m.Do("EXISTS", key)
-		return err == nil && v == "1"
-	})
+	waitGrantOn(t, lb, func() *testutil.Server { return m }, key)
 	id := admin(t, m, "GET", marker)
 
 	admin(t, m, "FLUSHALL")
@@ -332,15 +254,7 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // G's actor looks at m armed: its pending set ends
 	t.Logf("m armed again %v after the first FLUSHALL; G's status: guarded %v", time.Since(flushed).Round(time.Millisecond), cg.Nodes()[0].Guarded)
 	cut.SetFault(testutil.Reset)
-	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	a, err := la.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("A: %v", err)
-	}
-	defer a.Release(ctx)
-	if v := admin(t, m, "EXISTS", key); v != "1" {
-		t.Fatalf("A's key is not on m")
-	}
+	a := leaseOn(t, ca, name, ttl, m, key)
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
@@ -349,22 +263,10 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
 	}
 	ph.SetFault(testutil.Pass)
-	for a.Valid() {
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() {
-				v, _ := m.Do("GET", marker)
-				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
-					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
-					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
-				b.Release(ctx)
-				return
-			}
-			b.Release(ctx)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("no second holder while A was valid")
+	noSecondHolder(t, a, lb, forgot, func() string {
+		v, _ := m.Do("GET", marker)
+		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
+	})
 }
 
 // identityOf is master s's identity as the guard writes it in a marker.
@@ -427,23 +329,10 @@ func guardEndsThenForgets(t *testing.T, first string) {
 	}
 	slot := nodeactor.Slot(name)
 	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
-	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
-	waitAllUp(t, cb)
-	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
-	waitAllUp(t, ca)
-	cg := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}) // a third process
-	waitAllUp(t, cg)
+	ca, cb, _ := guardProcs(t, cl, srv, cut, nil, nil, nil) // and a third process
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
 	key := lockKey(name, "lock")
-	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on the slot's master)", func() bool {
-		b, err := lb.TryAcquire(ctx)
-		if err != nil {
-			return false
-		}
-		defer b.Release(ctx)
-		v, err := cl.MasterFor("{"+name+"}").Do("EXISTS", key)
-		return err == nil && v == "1"
-	})
+	waitGrantOn(t, lb, func() *testutil.Server { return cl.MasterFor("{" + name + "}") }, key)
 	id := identityOf(t, m)
 	if first == "reshard" {
 		cl.MoveSlot(int(slot), m)
@@ -483,20 +372,63 @@ func guardEndsThenForgets(t *testing.T, first string) {
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	t.Logf("m armed %v after the first event; A holds, m forgot %v after the arming", armed.Sub(began).Round(time.Millisecond), forgot.Sub(armed).Round(time.Millisecond))
-	for a.Valid() {
-		b, err := lb.TryAcquire(ctx)
-		if err == nil {
-			if a.Valid() {
-				v, _ := m.Do("GET", marker)
-				t.Errorf("B holds (fence %d) %v after m forgot A's key, while A is valid (fence %d, %v left); slot %d's marker on m: %q",
-					b.Fence(), time.Since(forgot).Round(time.Millisecond), a.Fence(),
-					time.Until(a.Deadline()).Round(time.Millisecond), slot, v)
-				b.Release(ctx)
-				return
-			}
-			b.Release(ctx)
+	noSecondHolder(t, a, lb, forgot, func() string {
+		v, _ := m.Do("GET", marker)
+		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
+	})
+}
+
+// guardProcs starts the three processes of a guard race, each with its
+// own options: A's (server 1 through cut, so the cluster decides), B's
+// and G's (every node).
+func guardProcs(t *testing.T, cl *testutil.Cluster, srv []*testutil.Server, cut *testutil.Proxy,
+	a, b, g func(*coordinator.Config)) (ca, cb, cg *coordinator.Coordinator) {
+	t.Helper()
+	coord := func(addrs []string, mut func(*coordinator.Config)) *coordinator.Coordinator {
+		var c *coordinator.Coordinator
+		if mut != nil {
+			c = newCoord(t, addrs, mut)
+		} else {
+			c = newCoord(t, addrs)
 		}
-		time.Sleep(20 * time.Millisecond)
+		waitAllUp(t, c)
+		return c
 	}
-	t.Logf("no second holder while A was valid")
+	cb = coord([]string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, b)
+	ca = coord([]string{cl.URL(), srv[0].Addr(), cut.Addr()}, a)
+	cg = coord([]string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, g)
+	return ca, cb, cg
+}
+
+// waitGrantOn waits until lb's grant is written on the master owner
+// returns: the cluster counts (its masters armed).
+func waitGrantOn(t *testing.T, lb *primitives.Lock, owner func() *testutil.Server, key string) {
+	t.Helper()
+	ctx := context.Background()
+	mustWait(t, 30*time.Second, "the cluster armed (B's grant written on the slot's master)", func() bool {
+		b, err := lb.TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer b.Release(ctx)
+		v, err := owner().Do("EXISTS", key)
+		return err == nil && v == "1"
+	})
+}
+
+// leaseOn has A (no auto-renewal) take name on coordinator ca and checks
+// that its key is on master m; it is released when the test ends.
+func leaseOn(t *testing.T, ca *coordinator.Coordinator, name string, ttl time.Duration, m *testutil.Server, key string) *primitives.Lease {
+	t.Helper()
+	ctx := context.Background()
+	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	t.Cleanup(func() { a.Release(ctx) })
+	if v := admin(t, m, "EXISTS", key); v != "1" {
+		t.Fatalf("A's key is not on m")
+	}
+	return a
 }
