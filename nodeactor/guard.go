@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redlock-go/redlock/internal/guardstat"
 )
 
 // The node guard's reads and loads (docs/lock.md, "Node guard"). The
@@ -206,6 +207,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		a.sinceCmd(cl),
 	}
 	lk := Look{Sent: time.Now()}
+	guardstat.Count(a.Addr()) // the token's script: tests subtract it
 	res := cl.DoMulti(ctx, cmds...)
 	lk.Recv = time.Now()
 	if err := lk.readInfo(res[0]); err != nil {
@@ -246,6 +248,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
 		}
 		// and the token again, on the same client
+		guardstat.Count(a.Addr())
 		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
 			cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl))
 		info, err := res[0].ToString()

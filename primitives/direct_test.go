@@ -70,8 +70,14 @@ func TestLockHandoffIsADirectGrant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		start := cnt.get(coordinator.MetricAttempts)
 		got := acquireAsync(ctx, t, lb)
 		queuedOnEveryNode(t, func() []primitives.NodeState { return la.Status(ctx) }, "b")
+		// the attempt that queued B is counted once its last reply is in,
+		// which can be after the nodes show it queued
+		mustWait(t, 10*time.Second, "B's queuing attempt counted", func() bool {
+			return cnt.get(coordinator.MetricAttempts) > start
+		})
 		before, directBefore := cnt.get(coordinator.MetricAttempts), cnt.get(coordinator.MetricDirectGrants)
 		if err := ha.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/guardstat"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
@@ -48,23 +49,12 @@ return p`)
 // means a guarded node, whose grant must not count.
 var checkScript = nodeactor.NewScript("guard-check", `return 1`)
 
-// guardRuns counts, per node address, the scripts the guards of this
-// process ran there (horizon raises, direct-grant checks).
-var guardRuns sync.Map // string -> *atomic.Int64
-
-func countGuardRun(addr string) {
-	v, _ := guardRuns.LoadOrStore(addr, new(atomic.Int64))
-	v.(*atomic.Int64).Add(1)
-}
+func countGuardRun(addr string) { guardstat.Count(addr) }
 
 // GuardScriptsRun returns how many scripts the node guards of this process
-// ran on the node at addr. Tests that count a node's scripts subtract it.
-func GuardScriptsRun(addr string) int64 {
-	if v, ok := guardRuns.Load(addr); ok {
-		return v.(*atomic.Int64).Load()
-	}
-	return 0
-}
+// ran on the node at addr (its looks included). Tests that count a node's
+// scripts subtract it.
+func GuardScriptsRun(addr string) int64 { return guardstat.Runs(addr) }
 
 // guardable is what the guard needs of a node: a *nodeactor.Actor. Fake
 // nodes lack it and stay unguarded.
