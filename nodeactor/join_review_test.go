@@ -1,7 +1,7 @@
 package nodeactor_test
 
 import (
-	"context"
+	"slices"
 	"testing"
 
 	"github.com/redlock-go/redlock/nodeactor"
@@ -36,19 +36,7 @@ func TestJoinedNoscriptFallbackKeepsEachResourcesOrder(t *testing.T) {
 		joinable("C", "C1"),
 		{Script: logged, Keys: []string{"{C}:k"}, Args: []string{"Crel"}},
 	}
-	chs := make([]chan nodeactor.Reply, len(calls))
-	for i, c := range calls {
-		chs[i] = make(chan nodeactor.Reply, 1)
-		if err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Lane: nodeactor.Urgent, Reply: chs[i], Call: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	resume()
-	for i, ch := range chs {
-		if rep := <-ch; rep.Err != nil {
-			t.Fatalf("request %d: %v", i, rep.Err)
-		}
-	}
+	runCalls(t, a, resume, nil, calls)
 	order := runOrder(t, s)
 	t.Logf("run order %v", order)
 	// the last run of each request is the one whose reply was delivered
@@ -87,27 +75,14 @@ func TestJoinedRespectsNormalBeforeUrgent(t *testing.T) {
 		{nodeactor.Normal, nodeactor.Call{Script: logged, Keys: []string{"{C}:k"}, Args: []string{"Cacq"}}},
 		{nodeactor.Urgent, joinable("C", "C2")},
 	}
-	ch := make(chan nodeactor.Reply, len(reqs))
-	for _, r := range reqs {
-		if err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Lane: r.lane, Reply: ch, Call: r.call}); err != nil {
-			t.Fatal(err)
-		}
+	lanes := make([]nodeactor.Lane, len(reqs))
+	calls := make([]nodeactor.Call, len(reqs))
+	for i, r := range reqs {
+		lanes[i], calls[i] = r.lane, r.call
 	}
-	resume()
-	for range reqs {
-		if rep := <-ch; rep.Err != nil {
-			t.Fatal(rep.Err)
-		}
-	}
+	runCalls(t, a, resume, lanes, calls)
 	order := runOrder(t, s)
-	pos := func(x string) int {
-		for i, y := range order {
-			if y == x {
-				return i
-			}
-		}
-		return -1
-	}
+	pos := func(x string) int { return slices.Index(order, x) }
 	t.Logf("run order %v", order)
 	if !(pos("Aacq") < pos("A1") && pos("C1") < pos("Cacq") && pos("Cacq") < pos("C2")) {
 		t.Fatalf("run order %v: an urgent request ran before a normal one of its resource queued earlier", order)

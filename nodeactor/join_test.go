@@ -157,9 +157,25 @@ func TestJoinedCallKeepsEachResourcesOrder(t *testing.T) {
 		joinable("B", "B2"),
 		joinable("A", "A2"),
 	}
+	runCalls(t, a, resume, nil, calls)
+	order := runOrder(t, s)
+	pos := func(x string) int { return slices.Index(order, x) }
+	if !(pos("B1") < pos("Brelease") && pos("Brelease") < pos("B2") && pos("A1") < pos("A2")) {
+		t.Fatalf("run order %v: one resource's requests out of the queued order", order)
+	}
+}
+
+// runCalls sends calls in order, each on its lane (Urgent where lanes is
+// nil), lets the blocked lane go and fails t if any answers an error.
+func runCalls(t *testing.T, a *nodeactor.Actor, resume func(), lanes []nodeactor.Lane, calls []nodeactor.Call) {
+	t.Helper()
 	ch := make(chan nodeactor.Reply, len(calls))
-	for _, c := range calls {
-		if err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Lane: nodeactor.Urgent, Reply: ch, Call: c}); err != nil {
+	for i, c := range calls {
+		lane := nodeactor.Urgent
+		if lanes != nil {
+			lane = lanes[i]
+		}
+		if err := a.TrySend(nodeactor.Request{Ctx: context.Background(), Lane: lane, Reply: ch, Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,10 +184,5 @@ func TestJoinedCallKeepsEachResourcesOrder(t *testing.T) {
 		if rep := <-ch; rep.Err != nil {
 			t.Fatal(rep.Err)
 		}
-	}
-	order := runOrder(t, s)
-	pos := func(x string) int { return slices.Index(order, x) }
-	if !(pos("B1") < pos("Brelease") && pos("Brelease") < pos("B2") && pos("A1") < pos("A2")) {
-		t.Fatalf("run order %v: one resource's requests out of the queued order", order)
 	}
 }

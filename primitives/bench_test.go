@@ -188,29 +188,7 @@ func BenchmarkServerCostPerOp(b *testing.B) {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	usec := func() (calls, us float64) {
-		out, err := srv.Do("INFO", "commandstats")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(out, "\n") {
-			// cmdstat_evalsha:calls=3,usec=57,usec_per_call=19.00,...
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-				continue
-			}
-			for _, kv := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				f, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "calls":
-					calls += f
-				case "usec":
-					us += f
-				}
-			}
-		}
-		return calls, us
-	}
+	usec := func() (calls, us float64) { return evalStats(b, srv) }
 	kinds := []struct {
 		name string
 		lk   func(i int) primitives.Locker
@@ -264,4 +242,30 @@ func BenchmarkServerCostPerOp(b *testing.B) {
 			})
 		})
 	}
+}
+
+// evalStats sums the calls and server µs of every EVAL and EVALSHA on
+// srv so far (INFO commandstats).
+func evalStats(b *testing.B, srv *testutil.Server) (calls, us float64) {
+	out, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		// cmdstat_evalsha:calls=3,usec=57,usec_per_call=19.00,...
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, kv := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls += f
+			case "usec":
+				us += f
+			}
+		}
+	}
+	return calls, us
 }

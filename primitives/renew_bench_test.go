@@ -41,28 +41,7 @@ func BenchmarkRenewalBurstServerCost(b *testing.B) {
 		}
 		defer leases[i].Release(ctx)
 	}
-	stats := func() (calls, us float64) {
-		out, err := srv.Do("INFO", "commandstats")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(out, "\n") {
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-				continue
-			}
-			for _, kv := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				f, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "calls":
-					calls += f
-				case "usec":
-					us += f
-				}
-			}
-		}
-		return calls, us
-	}
+	stats := func() (calls, us float64) { return evalStats(b, srv) }
 	// the server process's CPU (INFO cpu: user + sys seconds), which
 	// also counts reading commands and writing replies
 	cpu := func() float64 {
