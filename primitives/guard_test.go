@@ -449,3 +449,33 @@ func TestGuardMaxTTLDiffersBetweenProcesses(t *testing.T) {
 		t.Errorf("S: node 0 guarded=%v until %v, want guarded for about L's MaxTTL (24 h)", st.Guarded, st.GuardedUntil)
 	}
 }
+
+// TestGuardSlowFirstLookArmsBeforeNewReturns: New's first look arms a
+// fresh deployment so that the first acquire waits for nothing. On a
+// loaded machine that look can take longer than a periodic look may
+// (a cluster master's scans every slot's marker); it then failed, New
+// returned an unarmed node, and the first TryAcquire found "node
+// guarded: NOSCRIPT" (a CI run's TestClusterEveryPrimitive). Here a
+// proxy holds the first look 800 ms, beyond the periodic look's 500 ms.
+func TestGuardSlowFirstLookArmsBeforeNewReturns(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 1, testutil.ServerOptions{})
+	p := testutil.NewProxy(t, srv[0].Addr())
+	look := p.Delay(800*time.Millisecond, "SCRIPT", "EXISTS")
+	c := newCoord(t, []string{p.Addr()})
+	select {
+	case <-look.Caught():
+	default:
+		t.Fatal("New returned without a look at the node")
+	}
+	if st := c.Nodes()[0]; st.Guarded {
+		t.Fatalf("a fresh node guarded after New: %+v", st)
+	}
+	l, _ := primitives.NewLock(c, "first")
+	a, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("first TryAcquire after New: %v", err)
+	}
+	a.Release(context.Background())
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -287,44 +288,50 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	if !first {
 		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout)) })
 	}
-	var plain []int
+	wait := max(g.c.set.NodeTimeout, 500*time.Millisecond)
+	var guarded, plain []int
 	for i, gn := range g.gns {
 		if gn == nil || !gn.Guarded() {
 			plain = append(plain, i)
-			continue
+		} else {
+			guarded = append(guarded, i)
 		}
-		wg.Go(func() {
-			lctx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, 500*time.Millisecond))
-			defer cancel()
-			looks[i], errs[i] = gn.Look(lctx, g.key())
-		})
 	}
 	if len(plain) > 0 {
-		call := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
-		r := g.c.fanout(ctx, max(g.c.set.NodeTimeout, 500*time.Millisecond), nodeactor.Urgent,
-			func(int) nodeactor.Call { return call }, nil, nil)
-		for _, i := range plain {
-			errs[i] = r.Replies[i].Err
-			if !r.Answered[i] {
-				errs[i] = errors.New("no answer")
-			}
-			if errs[i] == nil {
-				p, err := r.Replies[i].Msg.AsInt64()
-				looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Recv: time.Now(), Horizon: time.Duration(p) * time.Millisecond}, err
-				if p < 0 {
-					looks[i].Horizon = -1
-				}
-			}
-		}
+		wg.Go(func() { g.readPlain(ctx, plain, wait, looks, errs) })
 	}
+	by := time.Now().Add(wait)
+	if first {
+		// New's looks may take the patience New gives connecting nodes:
+		// the first acquire must find every fresh node armed, and a
+		// loaded cluster master's first look reads every slot's marker.
+		// A look that failed is taken again until then.
+		by = time.Now().Add(max(wait, guardFreshPatience))
+	}
+	g.look(ctx, guarded, by, first, looks, errs)
 	wg.Wait()
 	g.learnMaxTTL(looks, errs)
-	for i, gn := range g.gns {
-		if errs[i] != nil || gn == nil || !gn.Guarded() {
+	armBy := time.Time{}
+	if first {
+		armBy = by
+	}
+	// A bound is read from horizons read after every look returned
+	// (docs/lock.md, "The horizons are read after the looks").
+	hs, herrs := looks, errs
+	if unarmedIn(looks, errs, guarded) {
+		hs, herrs = make([]nodeactor.Look, n), make([]error, n)
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		g.readPlain(ctx, all, max(wait, time.Until(by)), hs, herrs)
+	}
+	for _, i := range guarded {
+		if errs[i] != nil {
 			continue
 		}
 		if looks[i].Masters == nil {
-			g.decide(ctx, i, "", looks[i], looks, errs)
+			g.decide(ctx, i, "", looks[i], hs, herrs, armBy)
 			continue
 		}
 		// a cluster node: each master is decided on its own, its bound
@@ -332,12 +339,92 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		g.keepMasters(i, looks[i])
 		for _, ml := range looks[i].Masters {
 			if ml.Identity != "" {
-				g.decide(ctx, i, ml.Master, ml, looks, errs)
+				g.decide(ctx, i, ml.Master, ml, hs, herrs, armBy)
 			}
 		}
 	}
 	if first {
 		g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout))
+	}
+}
+
+// look looks at the nodes idx in parallel, each until by. With again, a
+// node whose look failed (or one of whose cluster masters' did) is looked
+// at again until by, unless it is down.
+func (g *guard) look(ctx context.Context, idx []int, by time.Time, again bool, looks []nodeactor.Look, errs []error) {
+	for len(idx) > 0 {
+		var wg sync.WaitGroup
+		for _, i := range idx {
+			wg.Go(func() {
+				lctx, cancel := context.WithDeadline(ctx, by)
+				defer cancel()
+				looks[i], errs[i] = g.gns[i].Look(lctx, g.key())
+			})
+		}
+		wg.Wait()
+		failed := idx[:0:0]
+		for _, i := range idx {
+			if errors.Is(errs[i], nodeactor.ErrNodeDown) {
+				continue
+			}
+			if errs[i] != nil || slices.ContainsFunc(looks[i].Masters, func(ml nodeactor.Look) bool { return ml.Identity == "" }) {
+				failed = append(failed, i)
+			}
+		}
+		idx = failed
+		if !again || len(idx) == 0 || time.Until(by) < 50*time.Millisecond {
+			return
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// unarmedIn reports whether a look of the nodes idx that answered found
+// the node, or one of its cluster masters, unarmed: a decision then
+// needs a bound.
+func unarmedIn(looks []nodeactor.Look, errs []error, idx []int) bool {
+	unarmed := func(lk nodeactor.Look) bool { return !lk.Marked || lk.Missing > 0 }
+	for _, i := range idx {
+		switch {
+		case errs[i] != nil:
+		case looks[i].Masters == nil:
+			if unarmed(looks[i]) {
+				return true
+			}
+		default:
+			for _, ml := range looks[i].Masters {
+				if ml.Identity != "" && unarmed(ml) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// readPlain reads the horizon of the nodes idx by a plain PTTL: the nodes
+// the guard does not apply to, and every node's after the looks.
+func (g *guard) readPlain(ctx context.Context, idx []int, wait time.Duration, looks []nodeactor.Look, errs []error) {
+	call := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
+	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
+	for _, i := range idx {
+		errs[i] = r.Replies[i].Err
+		if !r.Answered[i] {
+			errs[i] = errors.New("no answer")
+		}
+		if errs[i] == nil {
+			p, err := r.Replies[i].Msg.AsInt64()
+			looks[i], errs[i] = nodeactor.Look{Sent: r.Start, Recv: time.Now(), Horizon: time.Duration(p) * time.Millisecond}, err
+			if p < 0 {
+				looks[i].Horizon = -1
+			}
+		}
 	}
 }
 
@@ -376,8 +463,10 @@ func (g *guard) unit(x int, master string) *nodeGuard {
 }
 
 // decide updates node x's state (its master's, on a cluster node) from
-// its look lk, and arms it when its guard has run out.
-func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.Look, looks []nodeactor.Look, errs []error) {
+// its look lk, and arms it when its guard has run out: by armBy if set
+// (New's first tick), else within the usual wait. hs are every node's
+// horizons, read after lk (errs: which failed).
+func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.Look, hs []nodeactor.Look, errs []error, armBy time.Time) {
 	now := time.Now()
 	g.mu.Lock()
 	st := g.unit(x, master)
@@ -430,7 +519,7 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 				st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
 			}
 		}
-		b := g.bound(x, looks, errs, now)
+		b := g.bound(lk, hs, errs, now)
 		if st.seen != "" && st.seen != lk.Identity && st.mem.After(b) {
 			b = st.mem
 		}
@@ -448,7 +537,10 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		want = st.evaluated
 	}
 	g.mu.Unlock()
-	actx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
+	if by := time.Now().Add(max(g.c.set.NodeTimeout, time.Second)); by.After(armBy) {
+		armBy = by
+	}
+	actx, cancel := context.WithDeadline(ctx, armBy)
 	err := g.gns[x].Arm(actx, master, want)
 	cancel()
 	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
@@ -464,13 +556,14 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 	}
 }
 
-// bound is how long node x stays guarded, from the looks. No horizon on
-// any node that answered, with a quorum answering: a fresh deployment,
-// nothing to wait for. Else the latest horizon read, when so few nodes
-// failed to answer that one of every forgotten lease's quorum answered.
-// Else the largest MaxTTL known (this process's, or one read on the
-// nodes) from now.
-func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
+// bound is how long the node (master) looked at by lk stays guarded,
+// from every node's horizon read after lk (looks). No horizon on any node
+// that answered, with a quorum answering: a fresh deployment, nothing to
+// wait for. Else the latest horizon read, when so few nodes failed to
+// answer that one of every forgotten lease's quorum answered. Else the
+// largest MaxTTL known (this process's, or one read on the nodes) from
+// lk.
+func (g *guard) bound(lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
 	unanswered := 0
 	var h time.Time
 	for j := range looks {
@@ -497,7 +590,7 @@ func (g *guard) bound(x int, looks []nodeactor.Look, errs []error, now time.Time
 	// started, and its uptime says nothing about when. Each look keeps
 	// the earliest bound, so this one counts from the first look that
 	// found the node guarded.
-	return looks[x].Recv.Add(time.Duration(g.maxTTL.Load()))
+	return lk.Recv.Add(time.Duration(g.maxTTL.Load()))
 }
 
 func maxTime(a, b time.Time) time.Time {
