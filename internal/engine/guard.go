@@ -419,6 +419,13 @@ func (g *guard) bound(lk nodeactor.Look, looks []nodeactor.Look, errs []error, n
 	return lk.Recv.Add(time.Duration(g.maxTTL.Load()))
 }
 
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 func maxTime(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b

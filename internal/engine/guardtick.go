@@ -44,9 +44,16 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		// the first acquire must find every fresh node armed, and a
 		// loaded cluster master's first look reads every slot's marker.
 		// A look that failed is taken again until then.
+		// Capped by New's deadline, less the time the confirming read
+		// and the armings need (an adversarial review: a hung look took
+		// all of a short StartTimeout, and the healthy nodes were left
+		// unarmed).
 		by = time.Now().Add(max(wait, guardFreshPatience))
+		if dl, ok := ctx.Deadline(); ok {
+			by = minTime(by, maxTime(dl.Add(-wait-max(g.c.set.NodeTimeout, time.Second)), time.Now().Add(wait)))
+		}
 	}
-	g.look(ctx, guarded, by, first, looks, errs)
+	g.look(ctx, guarded, by, wait, first, looks, errs)
 	wg.Wait()
 	g.learnMaxTTL(looks, errs)
 	armBy := time.Time{}
@@ -64,12 +71,14 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		}
 		g.readPlain(ctx, all, max(wait, time.Until(by)), hs, herrs)
 	}
+	// Decided in parallel: a hung arming must not use up the others' time.
+	var dg sync.WaitGroup
 	for _, i := range guarded {
 		if errs[i] != nil {
 			continue
 		}
 		if looks[i].Masters == nil {
-			g.decide(ctx, i, "", looks[i], hs, herrs, armBy)
+			dg.Go(func() { g.decide(ctx, i, "", looks[i], hs, herrs, armBy) })
 			continue
 		}
 		// a cluster node: each master is decided on its own, its bound
@@ -77,10 +86,11 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		g.keepMasters(i, looks[i])
 		for _, ml := range looks[i].Masters {
 			if ml.Identity != "" {
-				g.decide(ctx, i, ml.Master, ml, hs, herrs, armBy)
+				dg.Go(func() { g.decide(ctx, i, ml.Master, ml, hs, herrs, armBy) })
 			}
 		}
 	}
+	dg.Wait()
 	if first {
 		g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout))
 	}
@@ -88,21 +98,26 @@ func (g *guard) tick(ctx context.Context, first bool) {
 
 // look looks at the nodes idx in parallel, each until by. With again, a
 // node whose look failed (or one of whose cluster masters' did) is looked
-// at again until by, unless it is down.
-func (g *guard) look(ctx context.Context, idx []int, by time.Time, again bool, looks []nodeactor.Look, errs []error) {
+// at again while it is up and a whole look's time (wait) is left; a
+// cluster master's look that answered is kept from an earlier try.
+func (g *guard) look(ctx context.Context, idx []int, by time.Time, wait time.Duration, again bool, looks []nodeactor.Look, errs []error) {
 	for len(idx) > 0 {
 		var wg sync.WaitGroup
 		for _, i := range idx {
 			wg.Go(func() {
 				lctx, cancel := context.WithDeadline(ctx, by)
 				defer cancel()
-				looks[i], errs[i] = g.gns[i].Look(lctx, g.key())
+				lk, err := g.gns[i].Look(lctx, g.key())
+				if err == nil && errs[i] == nil {
+					lk = keepAnswered(looks[i], lk)
+				}
+				looks[i], errs[i] = lk, err
 			})
 		}
 		wg.Wait()
 		failed := idx[:0:0]
 		for _, i := range idx {
-			if errors.Is(errs[i], nodeactor.ErrNodeDown) {
+			if errors.Is(errs[i], nodeactor.ErrNodeDown) || !g.c.nodes[i].Status().Up {
 				continue
 			}
 			if errs[i] != nil || slices.ContainsFunc(looks[i].Masters, func(ml nodeactor.Look) bool { return ml.Identity == "" }) {
@@ -110,7 +125,7 @@ func (g *guard) look(ctx context.Context, idx []int, by time.Time, again bool, l
 			}
 		}
 		idx = failed
-		if !again || len(idx) == 0 || time.Until(by) < 50*time.Millisecond {
+		if !again || len(idx) == 0 || time.Until(by) < wait {
 			return
 		}
 		t := time.NewTimer(20 * time.Millisecond)
@@ -121,6 +136,28 @@ func (g *guard) look(ctx context.Context, idx []int, by time.Time, again bool, l
 		case <-t.C:
 		}
 	}
+}
+
+// keepAnswered returns next, a cluster node's look, with the look of each
+// master that failed in next taken from prev where it answered there.
+// Safe: the horizons are read after every look, and an arming writes only
+// under the token its master's look recorded.
+func keepAnswered(prev, next nodeactor.Look) nodeactor.Look {
+	if prev.Masters == nil || next.Masters == nil {
+		return next
+	}
+	answered := map[string]nodeactor.Look{}
+	for _, ml := range prev.Masters {
+		if ml.Identity != "" {
+			answered[ml.Master] = ml
+		}
+	}
+	for k, ml := range next.Masters {
+		if p, ok := answered[ml.Master]; ok && ml.Identity == "" {
+			next.Masters[k] = p
+		}
+	}
+	return next
 }
 
 // unarmedIn reports whether a look of the nodes idx that answered found
