@@ -67,10 +67,17 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 		lockers = append(lockers, l)
 	}
 	double := false
+	last := make([]error, len(lockers))
+	defer func() {
+		if !double && mode == coordinator.GuardOff {
+			t.Logf("no second holder; each contender's last refusal: %v", last)
+		}
+	}()
 	for a.Valid() {
 		for i, l := range lockers {
 			b, err := l.TryAcquire(context.Background())
 			if err != nil {
+				last[i] = err
 				continue
 			}
 			if a.Valid() {
