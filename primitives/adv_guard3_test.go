@@ -41,6 +41,26 @@ func adv3FirstAcquire(t *testing.T, c *coordinator.Coordinator, name string) {
 	a.Release(context.Background())
 }
 
+// adv3Proxied starts three servers, node's behind a proxy.
+func adv3Proxied(t *testing.T, node int) ([]string, *testutil.Proxy) {
+	t.Helper()
+	testutil.RequireRedis(t)
+	addrs := testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{}))
+	p := testutil.NewProxy(t, addrs[node])
+	addrs[node] = p.Addr()
+	return addrs, p
+}
+
+// adv3Caught fails t unless h has caught its command (what names it).
+func adv3Caught(t *testing.T, h *testutil.Held, what string) {
+	t.Helper()
+	select {
+	case <-h.Caught():
+	default:
+		t.Fatal(what)
+	}
+}
+
 // TestAdv3HungLookEatsShortStartTimeout: N = 3, fresh, one node
 // connects and then its look hangs (a proxy holds the look pipeline: a
 // node stalled, GC pause, SIGSTOP after the connect). StartTimeout is
@@ -53,21 +73,13 @@ func adv3FirstAcquire(t *testing.T, c *coordinator.Coordinator, name string) {
 // healthy looks found no horizon, and they were armed at once.
 func TestAdv3HungLookEatsShortStartTimeout(t *testing.T) {
 	t.Parallel()
-	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	addrs := testutil.Addrs(srv)
-	p := testutil.NewProxy(t, addrs[2])
-	addrs[2] = p.Addr()
+	addrs, p := adv3Proxied(t, 2)
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
 	start := time.Now()
 	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 1500 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
-	select {
-	case <-look.Caught():
-	default:
-		t.Fatal("New returned without a look at node 2")
-	}
+	adv3Caught(t, look, "New returned without a look at node 2")
 	adv3FirstAcquire(t, c, "hungshort")
 }
 
@@ -80,11 +92,7 @@ func TestAdv3HungLookEatsShortStartTimeout(t *testing.T) {
 // nodes 0 and 1, fresh and healthy, are guarded for MaxTTL.
 func TestAdv3LateNodeHungLookDefaultStartTimeout(t *testing.T) {
 	t.Parallel()
-	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	addrs := testutil.Addrs(srv)
-	p := testutil.NewProxy(t, addrs[2])
-	addrs[2] = p.Addr()
+	addrs, p := adv3Proxied(t, 2)
 	hello := p.Delay(2300*time.Millisecond, "HELLO")
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
@@ -93,11 +101,7 @@ func TestAdv3LateNodeHungLookDefaultStartTimeout(t *testing.T) {
 	// held handshake, so node 2 connects at about 2.3 s.
 	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 750 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
-	select {
-	case <-hello.Caught():
-	default:
-		t.Fatal("node 2's handshake never came")
-	}
+	adv3Caught(t, hello, "node 2's handshake never came")
 	select {
 	case <-look.Caught():
 	default:
@@ -188,21 +192,13 @@ func adv3LongLook(t *testing.T, n int) {
 // an arming had 1 s, and nodes 1 and 2 were armed in the time left.
 func TestAdv3HungArmEatsStartTimeout(t *testing.T) {
 	t.Parallel()
-	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	addrs := testutil.Addrs(srv)
-	p := testutil.NewProxy(t, addrs[0])
-	addrs[0] = p.Addr()
+	addrs, p := adv3Proxied(t, 0)
 	arm := p.Hold("SCRIPT", "LOAD")
 	t.Cleanup(arm.Release)
 	start := time.Now()
 	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2 * time.Second })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
-	select {
-	case <-arm.Caught():
-	default:
-		t.Fatal("New returned without arming node 0")
-	}
+	adv3Caught(t, arm, "New returned without arming node 0")
 	adv3FirstAcquire(t, c, "hungarm")
 }
 
@@ -217,11 +213,7 @@ func TestAdv3HungArmEatsStartTimeout(t *testing.T) {
 // down starts, but its first acquire is refused.
 func TestAdv3NodeDiesDuringNewShortStartTimeout(t *testing.T) {
 	t.Parallel()
-	testutil.RequireRedis(t)
-	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-	addrs := testutil.Addrs(srv)
-	p := testutil.NewProxy(t, addrs[2])
-	addrs[2] = p.Addr()
+	addrs, p := adv3Proxied(t, 2)
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
 	go func() {
@@ -235,11 +227,7 @@ func TestAdv3NodeDiesDuringNewShortStartTimeout(t *testing.T) {
 	start := time.Now()
 	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2 * time.Second })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
-	select {
-	case <-look.Caught():
-	default:
-		t.Fatal("New returned without a look at node 2")
-	}
+	adv3Caught(t, look, "New returned without a look at node 2")
 	adv3FirstAcquire(t, c, "diesduringnew")
 }
 
