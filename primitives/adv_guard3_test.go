@@ -83,6 +83,30 @@ func TestAdv3HungLookEatsShortStartTimeout(t *testing.T) {
 	adv3FirstAcquire(t, c, "hungshort")
 }
 
+// TestAdv3HungLookSlowArmingShortStartTimeout is the same on a loaded
+// machine, where arming a healthy node takes a few hundred milliseconds
+// (seen in a CI run on Redis 8.0: the first acquire refused NOSCRIPT on
+// nodes 0 and 1, their guard run out but their arming cut by New's
+// deadline). Nodes 0 and 1 answer 40 ms late each way. The confirming
+// horizon read waited its whole 500 ms for hung node 2 (its connection
+// holds the look), which left the armings too little of StartTimeout.
+func TestAdv3HungLookSlowArmingShortStartTimeout(t *testing.T) {
+	t.Parallel()
+	addrs, p := adv3Proxied(t, 2)
+	for i := range 2 {
+		slow := testutil.NewProxy(t, addrs[i])
+		slow.SetLatency(40 * time.Millisecond)
+		addrs[i] = slow.Addr()
+	}
+	look := p.Hold("SCRIPT", "EXISTS")
+	t.Cleanup(look.Release)
+	start := time.Now()
+	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 1500 * time.Millisecond })
+	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
+	adv3Caught(t, look, "New returned without a look at node 2")
+	adv3FirstAcquire(t, c, "hungslow")
+}
+
 // TestAdv3LateNodeHungLookDefaultStartTimeout is the same with the
 // default StartTimeout (5 s): node 2's handshake is held 2.3 s (a lost
 // SYN, a slow node), so New's grace waits for it and the first tick starts

@@ -183,7 +183,6 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	if tl.Enough(ready) && c.guard != nil {
 		// The first look arms a fresh deployment and primes the horizon
 		// for DefaultTTL, so the first acquire waits for nothing.
-		c.guard.ttl.Store(int64(set.DefaultTTL))
 		c.guard.tick(wctx, true)
 		c.rnGo(c.guard.run)
 	}

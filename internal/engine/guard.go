@@ -234,10 +234,11 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 }
 
 // raise sets the horizon's PTTL to at least ttl+guardMargin on every node
-// and records the confirmed horizons.
-func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
+// and records the confirmed horizons. It reports whether a quorum
+// confirmed it (or no node is guarded).
+func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) bool {
 	if !g.anyGuarded() {
-		return // no guarded node (miniredis, no INFO): no key to leave
+		return true // no guarded node (miniredis, no INFO): no key to leave
 	}
 	px := ttl + guardMargin
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
@@ -245,6 +246,7 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
 		return call
 	}, nil, nil)
+	ok := 0
 	for i, rep := range r.Replies {
 		if !r.Answered[i] || rep.Err != nil {
 			continue
@@ -253,6 +255,7 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 		if err != nil {
 			continue
 		}
+		ok++
 		d := time.Duration(ms) * time.Millisecond
 		h := int64(r.Start.Add(d - g.c.Drift(d)).Sub(g.base))
 		for {
@@ -262,6 +265,7 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) {
 			}
 		}
 	}
+	return g.c.NewTally().Enough(ok)
 }
 
 // anyGuarded reports whether the guard applies to some node.
