@@ -82,7 +82,9 @@ type Config struct {
 	NodeGuard GuardMode // GuardAuto (default) or GuardOff
 
 	// StartTimeout bounds how long New waits for a quorum of nodes; 0 means 5s
-	// (or the ctx deadline, if sooner).
+	// (or the ctx deadline, if sooner). With the node guard on, New also arms
+	// the nodes in that time; below about 2.5 s a slow or hung node can leave
+	// the others to the guard loop's next tick, a second or so later.
 	StartTimeout time.Duration
 	// HandoffWindow is how long a release reserves the lock for the longest
 	// waiter; 0 means max(100ms, NodeTimeout).

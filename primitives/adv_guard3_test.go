@@ -64,32 +64,31 @@ func adv3Caught(t *testing.T, h *testutil.Held, what string) {
 // TestAdv3HungLookEatsShortStartTimeout: N = 3, fresh, one node
 // connects and then its look hangs (a proxy holds the look pipeline: a
 // node stalled, GC pause, SIGSTOP after the connect). StartTimeout is
-// 1.5 s. New's first tick now lets that look run until 3 s (by), so it
-// ends only when New's context (StartTimeout) does; the confirming horizon
-// read then runs on a dead context, every node counts as not answering,
-// and the two healthy fresh nodes are guarded for MaxTTL (then, after the
-// next ticks, for the horizon): the first acquire is refused although a
-// quorum is healthy and fresh. Before 2d25f8f the look had 500 ms, the two
-// healthy looks found no horizon, and they were armed at once.
+// 2.5 s, the least that leaves New's guard its whole budget (looks 1 s,
+// the horizon read 500 ms, armings 1 s). 2d25f8f let that look run until
+// 3 s (by), so it ended only when New's context did; the confirming
+// horizon read then ran on a dead context, every node counted as not
+// answering, and the two healthy fresh nodes were guarded for MaxTTL
+// (then, after the next ticks, for the horizon): the first acquire was
+// refused although a quorum was healthy and fresh. With 1.5 s the
+// armings get only 500 ms, which a loaded CI run on Redis 8.0 overran
+// (the first acquire refused NOSCRIPT).
 func TestAdv3HungLookEatsShortStartTimeout(t *testing.T) {
 	t.Parallel()
 	addrs, p := adv3Proxied(t, 2)
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
 	start := time.Now()
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 1500 * time.Millisecond })
+	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2500 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, look, "New returned without a look at node 2")
 	adv3FirstAcquire(t, c, "hungshort")
 }
 
 // TestAdv3HungLookSlowArmingShortStartTimeout is the same on a loaded
-// machine, where arming a healthy node takes a few hundred milliseconds
-// (seen in a CI run on Redis 8.0: the first acquire refused NOSCRIPT on
-// nodes 0 and 1, their guard run out but their arming cut by New's
-// deadline). Nodes 0 and 1 answer 40 ms late each way. The confirming
-// horizon read waited its whole 500 ms for hung node 2 (its connection
-// holds the look), which left the armings too little of StartTimeout.
+// machine, where arming a healthy node takes a few hundred milliseconds:
+// nodes 0 and 1 answer 40 ms late each way. Their armings still fit in
+// New's budget.
 func TestAdv3HungLookSlowArmingShortStartTimeout(t *testing.T) {
 	t.Parallel()
 	addrs, p := adv3Proxied(t, 2)
@@ -101,7 +100,7 @@ func TestAdv3HungLookSlowArmingShortStartTimeout(t *testing.T) {
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
 	start := time.Now()
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 1500 * time.Millisecond })
+	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2500 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, look, "New returned without a look at node 2")
 	adv3FirstAcquire(t, c, "hungslow")
@@ -331,4 +330,29 @@ func TestAdv3ClusterRetryTruncatesHealthyMaster(t *testing.T) {
 		t.Fatalf("first TryAcquire of %q (on healthy master H) right after New: %v", name, err)
 	}
 	a.Release(context.Background())
+}
+
+// TestAdv3NewRaiseLateFirstAcquireRaises: New armed every node, but its
+// horizon raise for DefaultTTL was answered too late on nodes 0 and 1
+// (held 1.2 s in the network, past the raise's 1 s wait, as when New's
+// deadline comes first). The first acquire right after New raises it
+// itself. Before, New took the raise as done, and the first grant on
+// nodes 0 and 1 was refused "its horizon does not cover the TTL yet"
+// until the guard loop's next raise.
+func TestAdv3NewRaiseLateFirstAcquireRaises(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	addrs := testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{}))
+	var raises []*testutil.Held
+	for i := range 2 {
+		p := testutil.NewProxy(t, addrs[i])
+		raises = append(raises, p.Delay(1200*time.Millisecond, "EVALSHA", "{guard}:horizon"))
+		addrs[i] = p.Addr()
+	}
+	// NodeTimeout 750 ms: the first acquire's raise waits past the held one.
+	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 750 * time.Millisecond })
+	for _, r := range raises {
+		adv3Caught(t, r, "New's horizon raise never reached a node")
+	}
+	adv3FirstAcquire(t, c, "lateraise")
 }

@@ -64,16 +64,12 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	// (docs/lock.md, "The horizons are read after the looks").
 	hs, herrs := looks, errs
 	if unarmedIn(looks, errs, guarded) {
-		// A node whose look failed counts as not answering, unread: a
-		// hung one would hold the read for its whole wait.
 		hs, herrs = make([]nodeactor.Look, n), make([]error, n)
-		var answered []int
-		for i, err := range errs {
-			if herrs[i] = err; err == nil {
-				answered = append(answered, i)
-			}
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
 		}
-		g.readPlain(ctx, answered, max(wait, time.Until(by)), hs, herrs)
+		g.readPlain(ctx, all, max(wait, time.Until(by)), hs, herrs)
 	}
 	// Decided in parallel: a hung arming must not use up the others' time.
 	var dg sync.WaitGroup
@@ -190,22 +186,10 @@ func unarmedIn(looks []nodeactor.Look, errs []error, idx []int) bool {
 }
 
 // readPlain reads the horizon of the nodes idx by a plain PTTL: the nodes
-// the guard does not apply to, and every node's after the looks. It waits
-// for the nodes idx only.
+// the guard does not apply to, and every node's after the looks.
 func (g *guard) readPlain(ctx context.Context, idx []int, wait time.Duration, looks []nodeactor.Look, errs []error) {
-	if len(idx) == 0 {
-		return
-	}
 	call := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
-	all := func(r *Round) bool {
-		for _, i := range idx {
-			if !r.Answered[i] {
-				return false
-			}
-		}
-		return true
-	}
-	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(int) nodeactor.Call { return call }, all, nil)
+	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
 	for _, i := range idx {
 		errs[i] = r.Replies[i].Err
 		if !r.Answered[i] {
