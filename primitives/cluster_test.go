@@ -372,9 +372,12 @@ func TestClusterFailover(t *testing.T) {
 		if l == nil {
 			t.FailNow()
 		}
-		if engine.Of(c).Router().Stats().Delivered == before {
-			t.Error("the waiter acquired but no push message arrived from the new master")
-		}
+		// The waiter may have acquired on its own retry timer a moment
+		// before the release's message reached it: the message must still
+		// arrive.
+		mustWait(t, 5*time.Second, "a push message from the new master after the release", func() bool {
+			return engine.Of(c).Router().Stats().Delivered > before
+		})
 		if l.Fence() <= held.Fence() {
 			t.Errorf("fence %d after %d", l.Fence(), held.Fence())
 		}
