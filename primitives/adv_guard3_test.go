@@ -74,15 +74,7 @@ func adv3Caught(t *testing.T, h *testutil.Held, what string) {
 // armings get only 500 ms, which a loaded CI run on Redis 8.0 overran
 // (the first acquire refused NOSCRIPT).
 func TestAdv3HungLookEatsShortStartTimeout(t *testing.T) {
-	t.Parallel()
-	addrs, p := adv3Proxied(t, 2)
-	look := p.Hold("SCRIPT", "EXISTS")
-	t.Cleanup(look.Release)
-	start := time.Now()
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2500 * time.Millisecond })
-	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
-	adv3Caught(t, look, "New returned without a look at node 2")
-	adv3FirstAcquire(t, c, "hungshort")
+	adv3HungLook(t, 0, "hungshort")
 }
 
 // TestAdv3HungLookSlowArmingShortStartTimeout is the same on a loaded
@@ -90,12 +82,20 @@ func TestAdv3HungLookEatsShortStartTimeout(t *testing.T) {
 // nodes 0 and 1 answer 40 ms late each way. Their armings still fit in
 // New's budget.
 func TestAdv3HungLookSlowArmingShortStartTimeout(t *testing.T) {
+	adv3HungLook(t, 40*time.Millisecond, "hungslow")
+}
+
+// adv3HungLook is the hung-look scenario with nodes 0 and 1 answering
+// latency late each way, StartTimeout 2.5 s.
+func adv3HungLook(t *testing.T, latency time.Duration, name string) {
 	t.Parallel()
 	addrs, p := adv3Proxied(t, 2)
 	for i := range 2 {
-		slow := testutil.NewProxy(t, addrs[i])
-		slow.SetLatency(40 * time.Millisecond)
-		addrs[i] = slow.Addr()
+		if latency > 0 {
+			slow := testutil.NewProxy(t, addrs[i])
+			slow.SetLatency(latency)
+			addrs[i] = slow.Addr()
+		}
 	}
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
@@ -103,7 +103,7 @@ func TestAdv3HungLookSlowArmingShortStartTimeout(t *testing.T) {
 	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2500 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, look, "New returned without a look at node 2")
-	adv3FirstAcquire(t, c, "hungslow")
+	adv3FirstAcquire(t, c, name)
 }
 
 // TestAdv3LateNodeHungLookDefaultStartTimeout is the same with the
