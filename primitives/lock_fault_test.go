@@ -58,6 +58,19 @@ func zcardAll(servers []*testutil.Server, key string) []int {
 	return out
 }
 
+// sameOnEveryNode reports whether key holds one value on every server.
+func sameOnEveryNode(servers []*testutil.Server, key string) bool {
+	first := ""
+	for i, s := range servers {
+		v, err := s.Do("GET", key)
+		if err != nil || v == "" || (i > 0 && v != first) {
+			return false
+		}
+		first = v
+	}
+	return true
+}
+
 func allEqual(xs []int, v int) bool {
 	for _, x := range xs {
 		if x != v {
@@ -1377,9 +1390,24 @@ func TestLockFaultQueueEntryLeftAfterAcquire(t *testing.T) {
 	cw := newCoord(t, addrs)
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(5*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(5*time.Second))
-	h, err := lh.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	// The scenario needs H's key on every node. On a loaded machine one
+	// grant may miss a node (a quorum is two); then W, queued, may take
+	// that node, and the stray key below makes H's release find its lease
+	// really overtaken (seen in a clean-clone run).
+	var h *primitives.Lease
+	for try := 1; ; try++ {
+		var err error
+		if h, err = lh.TryAcquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if testutil.Eventually(time.Second, func() bool { return sameOnEveryNode(srv, lockKey(name, "lock")) }) {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("H's key not on every node in %d tries", try)
+		}
+		t.Logf("try %d: H's key not on every node; again", try)
+		h.Release(context.Background())
 	}
 	got := make(chan *primitives.Lease, 1)
 	go func() {
