@@ -66,6 +66,27 @@ func (a *Actor) armedScript(s *Script, id string) *Script {
 	return set.get(s, a.opt.Guard)
 }
 
+// markedScript returns s's marking copy for identity id, from the set
+// armedScript uses.
+func (a *Actor) markedScript(s *Script, id string) *Script {
+	set := a.armedCopies.Load()
+	if set == nil || set.identity != id {
+		set = newArmedSet(a.opt.Guard, id, false)
+		a.armedCopies.Store(set)
+	}
+	return set.mark(s, a.opt.Guard)
+}
+
+// ArmedAs returns the identity this actor last found the node armed
+// under ("" when none, and on a Redis Cluster node): what a Call.Mark
+// passes, and what a marked grant from this node must carry to count.
+func (a *Actor) ArmedAs() string {
+	if a.opt.Cluster || !a.guarded.Load() {
+		return ""
+	}
+	return a.armedIdentity()
+}
+
 // armSet sets the arm key (KEYS[1]) to ARGV[1] only if that is the
 // node's identity now and the unarmed-since token (KEYS[2]) is still
 // ARGV[2], the one the look read, and deletes the token: atomic, so a
@@ -198,6 +219,11 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	for i, s := range ss {
 		shas[i+1] = a.armedScript(s, guess).SHA
 	}
+	for _, s := range ss {
+		if s.markable {
+			shas = append(shas, a.markedScript(s, guess).SHA)
+		}
+	}
 	cmds := rueidis.Commands{
 		cl.B().Info().Section("server", "replication").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(),
@@ -246,6 +272,11 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		shas = shas[:1]
 		for _, s := range ss {
 			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
+		}
+		for _, s := range ss {
+			if s.markable {
+				shas = append(shas, s.markedFor(a.opt.Guard, lk.Identity).SHA)
+			}
 		}
 		// and the token again, on the same client
 		guardstat.Count(a.Addr())
@@ -324,6 +355,9 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 		// its first call would otherwise cost a NOSCRIPT round trip
 		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want, false).Body).Build(),
 			cl.B().ScriptLoad().Script(s.Body).Build())
+		if s.markable {
+			cmds = append(cmds, cl.B().ScriptLoad().Script(s.markedFor(a.opt.Guard, want).Body).Build())
+		}
 	}
 	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
 	token := ""

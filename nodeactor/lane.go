@@ -346,6 +346,14 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		// the prelude's arm key and identity, last (armedPrelude)
 		keys = append(keys[:len(keys):len(keys)], a.armKey())
 		args = append(args[:len(args):len(args)], id)
+	case c.Mark && !eval && s.markable && a.guarded.Load() && !a.opt.Cluster:
+		// the marking copy (markCheck): never by EVAL, which would load
+		// it without an arming; the plain script runs instead
+		if id := a.armedIdentity(); id != "" {
+			s = a.markedScript(s, id)
+			keys = append(keys[:len(keys):len(keys)], a.armKey())
+			args = append(args[:len(args):len(args)], id)
+		}
 	}
 	switch {
 	case eval && c.ReadOnly:

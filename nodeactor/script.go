@@ -23,7 +23,27 @@ type Script struct {
 	// fixed: the body reads KEYS and ARGV only at the indexes every call
 	// sends (NewFixedScript).
 	fixed bool
+
+	// markable: the body has MarkLine, so the guard loads a marking copy
+	// of it (markedFor) for Call.Mark.
+	markable bool
 }
+
+// MarkLine is the line of a script's body that its marking copy replaces
+// with markCheck (docs/lock.md, "A marked grant needs no confirmation
+// round"). In the plain script mark() returns "": nothing it does is
+// marked. The body must not read #KEYS or #ARGV: a marking call passes
+// one key and one argument more.
+const MarkLine = "local function mark() return '' end"
+
+// markCheck is mark() in a marking copy: the identity the call passed
+// (its last argument) when the arm key (its last key) holds it and the
+// node's master_replid is the identity's, as armedCheck compares them;
+// else "". It reads only when called.
+const markCheck = "local function mark() local id = ARGV[#ARGV] " +
+	"if redis.call('GET', KEYS[#KEYS]) == id and " +
+	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') == string.match(id, '/(%x+)$') then " +
+	"return id end return '' end"
 
 // registry holds every script made by NewScript: the guard loads the
 // armed copy of each.
@@ -35,6 +55,7 @@ var registry struct {
 // NewScript returns a Script whose SHA1 is computed from body.
 func NewScript(name, body string) *Script {
 	s := newScript(name, body)
+	s.markable = strings.Contains(body, MarkLine)
 	s.sharded = s
 	if sb := strings.ReplaceAll(body, "'PUBLISH'", "'SPUBLISH'"); sb != body {
 		s.sharded = newScript(name+"/sharded", sb)
@@ -137,24 +158,49 @@ func (s *Script) armedFor(tag, identity string, cluster bool) *Script {
 	return newScript(s.Name+"/armed", body)
 }
 
-// armedSet is the armed copy of every registered script for one identity.
+// markedFor returns the marking copy of s for the guard tag and identity:
+// the body with MarkLine replaced by markCheck, and two comment lines
+// more, so another SHA1 for each identity. Like an armed copy, only the
+// guard loads it, and it runs by EVALSHA alone: a node has it only if a
+// guard loaded it for an identity the node had itself. Unlike an armed
+// copy it refuses nothing: the body runs as the plain script would, and
+// only what it marks depends on the check. Not on a Redis Cluster node.
+func (s *Script) markedFor(tag, identity string) *Script {
+	body := strings.Replace(s.Body, MarkLine, markCheck, 1) + "\n-- redlock guard " + tag + "\n-- marked for " + identity + "\n"
+	return newScript(s.Name+"/marked", body)
+}
+
+// armedSet is the armed copy of every registered script for one identity,
+// and the marking copy of every markable one (not on a cluster node).
 // It is immutable once made: the lanes read it without a lock.
 type armedSet struct {
 	identity string
 	cluster  bool
 	copies   map[*Script]*Script
+	marks    map[*Script]*Script
 }
 
 // newArmedSet makes the armed copies of every registered script.
 func newArmedSet(tag, identity string, cluster bool) *armedSet {
-	set := &armedSet{identity: identity, cluster: cluster, copies: map[*Script]*Script{}}
+	set := &armedSet{identity: identity, cluster: cluster, copies: map[*Script]*Script{}, marks: map[*Script]*Script{}}
 	for _, s := range registered() {
 		set.copies[s] = s.armedFor(tag, identity, cluster)
 		if s.sharded != s {
 			set.copies[s.sharded] = s.sharded.armedFor(tag, identity, cluster)
 		}
+		if s.markable && !cluster {
+			set.marks[s] = s.markedFor(tag, identity)
+		}
 	}
 	return set
+}
+
+// mark returns s's marking copy in the set, or makes it.
+func (set *armedSet) mark(s *Script, tag string) *Script {
+	if m, ok := set.marks[s]; ok {
+		return m
+	}
+	return s.markedFor(tag, set.identity)
 }
 
 // get returns s's armed copy in the set, or makes it (a script registered
@@ -189,6 +235,13 @@ type Call struct {
 	// by EVALSHA only. NOSCRIPT then means the node forgot (a restart, a
 	// promotion, a flush): the reply is a refusal wrapping ErrNodeGuarded.
 	Armed bool
+
+	// Mark runs, on a guarded node (not a Redis Cluster node) that this
+	// actor found armed, the script's marking copy for that identity, with
+	// the arm key and the identity as its last key and argument (Script
+	// markedFor): by EVALSHA only. NOSCRIPT sends the plain script, which
+	// never marks. Elsewhere the plain script runs, with nothing added.
+	Mark bool
 
 	// Next, when set, makes the call the first step of a program run on
 	// this node alone (a MultiLock on a Redis Cluster node takes one slot

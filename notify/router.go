@@ -50,12 +50,14 @@ type Waiter struct {
 
 // Grant is one node's direct grant to a waiter (a `g:` message): the node
 // gave the lock to the waiter's attempt Seq, with fence Fence, at its TIME
-// Now (ms).
+// Now (ms). Marked is the identity a marked grant (a `G:` message)
+// carries: the node guard's check passed under it in the granting script.
 type Grant struct {
-	Node  int
-	Seq   int64
-	Fence int64
-	Now   int64
+	Node   int
+	Seq    int64
+	Fence  int64
+	Now    int64
+	Marked string
 }
 
 // maxGrants bounds a waiter's unread grants (one per node and attempt is
@@ -370,13 +372,21 @@ func (r *Router) route(t *topic, payload string, node int) {
 	switch {
 	case payload == "o":
 		// a grant, for observers only (tell has told them)
-	case strings.HasPrefix(payload, "g:"):
-		// "g:<seq>:<fence>:<now>:<waiter token>": a direct grant
-		g, tok, ok := parseGrant(payload[2:])
+	case strings.HasPrefix(payload, "g:"), strings.HasPrefix(payload, "G:"):
+		// "g:<seq>:<fence>:<now>:<waiter token>": a direct grant;
+		// "G:<identity>:<seq>:...": a marked one (the identity has no ':')
+		rest, marked := payload[2:], ""
+		if payload[0] == 'G' {
+			var ok bool
+			if marked, rest, ok = strings.Cut(rest, ":"); !ok || marked == "" {
+				return
+			}
+		}
+		g, tok, ok := parseGrant(rest)
 		if !ok || node < 0 {
 			return
 		}
-		g.Node = node
+		g.Node, g.Marked = node, marked
 		for _, w := range t.waiters {
 			if w.token == tok {
 				w.mu.Lock()

@@ -74,9 +74,11 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 	if c.NewTally().Enough(len(w.got)) {
 		votes := make([]engine.Vote, 0, len(w.got))
 		nodes := make([]int, 0, len(w.got))
+		marks := make([]string, 0, len(w.got))
 		for _, g := range w.got {
 			votes = append(votes, engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now})
 			nodes = append(nodes, g.Node)
+			marks = append(marks, g.Marked)
 		}
 		// A direct grant holds the key under the attempt's token with
 		// directSuffix (lock.lua's DIRECT): no rollback of the attempt can
@@ -84,7 +86,7 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		token := w.token + directSuffix
 		// The op only writes the fence back and describes the hold: no
 		// acquire or rollback call of its own.
-		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Life: w.l.o.keyLife(), Grants: votes, Nodes: nodes,
+		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Life: w.l.o.keyLife(), Grants: votes, Nodes: nodes, Marked: marks,
 			MinValidity: w.l.o.ttl / 2, Key: w.l.keys[0],
 			Op: newExclusiveOp(w.l, &waiter{queued: w.l, wid: w.wid}, token, nodeactor.Call{}, nodeactor.Call{})})
 		if err == nil {

@@ -230,6 +230,12 @@ func TestGuardRestartedNodeCountsAgain(t *testing.T) {
 // kept), and H releases: each node's release script hands the lock to W.
 // It reports how long W took to hold after the release.
 func directGrantScenario(t *testing.T, mode coordinator.GuardMode) time.Duration {
+	return directGrantScenarioWith(t, mode, func(s *testutil.Server) { admin(t, s, "SCRIPT", "FLUSH") })
+}
+
+// directGrantScenarioWith is directGrantScenario with nodes 0 and 1 made
+// to forget by forget.
+func directGrantScenarioWith(t *testing.T, mode coordinator.GuardMode, forget func(*testutil.Server)) time.Duration {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	ch := newCoord(t, addrs, guardMode(mode))
@@ -251,8 +257,8 @@ func directGrantScenario(t *testing.T, mode coordinator.GuardMode) time.Duration
 		got <- w
 	}()
 	queuedOnOnce(t, srv, "dg", 0, 1, 2)
-	admin(t, srv[0], "SCRIPT", "FLUSH")
-	admin(t, srv[1], "SCRIPT", "FLUSH")
+	forget(srv[0])
+	forget(srv[1])
 	released := time.Now()
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)

@@ -490,6 +490,9 @@ func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
 	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.o.set.HandoffWindow,
 		Channel: l.channel, Waiter: wid})
+	// a handoff this release makes is marked where the node is armed: the
+	// waiter then needs no confirmation round (docs/lock.md)
+	p.release.Mark = true
 	p.high.note(l.o.keyTTL(l.o.ttl))
 	return p
 }

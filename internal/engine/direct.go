@@ -17,6 +17,10 @@ type DirectSpec struct {
 	Life   time.Duration // as AttemptSpec.Life
 	Grants []Vote        // one per granting node: its fence and TIME
 	Nodes  []int         // the granting nodes, as Grants
+	// Marked is, as Grants, the identity a marked grant carries ("" for
+	// an unmarked one): one the node's actor is armed under needs no
+	// armed confirmation round (docs/lock.md).
+	Marked []string
 	// MinValidity: take the grants only if at least this much validity is
 	// left (else the waiter makes an attempt, which gives it a fresh one).
 	MinValidity time.Duration
@@ -49,9 +53,10 @@ func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
 	}
 	if c.guard != nil {
 		// The handoff ran in the release script, which is not armed: a
-		// grant counts only from a node that an armed round confirms, and
+		// grant counts only from a node that an armed round confirms, or
+		// that marked it under the identity its actor is armed under, and
 		// under a confirmed horizon (docs/lock.md, "Node guard").
-		ok := c.guard.confirmArmed(ctx, s.Nodes, s.Key)
+		ok := c.guard.confirmGrants(ctx, s.Nodes, s.Marked, s.Key)
 		var kept []Vote
 		for j, i := range s.Nodes {
 			if ok[i] && c.guard.covers(i, s.Start, max(s.TTL, s.Life)) {

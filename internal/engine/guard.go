@@ -56,6 +56,14 @@ func countGuardRun(addr string) { guardstat.Count(addr) }
 // scripts subtract it.
 func GuardScriptsRun(addr string) int64 { return guardstat.Runs(addr) }
 
+// DirectGrantChecksRun returns how many armed confirmation checks of
+// direct grants this process sent to the node at addr (also counted in
+// GuardScriptsRun).
+func DirectGrantChecksRun(addr string) int64 { return guardstat.Runs(checkPrefix + addr) }
+
+// checkPrefix keys the confirmation checks' own count in guardstat.
+const checkPrefix = "check "
+
 // guardable is what the guard needs of a node: a *nodeactor.Actor. Fake
 // nodes lack it and stay unguarded.
 type guardable interface {
@@ -462,11 +470,34 @@ func (g *guard) state(i int) GuardState {
 	return gs
 }
 
+// confirmGrants says which of the granting nodes count for the guard: a
+// node whose grant was marked (marked, as nodes) under the identity its
+// actor is armed under, and, by the armed check (confirmArmed), the rest.
+func (g *guard) confirmGrants(ctx context.Context, nodes []int, marked []string, key string) map[int]bool {
+	ok := map[int]bool{}
+	var rest []int
+	for j, i := range nodes {
+		if a, armable := g.c.nodes[i].(interface{ ArmedAs() string }); armable && j < len(marked) && marked[j] != "" && marked[j] == a.ArmedAs() {
+			ok[i] = true
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 || g.c.NewTally().Enough(len(ok)) {
+		return ok
+	}
+	for i := range g.confirmArmed(ctx, rest, len(ok), key) {
+		ok[i] = true
+	}
+	return ok
+}
+
 // confirmArmed runs the armed check on every node. It waits until a
-// quorum of nodes (those given) answered it from an armed process, or
-// every one of them answered, and returns which did. key is a key of the
-// granted name: a cluster node runs the check on the master that owns it.
-func (g *guard) confirmArmed(ctx context.Context, nodes []int, key string) map[int]bool {
+// quorum of nodes (those given, plus pre already confirmed) answered it
+// from an armed process, or every one of them answered, and returns which
+// did. key is a key of the granted name: a cluster node runs the check on
+// the master that owns it.
+func (g *guard) confirmArmed(ctx context.Context, nodes []int, pre int, key string) map[int]bool {
 	call := nodeactor.Call{Script: checkScript, Armed: true}
 	if key != "" {
 		call.Keys = []string{key}
@@ -487,10 +518,11 @@ func (g *guard) confirmArmed(ctx context.Context, nodes []int, key string) map[i
 	}
 	r := g.c.Fanout(ctx, nodeactor.Normal, func(i int) nodeactor.Call {
 		countGuardRun(g.c.nodes[i].Addr())
+		countGuardRun(checkPrefix + g.c.nodes[i].Addr())
 		return call
 	}, func(r *Round) bool {
 		yes, done := count(r)
-		return g.c.NewTally().Enough(yes) || done == len(nodes)
+		return g.c.NewTally().Enough(pre+yes) || done == len(nodes)
 	}, nil)
 	count(r)
 	return ok

@@ -36,6 +36,11 @@ local TAIL = 'rl1:T:'
 -- appended. No attempt sends that token, so no rollback of the attempt
 -- can match it, however late (docs/lock.md, "Why it is safe").
 local DIRECT = '~d'
+-- mark: "" here. A release's marking copy (nodeactor.MarkLine) replaces
+-- this line with the node guard's check, and a direct grant it makes is
+-- then told as `G:<identity>:...` (docs/lock.md, "A marked grant needs no
+-- confirmation round"). Nothing here reads #KEYS or #ARGV.
+local function mark() return '' end
 -- acquire answers {GRANTED, fence, now, reentrant} or {REFUSED, pttl, now, holder}
 
 -- Type checks before any write. The two string keys are read with pcall:
@@ -139,8 +144,9 @@ local function free(window, ch, self)
       -- waiter gets the lock under its latest attempt's token, with a
       -- stepped fence. The grant lasts that attempt's TTL, never past the
       -- queue entry. `g:<seq>:<fence>:<now>:<id>` on its process's channel
-      -- tells it. It holds once a quorum of nodes granted the same attempt
-      -- (seq), without a round of its own. This needs its process to
+      -- tells it (`G:<identity>:...` when marked). It holds once a quorum
+      -- of nodes granted the same attempt (seq), without a round of its
+      -- own. This needs its process to
       -- listen here (a dead process has no subscription left). Otherwise
       -- the lock is reserved for it as for any waiter.
       local st, seq, gttl, keep, skew, proc, gtok, rec = direct_state(id)
@@ -154,7 +160,9 @@ local function free(window, ch, self)
           redis.call('SET', FENCE, string.format('%.0f', f), 'PX', fence_ttl(f, keep))
         end
         fv = fv or string.format('%.0f', f)
-        local msg = 'g:' .. seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id
+        local msg = seq .. ':' .. string.format('%.0f', f) .. ':' .. now .. ':' .. id
+        local m = mark()
+        if m ~= '' then msg = 'G:' .. m .. ':' .. msg else msg = 'g:' .. msg end
         if redis.call('PUBLISH', ch .. ':' .. proc, msg) > 0 then
           redis.call('SET', LOCK, HELD .. gtok .. DIRECT, 'PX', math.min(gttl, exp - now))
           redis.call('HSET', QEXP, '=' .. id, 'G' .. string.sub(rec, 2))

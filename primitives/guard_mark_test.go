@@ -1,0 +1,108 @@
+package primitives_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// TestGuardMarkedDirectGrantNeedsNoRound: with the guard on and every node
+// armed, a release's handoff is marked by the granting script, and the
+// waiter holds on the direct grant without the armed confirmation round
+// (docs/lock.md, "A marked grant needs no confirmation round"). On an even
+// N as well as 1 and 3.
+func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	for _, n := range []int{1, 3, 4} {
+		t.Run(strings.Repeat("n", n), func(t *testing.T) {
+			t.Parallel()
+			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+			addrs := testutil.Addrs(srv)
+			ch := newCoord(t, addrs)
+			cw := newCoord(t, addrs)
+			name := "mark"
+			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second))
+			h, err := lh.TryAcquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			got := make(chan *primitives.Lease, 1)
+			go func() {
+				w, err := lw.Acquire(ctx)
+				if err != nil {
+					t.Errorf("W: %v", err)
+				}
+				got <- w
+			}()
+			all := make([]int, n)
+			for i := range all {
+				all[i] = i
+			}
+			queuedOnOnce(t, srv, name, all...)
+			checks := func() (s int64) {
+				for _, a := range addrs {
+					s += engine.DirectGrantChecksRun(a)
+				}
+				return s
+			}
+			before := checks()
+			if err := h.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			w := <-got
+			if w == nil {
+				t.Fatal("W did not hold")
+			}
+			defer w.Release(context.Background())
+			direct := 0
+			for _, s := range srv {
+				if v, _ := s.Do("GET", lockKey(name, "lock")); strings.HasSuffix(v, "~d") {
+					direct++
+				}
+			}
+			if direct == 0 {
+				t.Fatal("W did not hold by a direct grant: the case is not reached")
+			}
+			if d := checks() - before; d != 0 {
+				t.Errorf("W ran %d armed confirmation checks for marked grants, want 0", d)
+			}
+			if w.Fence() <= h.Fence() {
+				t.Errorf("fence %d after %d", w.Fence(), h.Fence())
+			}
+		})
+	}
+}
+
+// TestGuardMarkRefusedWhereTheArmKeyIsGone: the marking copy ran (the
+// script cache is intact) but the arm key was deleted on two of three
+// nodes before the release: their grants are unmarked, the armed round
+// refuses them, and W holds only once they are armed again. With GuardOff
+// the same grants count at once (the test bites).
+func TestGuardMarkRefusedWhereTheArmKeyIsGone(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	forget := func(s *testutil.Server) {
+		n, err := s.Do("EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('DEL', k) end return n", "0", "*{guard}:armed")
+		if err != nil || n == "0" {
+			t.Fatalf("no arm key deleted on %s: %q %v", s.Addr(), n, err)
+		}
+	}
+	if took := directGrantScenarioWith(t, coordinator.GuardAuto, forget); took < time.Second {
+		t.Errorf("GuardAuto: W held %s after the release, with two disarmed nodes' grants", took)
+	} else {
+		t.Logf("GuardAuto: W held %s after the release (the guard lifted)", took.Round(time.Millisecond))
+	}
+	if took := directGrantScenarioWith(t, coordinator.GuardOff, func(*testutil.Server) {}); took > time.Second {
+		t.Errorf("GuardOff: W held only %s after the release: the scenario does not bite", took)
+	}
+}
