@@ -1,0 +1,256 @@
+package primitives_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Adversarial tests of the marked direct grant (docs/lock.md,
+// "A marked grant needs no confirmation round"). A marked grant counts for
+// the waiter without the armed round, so the marking copy's mark() must
+// never pass on a node that forgot. Each test makes nodes forget in one way
+// of the guard's fault model after W queued and before H's release, and
+// checks, on the wire, that those nodes' grants are unmarked (`g:`), and,
+// on the lease, that W does not hold before the guard armed them again.
+
+// grantSniffer records the direct-grant messages published on one node
+// (PSUBSCRIBE on a raw connection).
+type grantSniffer struct {
+	mu   sync.Mutex
+	msgs []string
+	conn net.Conn
+}
+
+func sniffGrants(t *testing.T, s *testutil.Server, name string) *grantSniffer {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pat := "redlock:{" + name + "}:ch:*"
+	fmt.Fprintf(c, "*2\r\n$10\r\nPSUBSCRIBE\r\n$%d\r\n%s\r\n", len(pat), pat)
+	g := &grantSniffer{conn: c}
+	ready := make(chan struct{})
+	go func() {
+		r := bufio.NewReader(c)
+		once := sync.Once{}
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimRight(line, "\r\n")
+			if line == "psubscribe" {
+				once.Do(func() { close(ready) })
+			}
+			if strings.HasPrefix(line, "g:") || strings.HasPrefix(line, "G:") {
+				g.mu.Lock()
+				g.msgs = append(g.msgs, line)
+				g.mu.Unlock()
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatal("sniffer never subscribed")
+	}
+	t.Cleanup(func() { c.Close() })
+	return g
+}
+
+func (g *grantSniffer) got() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.msgs...)
+}
+
+// waitListening waits until some client of W's process listens on name's
+// channels on s again (after a restart its router resubscribes).
+func waitListening(t *testing.T, s *testutil.Server, name string) {
+	t.Helper()
+	if !testutil.Eventually(15*time.Second, func() bool {
+		v, err := s.Do("PUBSUB", "CHANNELS", "redlock:{"+name+"}:ch:*")
+		return err == nil && v != "[]" && v != ""
+	}) {
+		t.Fatalf("W's process never subscribed again on %s", s.Addr())
+	}
+}
+
+// markForgetScenario: n nodes (and spares for forget's use). H holds with a
+// 10 s TTL; W waits in Acquire (20 s TTL: its queue entry outlives the resyncs), queued on every node. Nodes
+// 0..n-Q then forget (forget(i, node, spare)), leaving Q-1 nodes that
+// did not: W needs a forgotten node's grant. H releases. It returns how
+// long W took to hold after the release and the grant messages each node
+// published.
+func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spares []*testutil.Server)) (time.Duration, [][]string) {
+	q := advQuorum(n)
+	bad := n - q + 1
+	all := testutil.StartServers(t, n+bad, testutil.ServerOptions{})
+	srv, spares := all[:n], all[n:]
+	addrs := testutil.Addrs(srv)
+	ch := newCoord(t, addrs)
+	cw := newCoord(t, addrs)
+	waitAllUp(t, ch)
+	waitAllUp(t, cw)
+	const name = "mk"
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(20*time.Second))
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		w, err := lw.Acquire(ctx)
+		if err != nil {
+			t.Errorf("W: %v", err)
+		}
+		got <- w
+	}()
+	nodes := make([]int, n)
+	for i := range nodes {
+		nodes[i] = i
+	}
+	queuedOnOnce(t, srv, name, nodes...)
+	if id := advIdentity(t, srv[n-1]); !cachedMarking(t, srv[n-1], id) {
+		t.Fatalf("the marking copy of node %d's identity %s is not cached (the test's SHA is wrong)", n-1, id)
+	}
+	forget(t, srv[:bad], spares)
+	for i := range srv {
+		waitListening(t, srv[i], name)
+	}
+	sn := make([]*grantSniffer, n)
+	for i := range srv {
+		sn[i] = sniffGrants(t, srv[i], name)
+	}
+	released := time.Now()
+	if err := h.Release(context.Background()); err != nil {
+		t.Logf("H's release: %v", err)
+	}
+	w := <-got
+	took := time.Since(released)
+	if w != nil {
+		w.Release(context.Background())
+	}
+	msgs := make([][]string, n)
+	for i := range sn {
+		msgs[i] = sn[i].got()
+	}
+	return took, msgs
+}
+
+// checkMarkScenario asserts the scenario's outcome: the forgotten nodes
+// (0..n-Q) published no marked grant, W did not hold before the guard lifted
+// (1 s), and at least one node that did not forget marked its grant (the
+// marking is on: the test bites).
+func checkMarkScenario(t *testing.T, n int, took time.Duration, msgs [][]string) {
+	t.Helper()
+	bad := n - advQuorum(n) + 1
+	marked := 0
+	for i, ms := range msgs {
+		for _, m := range ms {
+			if strings.HasPrefix(m, "G:") {
+				if i < bad {
+					t.Errorf("S1 at risk: node %d forgot, yet marked its grant: %s", i, m)
+				} else {
+					marked++
+				}
+			}
+		}
+		t.Logf("node %d published %q", i, ms)
+	}
+	if marked == 0 {
+		t.Errorf("no node that kept its state marked its grant: the scenario does not bite")
+	}
+	if took < time.Second {
+		t.Errorf("W held %s after the release, counting a forgotten node's grant", took)
+	} else {
+		t.Logf("W held %s after the release (the guard lifted)", took.Round(time.Millisecond))
+	}
+}
+
+// TestAdvMarkResyncFromOwnOldReplica: each forgotten node gets its own old
+// arm key back with the marking copy still cached (resync from its own
+// detached replica, then promotion: the doc's fail-back case). Its run_id
+// and script cache are unchanged, its arm key is its old identity, only
+// master_replid differs: mark() must refuse by the replid alone. N = 3, 4.
+func TestAdvMarkResyncFromOwnOldReplica(t *testing.T) {
+	forEachN(t, []int{3, 4}, func(t *testing.T, n int) {
+		took, msgs := markForgetScenario(t, n, func(t *testing.T, bad, spares []*testutil.Server) {
+			before := make([]string, len(bad))
+			for i, s := range bad {
+				before[i] = advIdentity(t, s)
+				replicaOf(t, spares[i], s)
+			}
+			for i, y := range spares {
+				if !testutil.Eventually(5*time.Second, func() bool {
+					v, err := y.Do("GET", advArmKey)
+					return err == nil && v == before[i]
+				}) {
+					t.Fatalf("the replica never received the arm key %s", before[i])
+				}
+			}
+			for _, y := range spares {
+				admin(t, y, "REPLICAOF", "NO", "ONE")
+			}
+			for i, s := range bad {
+				resyncFrom(t, s, spares[i])
+			}
+			for i, s := range bad {
+				if ak := admin(t, s, "GET", advArmKey); ak != before[i] {
+					t.Fatalf("node %d: arm key %q after the resync, want its old identity %s", i, ak, before[i])
+				}
+				if ex := admin(t, s, "ZCARD", lockKey("mk", "q")); ex != "1" {
+					t.Fatalf("node %d lost W's queue entry in the resync (ZCARD %s)", i, ex)
+				}
+				if !cachedMarking(t, s, before[i]) {
+					t.Fatalf("node %d: the marking copy for its old identity is not cached after the resync: mark() would not run", i)
+				}
+				t.Logf("node %d: identity %s (was %s), arm key its old identity, its marking copy cached", i, advIdentity(t, s), before[i])
+			}
+		})
+		checkMarkScenario(t, n, took, msgs)
+	})
+}
+
+var _ = coordinator.GuardAuto
+
+// advMarkCheck is a copy of nodeactor's markCheck (unexported): the test
+// computes the marking copy's SHA with it to tell, on a node, whether the
+// marking copy is in the script cache (its mark() then ran and refused)
+// or not (NOSCRIPT, and the plain script ran).
+const advMarkCheck = "local function mark() local id = ARGV[#ARGV] " +
+	"if redis.call('GET', KEYS[#KEYS]) == id and " +
+	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') == string.match(id, '/(%x+)$') then " +
+	"return id end return '' end"
+
+// markingSHA is the SHA1 of lock.lua's marking copy for identity under
+// the default key prefix.
+func markingSHA(identity string) string {
+	body := strings.Replace(scripts.Lock, nodeactor.MarkLine, advMarkCheck, 1) + "\n-- redlock guard redlock:\n-- marked for " + identity + "\n"
+	h := sha1.Sum([]byte(body))
+	return hex.EncodeToString(h[:])
+}
+
+// cachedMarking reports SCRIPT EXISTS of the marking copy for identity on s.
+func cachedMarking(t *testing.T, s *testutil.Server, identity string) bool {
+	t.Helper()
+	return admin(t, s, "SCRIPT", "EXISTS", markingSHA(identity)) == "[1]"
+}
