@@ -58,23 +58,23 @@ func (a *Actor) armedIdentity() string {
 // from a set cached for the identity last used: one map lookup on the
 // fast path.
 func (a *Actor) armedScript(s *Script, id string) *Script {
-	set := a.armedCopies.Load()
-	if set == nil || set.identity != id {
-		set = newArmedSet(a.opt.Guard, id, false)
-		a.armedCopies.Store(set)
-	}
-	return set.get(s, a.opt.Guard)
+	return a.armedSetFor(id).get(s, a.opt.Guard)
 }
 
-// markedScript returns s's marking copy for identity id, from the set
-// armedScript uses.
+// markedScript returns s's marking copy for identity id, from the same set.
 func (a *Actor) markedScript(s *Script, id string) *Script {
+	return a.armedSetFor(id).mark(s, a.opt.Guard)
+}
+
+// armedSetFor returns the cached armed set of identity id, made anew when
+// the identity changed.
+func (a *Actor) armedSetFor(id string) *armedSet {
 	set := a.armedCopies.Load()
 	if set == nil || set.identity != id {
 		set = newArmedSet(a.opt.Guard, id, false)
 		a.armedCopies.Store(set)
 	}
-	return set.mark(s, a.opt.Guard)
+	return set
 }
 
 // ArmedAs returns the identity this actor last found the node armed

@@ -110,20 +110,7 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	const name = "mk"
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(20*time.Second))
-	h, err := lh.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	got := make(chan *primitives.Lease, 1)
-	go func() {
-		w, err := lw.Acquire(ctx)
-		if err != nil {
-			t.Errorf("W: %v", err)
-		}
-		got <- w
-	}()
+	h, got := holdAndWait(t, lh, lw, 60*time.Second)
 	nodes := make([]int, n)
 	for i := range nodes {
 		nodes[i] = i

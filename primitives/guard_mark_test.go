@@ -30,20 +30,7 @@ func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
 			name := "mark"
 			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second))
-			h, err := lh.TryAcquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			got := make(chan *primitives.Lease, 1)
-			go func() {
-				w, err := lw.Acquire(ctx)
-				if err != nil {
-					t.Errorf("W: %v", err)
-				}
-				got <- w
-			}()
+			h, got := holdAndWait(t, lh, lw, 30*time.Second)
 			all := make([]int, n)
 			for i := range all {
 				all[i] = i

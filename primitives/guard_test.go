@@ -94,6 +94,27 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 	return double
 }
 
+// holdAndWait makes lh hold (TryAcquire) and lw wait for it in Acquire,
+// within wait; W's lease (nil on an error, reported) arrives on got.
+func holdAndWait(t *testing.T, lh, lw *primitives.Lock, wait time.Duration) (h *primitives.Lease, got chan *primitives.Lease) {
+	t.Helper()
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	got = make(chan *primitives.Lease, 1)
+	go func() {
+		w, err := lw.Acquire(ctx)
+		if err != nil {
+			t.Errorf("W: %v", err)
+		}
+		got <- w
+	}()
+	return h, got
+}
+
 // TestGuardClosesTheHole: with the guard no second holder gets in while A
 // is Valid; with GuardOff the same scenario lets one in (the test bites).
 func TestGuardClosesTheHole(t *testing.T) {
@@ -243,20 +264,7 @@ func directGrantScenarioWith(t *testing.T, mode coordinator.GuardMode, forget fu
 	cw := newCoord(t, addrs, guardMode(mode))
 	lh, _ := primitives.NewLock(ch, "dg", primitives.WithTTL(10*time.Second))
 	lw, _ := primitives.NewLock(cw, "dg", primitives.WithTTL(3*time.Second))
-	h, err := lh.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got := make(chan *primitives.Lease, 1)
-	go func() {
-		w, err := lw.Acquire(ctx)
-		if err != nil {
-			t.Errorf("W: %v", err)
-		}
-		got <- w
-	}()
+	h, got := holdAndWait(t, lh, lw, 30*time.Second)
 	queuedOnOnce(t, srv, "dg", 0, 1, 2)
 	forget(srv[0])
 	forget(srv[1])
