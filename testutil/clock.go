@@ -162,3 +162,16 @@ func (s *Server) StepClock(d time.Duration) {
 		s.t.Fatal(err)
 	}
 }
+
+// WallStep returns how far the host's wall clock ran ahead of its
+// monotonic clock since since, a time.Now reading: positive when the wall
+// clock was stepped forward in between (NTP, a VM's time sync). Redis
+// expires keys by the wall clock, and a lease's deadline runs on the
+// monotonic clock. So on a host whose clock servers and test share, a
+// forward step ends every key that much early (docs/reliability.md,
+// "Clock steps"): a second holder within that much of the first one's
+// deadline is the host's fault, not the lock's.
+func WallStep(since time.Time) time.Duration {
+	now := time.Now()
+	return now.Round(0).Sub(since.Round(0)) - now.Sub(since)
+}
