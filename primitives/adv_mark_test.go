@@ -225,7 +225,7 @@ var _ = coordinator.GuardAuto
 // or not (NOSCRIPT, and the plain script ran).
 const advMarkCheck = "local function mark() local id = ARGV[#ARGV] " +
 	"if redis.call('GET', KEYS[#KEYS]) == id and " +
-	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') == string.match(id, '/(%x+)$') then " +
+	"string.find(redis.call('INFO', 'replication'), 'master_replid:' .. (string.match(id, '/(%x*)$') or '') .. '\\r', 1, true) then " +
 	"return id end return '' end"
 
 // markingSHA is the SHA1 of lock.lua's marking copy for identity under
