@@ -16,10 +16,13 @@ import (
 // proxy and checks S1 (never two valid holders) and that a held lease is
 // not lost while nobody else took it.
 
-// bothValid fails the test if two leases are valid at once.
-func bothValid(t *testing.T, a, b *primitives.Lease, srv []*testutil.Server, name string) {
+// bothValid fails the test if two leases are valid at once. a is the
+// earlier one, and granted a time just before its keys were set: a is
+// counted as valid only past the host's wall-clock step since then
+// (testutil.ValidPastStep).
+func bothValid(t *testing.T, a *primitives.Lease, granted time.Time, b *primitives.Lease, srv []*testutil.Server, name string) {
 	t.Helper()
-	if a != nil && b != nil && a.Valid() && b.Valid() {
+	if a != nil && b != nil && b.Valid() && testutil.ValidPastStep(t, a, granted) {
 		vals := make([]string, len(srv))
 		for i, s := range srv {
 			vals[i] = nodeValue(s, name)
@@ -75,7 +78,9 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	// Keep W's lease alive: the renewals to nodes 0 and 1 go through once
 	// the client replaced the stuck connections.
 	extended, held0 := false, time.Now()
+	var granted time.Time // before the Extend that set W's keys' TTL
 	for w.Valid() && !extended {
+		granted = time.Now()
 		ectx, ecancel := context.WithTimeout(ctx, 400*time.Millisecond)
 		extended = w.Extend(ectx, 30*time.Second) == nil
 		ecancel()
@@ -109,7 +114,7 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	if err == nil {
 		defer y.Release(context.Background())
 	}
-	bothValid(t, w, y, srv, name)
+	bothValid(t, w, granted, y, srv, name)
 	if !w.Valid() {
 		t.Errorf("W lost its lease while nobody else took it: %v", w.Err())
 	}
@@ -156,6 +161,7 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	// granted directly, inside the first one's NodeTimeout.
 	got := acquireAsync(ctx, t, lw)
 	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	granted := time.Now()
 	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	time.Sleep(600 * time.Millisecond) // the late leave (NodeTimeout 250 ms later) lands
@@ -166,7 +172,7 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	if err == nil {
 		defer y.Release(context.Background())
 	}
-	bothValid(t, w, y, srv, name)
+	bothValid(t, w, granted, y, srv, name)
 	if !w.Valid() {
 		t.Errorf("W lost its lease: %v", w.Err())
 	}
@@ -203,6 +209,7 @@ func TestAdvCancelAsGrantsArrive(t *testing.T) {
 		queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 		// Vary which goes first by a few hundred microseconds.
 		go func() { time.Sleep(time.Duration(round) * 200 * time.Microsecond); wcancel() }()
+		granted := time.Now()
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +222,7 @@ func TestAdvCancelAsGrantsArrive(t *testing.T) {
 			}
 			y, err := ly.TryAcquire(ctx)
 			if err == nil {
-				bothValid(t, r.l, y, srv, name)
+				bothValid(t, r.l, granted, y, srv, name)
 				y.Release(ctx)
 			}
 			r.l.Release(ctx)
@@ -320,7 +327,7 @@ func TestAdvGrantTooLateThenAttempt(t *testing.T) {
 	if err == nil {
 		defer y.Release(context.Background())
 	}
-	bothValid(t, w, y, srv, name)
+	bothValid(t, w, released, y, srv, name)
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,7 @@ func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
 		}
 		admin(t, y, "REPLICAOF", "NO", "ONE")
 		const ttl = 8 * time.Second
+		granted := time.Now()
 		a := advHold(t, ca, srv, "ownreplica", ttl)
 		resyncFrom(t, srv[0], y)
 		if r := admin(t, srv[0], "EXISTS", lockKey("ownreplica", "lock")); r != "0" {
@@ -71,7 +72,7 @@ func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
 		t.Logf("node 0 promoted again with A Valid for %v more: identity %s, arm key %q (its identity before the round trip: %s)",
 			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), admin(t, srv[0], "GET", advArmKey), i1)
 		cc := newCoord(t, addrs) // a new process
-		if d := advContend(t, a, "ownreplica", ttl, cb, cc); d != "" {
+		if d := advContend(t, a, granted, "ownreplica", ttl, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
 	})
@@ -116,6 +117,7 @@ func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
 		before := advIdentity(t, srv[0])
 		admin(t, srv[0], "SAVE")
 		const ttl = 8 * time.Second
+		granted := time.Now()
 		a := advHold(t, ca, srv, "reload", ttl)
 		admin(t, srv[0], "DEBUG", "RELOAD", "NOSAVE")
 		if r := admin(t, srv[0], "EXISTS", lockKey("reload", "lock")); r != "0" {
@@ -124,7 +126,7 @@ func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
 		t.Logf("node 0 reloaded with A Valid for %v more: identity %s (was %s), arm key %q",
 			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), before, admin(t, srv[0], "GET", advArmKey))
 		cc := newCoord(t, addrs)
-		d := advContend(t, a, "reload", ttl, cb, cc)
+		d := advContend(t, a, granted, "reload", ttl, cb, cc)
 		if d == "" {
 			t.Fatal("no second holder after DEBUG RELOAD: the known hole is closed; make this test assert S1")
 		}
@@ -157,6 +159,7 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 		ca := newCoord(t, aaddrs)
 		waitAllUp(t, ca)
 		const ttl = 12 * time.Second
+		granted := time.Now()
 		a := advHold(t, ca, srv, "learnlate", ttl)
 		// A's process loses node 0 as it restarts (else its raises
 		// write its 24 h into node 0's new horizon key, where S's
@@ -184,7 +187,7 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		t.Logf("S 2 s later: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
 			time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
-		if d := advContend(t, a, "learnlate", 2*time.Second, cs); d != "" {
+		if d := advContend(t, a, granted, "learnlate", 2*time.Second, cs); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
 		t.Logf("S at A's deadline: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
@@ -226,6 +229,7 @@ func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
 	cut.SetFault(testutil.Reset)
 	ctx := context.Background()
 	la, _ := primitives.NewLock(ca, "failback-early", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	granted := time.Now()
 	a, err := la.TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("A: %v", err)
@@ -245,7 +249,7 @@ func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
 	}
 	waitMaster(t, cb, x.Addr())
 	t.Logf("failed back to X with A Valid for %v more", time.Until(a.Deadline()).Round(time.Millisecond))
-	if d := advContend(t, a, "failback-early", 2*time.Second, cb); d != "" {
+	if d := advContend(t, a, granted, "failback-early", 2*time.Second, cb); d != "" {
 		t.Errorf("S1 broken: %s", d)
 	}
 }

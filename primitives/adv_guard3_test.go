@@ -181,6 +181,7 @@ func adv3LongLook(t *testing.T, n int) {
 
 	c2 := newCoord(t, direct) // P2: fresh deployment, arms everything
 	const ttl = 8 * time.Second
+	granted := time.Now()
 	a := advHold(t, c2, srv, "longlook", ttl) // A on nodes 0..Q-1
 	admin(t, srv[0], "FLUSHALL")
 	admin(t, srv[0], "SCRIPT", "FLUSH")
@@ -201,7 +202,7 @@ func adv3LongLook(t *testing.T, n int) {
 	}
 	t.Logf("P1 node 0 after New: guarded=%v for %v; A Valid for %v more", st.Guarded,
 		time.Until(st.GuardedUntil).Round(time.Millisecond), time.Until(a.Deadline()).Round(time.Millisecond))
-	if d := advContend(t, a, "longlook", ttl, c1); d != "" {
+	if d := advContend(t, a, granted, "longlook", ttl, c1); d != "" {
 		t.Errorf("S1 broken: %s", d)
 	}
 }

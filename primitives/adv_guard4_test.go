@@ -69,6 +69,7 @@ func adv4SlowLook(t *testing.T, n int, start, stall time.Duration) {
 	ca := newCoord(t, aaddrs)
 	const ttl = 10 * time.Second
 	la, _ := primitives.NewLock(ca, "slowlook", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	granted := time.Now()
 	a, err := la.TryAcquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func adv4SlowLook(t *testing.T, n int, start, stall time.Duration) {
 	st := cc.Nodes()[0]
 	t.Logf("C's New took %v; node 0 guarded=%v until %v; A Valid for %v more", time.Since(began).Round(time.Millisecond),
 		st.Guarded, time.Until(st.GuardedUntil).Round(time.Millisecond), time.Until(a.Deadline()).Round(time.Millisecond))
-	if d := advContend(t, a, "slowlook", 2*time.Second, cc); d != "" {
+	if d := advContend(t, a, granted, "slowlook", 2*time.Second, cc); d != "" {
 		t.Errorf("S1 broken: %s", d)
 	}
 }

@@ -53,9 +53,11 @@ func advHold(t *testing.T, c *coordinator.Coordinator, srv []*testutil.Server, n
 }
 
 // advContend has every coordinator of cs try for name as long as a is
-// Valid, checking a.Valid() at the moment each grant returns. It returns a
-// description of the first double hold, or "".
-func advContend(t *testing.T, a *primitives.Lease, name string, ttl time.Duration, cs ...*coordinator.Coordinator) string {
+// Valid, checking a.Valid() at the moment each grant returns. A grant
+// within the host's wall-clock step since granted (a time just before
+// A's acquire) of A's deadline is not counted (testutil.ValidPastStep).
+// It returns a description of the first double hold, or "".
+func advContend(t *testing.T, a *primitives.Lease, granted time.Time, name string, ttl time.Duration, cs ...*coordinator.Coordinator) string {
 	t.Helper()
 	var lockers []*primitives.Lock
 	for _, c := range cs {
@@ -71,7 +73,7 @@ func advContend(t *testing.T, a *primitives.Lease, name string, ttl time.Duratio
 			if err != nil {
 				continue
 			}
-			if a.Valid() {
+			if testutil.ValidPastStep(t, a, granted) {
 				d := fmt.Sprintf("contender %d holds (fence %d) while A is Valid for %v more (fence %d)",
 					i, b.Fence(), time.Until(a.Deadline()).Round(time.Millisecond), a.Fence())
 				b.Release(context.Background())
@@ -124,6 +126,7 @@ func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
 		waitAllUp(t, cb)
 		old := ca.Nodes()[0].Identity
 		const ttl = 8 * time.Second
+		granted := time.Now()
 		a := advHold(t, ca, srv, "resync", ttl)
 		resyncFrom(t, srv[0], other)
 		if r := admin(t, srv[0], "EXISTS", lockKey("resync", "lock")); r != "0" {
@@ -134,7 +137,7 @@ func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
 		st := cb.Nodes()[0]
 		t.Logf("node 0 after the resync: identity %s (was %s), guarded in B: %v, in C: %v",
 			st.Identity, old, st.Guarded, cc.Nodes()[0].Guarded)
-		if d := advContend(t, a, "resync", ttl, cb, cc); d != "" {
+		if d := advContend(t, a, granted, "resync", ttl, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
 	})
@@ -154,10 +157,11 @@ func TestAdvGuardFlushAll(t *testing.T) {
 		cb := newCoord(t, addrs)
 		waitAllUp(t, cb)
 		const ttl = 8 * time.Second
+		granted := time.Now()
 		a := advHold(t, ca, srv, "flushall", ttl)
 		admin(t, srv[0], "FLUSHALL")
 		cc := newCoord(t, addrs)
-		if d := advContend(t, a, "flushall", ttl, cb, cc); d != "" {
+		if d := advContend(t, a, granted, "flushall", ttl, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
 	})
@@ -189,6 +193,7 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 		}
 		const ttl = 20 * time.Second
 		l, _ := primitives.NewLock(ca, "bigttl", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+		granted := time.Now()
 		a, err := l.TryAcquire(context.Background())
 		if err != nil {
 			t.Fatalf("A with node 1 held: %v", err)
@@ -215,7 +220,7 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				if a.Valid() {
+				if testutil.ValidPastStep(t, a, granted) {
 					t.Errorf("S1 broken: contender %d holds while A (20 s TTL) is Valid for %v more",
 						i, time.Until(a.Deadline()).Round(time.Millisecond))
 				}
@@ -268,11 +273,12 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 			t.Fatal("P2 never armed node 0")
 		}
 		const ttl = 8 * time.Second
+		granted := time.Now()
 		a := advHold(t, c2, srv, "rearm", ttl)
 		srv[0].RestartEmpty()
 		h.Release()
 		c3 := newCoord(t, addrs)
-		if d := advContend(t, a, "rearm", ttl, c1, c2, c3); d != "" {
+		if d := advContend(t, a, granted, "rearm", ttl, c1, c2, c3); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
 		for i, c := range []*coordinator.Coordinator{c1, c2, c3} {
@@ -298,6 +304,7 @@ func TestAdvGuardRollingRestart(t *testing.T) {
 		waitAllUp(t, ca)
 		const ttl = 4 * time.Second
 		la, _ := primitives.NewLock(ca, "rolling", primitives.WithTTL(ttl))
+		granted := time.Now() // (A renews: a step before its last renewal is counted too)
 		a, err := la.TryAcquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -311,7 +318,7 @@ func TestAdvGuardRollingRestart(t *testing.T) {
 					if err != nil {
 						continue
 					}
-					if a.Valid() {
+					if testutil.ValidPastStep(t, a, granted) {
 						t.Errorf("S1 broken: contender %d holds while A is Valid", i)
 					}
 					b.Release(context.Background())
@@ -362,6 +369,7 @@ func TestAdvGuardSingleNode(t *testing.T) {
 			cb := newCoord(t, addrs)
 			const ttl = 6 * time.Second
 			la, _ := primitives.NewLock(ca, "single", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+			granted := time.Now()
 			a, err := la.TryAcquire(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -378,7 +386,7 @@ func TestAdvGuardSingleNode(t *testing.T) {
 			bIn, cIn := false, false
 			for a.Valid() {
 				if b, err := lb.TryAcquire(context.Background()); err == nil {
-					if a.Valid() && !bIn {
+					if !bIn && testutil.ValidPastStep(t, a, granted) {
 						bIn = true
 						t.Errorf("S1 broken: B (saw the node) holds while A is Valid for %v more", time.Until(a.Deadline()).Round(time.Millisecond))
 					}
@@ -389,7 +397,7 @@ func TestAdvGuardSingleNode(t *testing.T) {
 					continue
 				}
 				if c, err := lc.TryAcquire(context.Background()); err == nil {
-					if a.Valid() && !cIn {
+					if !cIn && testutil.ValidPastStep(t, a, granted) {
 						cIn = true
 						t.Logf("documented: new process C holds while A is Valid for %v more", time.Until(a.Deadline()).Round(time.Millisecond))
 					}
@@ -423,6 +431,7 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 		ca := newCoord(t, paddrs, func(c *coordinator.Config) { c.DefaultTTL = ttl })
 		cb := newCoord(t, addrs)
 		waitAllUp(t, ca)
+		granted := time.Now()
 		a := advHold(t, ca, srv, "frozen", ttl)
 		for _, p := range ps {
 			p.SetFault(testutil.DropRequests)
@@ -430,7 +439,7 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 		time.Sleep(4 * time.Second)
 		srv[0].RestartEmpty()
 		cc := newCoord(t, addrs)
-		if d := advContend(t, a, "frozen", 2*time.Second, cb, cc); d != "" {
+		if d := advContend(t, a, granted, "frozen", 2*time.Second, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
 	})
@@ -456,6 +465,7 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	waitAllUp(t, ca)
 	time.Sleep(maxTTL + 1500*time.Millisecond) // node 0 has been up longer than MaxTTL
 	const ttl = 8 * time.Second
+	granted := time.Now()
 	a := advHold(t, ca, srv, "uptime", ttl)
 	resyncFrom(t, srv[0], other)
 	p1 := testutil.NewProxy(t, srv[1].Addr())
@@ -464,7 +474,7 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	caddrs[1] = p1.Addr()
 	cc := newCoord(t, caddrs, mt) // a new process, node 1 unreachable for it
 	t.Logf("C: node 0 guarded %v until %v", cc.Nodes()[0].Guarded, cc.Nodes()[0].GuardedUntil)
-	if d := advContend(t, a, "uptime", 2*time.Second, cc); d != "" {
+	if d := advContend(t, a, granted, "uptime", 2*time.Second, cc); d != "" {
 		t.Errorf("S1 broken: %s", d)
 	}
 }
@@ -527,7 +537,7 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 	for time.Now().Before(stop) && a.Valid() {
 		for i, l := range ls {
 			if b, err := l.TryAcquire(context.Background()); err == nil {
-				if a.Valid() {
+				if testutil.ValidPastStep(t, a, began) { // the Extend set A's keys' TTL
 					t.Errorf("S1 broken: contender %d holds while A (extended to 20 s) is Valid for %v more",
 						i, time.Until(a.Deadline()).Round(time.Millisecond))
 				}
@@ -562,6 +572,7 @@ func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
 	ca := newCoord(t, aaddrs)
 	const ttl = 8 * time.Second
 	la, _ := primitives.NewLock(ca, "fresh", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	granted := time.Now()
 	a, err := la.TryAcquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -578,7 +589,7 @@ func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
 	cc := newCoord(t, caddrs)
 	st := cc.Nodes()[0]
 	t.Logf("C after New: node 0 guarded %v until %v", st.Guarded, st.GuardedUntil)
-	if d := advContend(t, a, "fresh", 2*time.Second, cc); d != "" {
+	if d := advContend(t, a, granted, "fresh", 2*time.Second, cc); d != "" {
 		t.Errorf("S1 broken: %s", d)
 	}
 }

@@ -104,6 +104,7 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
 	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
+	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
 	// second forget, then G's stale arming arrives
 	admin(t, m, "FLUSHALL")
@@ -114,7 +115,7 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 		t.Fatalf("B holds before G's arming arrives (fence %d): not the hole under test", b.Fence())
 	}
 	hg.Release()
-	noSecondHolder(t, a, lb, forgot, func() string {
+	noSecondHolder(t, a, granted, lb, forgot, func() string {
 		v, _ := m.Do("GET", marker)
 		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
 	})
@@ -189,6 +190,7 @@ func partitionedGuard(t *testing.T, first string) {
 	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
 	time.Sleep(1500 * time.Millisecond)
 	cut.SetFault(testutil.Reset)
+	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
 	// second forget; then the partition heals
 	admin(t, m, "FLUSHALL")
@@ -199,7 +201,7 @@ func partitionedGuard(t *testing.T, first string) {
 		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
 	}
 	pg.SetFault(testutil.Pass)
-	noSecondHolder(t, a, lb, forgot, func() string {
+	noSecondHolder(t, a, granted, lb, forgot, func() string {
 		v, _ := m.Do("GET", marker)
 		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
 	})
@@ -254,6 +256,7 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // G's actor looks at m armed: its pending set ends
 	t.Logf("m armed again %v after the first FLUSHALL; G's status: guarded %v", time.Since(flushed).Round(time.Millisecond), cg.Nodes()[0].Guarded)
 	cut.SetFault(testutil.Reset)
+	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
@@ -263,7 +266,7 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
 	}
 	ph.SetFault(testutil.Pass)
-	noSecondHolder(t, a, lb, forgot, func() string {
+	noSecondHolder(t, a, granted, lb, forgot, func() string {
 		v, _ := m.Do("GET", marker)
 		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
 	})
@@ -356,8 +359,10 @@ func guardEndsThenForgets(t *testing.T, first string) {
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	var a *primitives.Lease
+	var granted time.Time
 	for {
 		var err error
+		granted = time.Now()
 		if a, err = la.TryAcquire(ctx); err == nil {
 			break
 		}
@@ -372,7 +377,7 @@ func guardEndsThenForgets(t *testing.T, first string) {
 	admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	t.Logf("m armed %v after the first event; A holds, m forgot %v after the arming", armed.Sub(began).Round(time.Millisecond), forgot.Sub(armed).Round(time.Millisecond))
-	noSecondHolder(t, a, lb, forgot, func() string {
+	noSecondHolder(t, a, granted, lb, forgot, func() string {
 		v, _ := m.Do("GET", marker)
 		return fmt.Sprintf("slot %d's marker on m: %q", slot, v)
 	})

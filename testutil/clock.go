@@ -175,3 +175,36 @@ func WallStep(since time.Time) time.Duration {
 	now := time.Now()
 	return now.Round(0).Sub(since.Round(0)) - now.Sub(since)
 }
+
+// excused holds the tests that ValidPastStep has logged an excuse for.
+var excused sync.Map
+
+// ValidPastStep reports whether l is valid for longer than the host's
+// forward wall-clock step since since (WallStep). Take since with
+// time.Now just before l's acquire. The servers expire l's keys by the
+// wall clock, so a step ends them that much early: a second holder then
+// is the host's fault, not the lock's. When l is valid but within the
+// step, ValidPastStep logs that on t (once per test) and reports false.
+// With no step it is l.Valid().
+func ValidPastStep(t testing.TB, l interface {
+	Valid() bool
+	Deadline() time.Time
+}, since time.Time) bool {
+	t.Helper()
+	if !l.Valid() {
+		return false
+	}
+	left, step := time.Until(l.Deadline()), WallStep(since)
+	if left <= 0 {
+		return false
+	}
+	if left > step {
+		return true
+	}
+	if _, logged := excused.LoadOrStore(t, true); !logged {
+		t.Cleanup(func() { excused.Delete(t) })
+		t.Logf("a second holder %v before the first one's deadline is not counted: the host's wall clock stepped %v forward since its grant, and the servers expired its keys that much early",
+			left.Round(time.Millisecond), step)
+	}
+	return false
+}
