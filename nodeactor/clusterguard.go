@@ -201,7 +201,7 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	a.armMu.Unlock()
 	ss := registered()
 	shas := func(id string) []string {
-		out := []string{marker.armedFor(a.opt.Guard, "", false).SHA}
+		out := []string{armedMarker(a.opt.Guard).SHA}
 		for _, s := range ss {
 			out = append(out, s.sharded.armedFor(a.opt.Guard, id, true).SHA)
 		}
@@ -322,7 +322,7 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 		cmds = append(cmds, mc.B().ScriptLoad().Script(s.sharded.armedFor(a.opt.Guard, want, true).Body).Build(),
 			mc.B().ScriptLoad().Script(s.sharded.Body).Build())
 	}
-	cmds = append(cmds, mc.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
+	cmds = append(cmds, mc.B().ScriptLoad().Script(armedMarker(a.opt.Guard).Body).Build())
 	ac := a.armCmds(mc, addr, want)
 	cmds = append(cmds, ac...)
 	if err := armed(ctx, mc, mc.DoMulti(ctx, cmds...), want, addr, len(ac)); err != nil {

@@ -145,9 +145,24 @@ func readToken(r rueidis.RedisResult) (string, error) {
 	return v, err
 }
 
-// marker is loaded last by Arm. Its body never changes, so another
-// version of the library, with other scripts, sees the node armed too.
-var marker = newScript("guard-marker", "return 1")
+// armedMarker is loaded last by Arm: the guard's sign that some guard
+// armed this process. Looks only ask SCRIPT EXISTS of it; it never runs.
+// Its body is frozen (markerPrelude), not made from today's armed
+// prelude, so another version of the library, with other scripts and
+// checks, sees the node armed too.
+func armedMarker(tag string) *Script {
+	return newScript("guard-marker/armed", markerPrelude+"return 1\n-- redlock guard "+tag+"\n")
+}
+
+// markerPrelude is the armed prelude as the released versions had it
+// when the marker was made from it (before the check's plain find).
+// Changing it changes every marker's SHA (TestMarkerUnchangedAcrossVersions).
+const markerPrelude = "do local id = ARGV[#ARGV] " +
+	"if redis.call('GET', KEYS[#KEYS]) ~= id or " +
+	"string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') ~= string.match(id, '/(%x+)$') then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end end\n" +
+	"local KEYS, ARGV = (function(k, a) local k2, a2 = {}, {} " +
+	"for i = 1, #k - 1 do k2[i] = k[i] end for i = 1, #a - 1 do a2[i] = a[i] end return k2, a2 end)(KEYS, ARGV)\n"
 
 // ErrIdentityChanged means the node answered the arming pipeline with
 // another identity than the one evaluated: it restarted again. Or its
@@ -215,7 +230,7 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	// counted missing, and a node armed under it is loaded (Arm).
 	guess := a.armedIdentity()
 	shas := make([]string, len(ss)+1)
-	shas[0] = marker.armedFor(a.opt.Guard, "", false).SHA
+	shas[0] = armedMarker(a.opt.Guard).SHA
 	for i, s := range ss {
 		shas[i+1] = a.armedScript(s, guess).SHA
 	}
@@ -359,7 +374,7 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 			cmds = append(cmds, cl.B().ScriptLoad().Script(s.markedFor(a.opt.Guard, want).Body).Build())
 		}
 	}
-	cmds = append(cmds, cl.B().ScriptLoad().Script(marker.armedFor(a.opt.Guard, "", false).Body).Build())
+	cmds = append(cmds, cl.B().ScriptLoad().Script(armedMarker(a.opt.Guard).Body).Build())
 	token := ""
 	if p := a.since.Load(); p != nil && p[0] == want {
 		token = p[1]

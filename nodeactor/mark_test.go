@@ -57,3 +57,20 @@ func TestMarkCheck(t *testing.T) {
 		t.Errorf("arm key missing: mark() = %q, %v; want \"\"", out, err)
 	}
 }
+
+// TestMarkerUnchangedAcrossVersions: the armed marker is how a process
+// tells that some guard, of any version, armed a node. Its SHA must stay
+// what the released versions load, whatever changes in the armed check;
+// else a new process finds every node armed by an older one unarmed, and
+// counts none of them until the horizon. The SHAs are those of the
+// version before the check's plain find (0cd1e99), for two guard tags.
+func TestMarkerUnchangedAcrossVersions(t *testing.T) {
+	for tag, want := range map[string]string{
+		"redlock:": "1e83bf7ee484492ba98ac0703a0117a9e551413e",
+		"app:":     "07ff132d674dfe48df9ad16d239242d98b56184f",
+	} {
+		if got := armedMarker(tag).SHA; got != want {
+			t.Errorf("the armed marker for tag %q has SHA %s, want %s (the released versions')", tag, got, want)
+		}
+	}
+}
