@@ -44,9 +44,10 @@ const markCheck = "local function mark() local id = ARGV[#ARGV] " +
 	"if redis.call('GET', KEYS[#KEYS]) == id and " +
 	replidFound + " then return id end return '' end"
 
-// replidFound is true when the node's master_replid is the one in id
-// (run_id/master_replid), the whole line: a plain find in INFO
-// replication, cheaper for the server than a pattern match.
+// replidFound is true when the node's master_replid is the one in the
+// Lua local id (run_id/master_replid), the whole line: a plain find in
+// INFO replication, cheaper for the server than a pattern match. Every
+// check (armed, marking, cluster) uses it.
 const replidFound = "string.find(redis.call('INFO', 'replication'), 'master_replid:' .. (string.match(id, '/(%x*)$') or '') .. '\\r', 1, true)"
 
 // registry holds every script made by NewScript: the guard loads the
@@ -130,9 +131,9 @@ const clusterPrelude = clusterCheck +
 // clusterCheck is clusterPrelude's check alone, for a fixed script
 // (NewFixedScript). It compares the master's replication id with the
 // identity's, as armedCheck does.
-const clusterCheck = "do local n = #ARGV local want = ARGV[n] " +
-	"if redis.call('GET', ARGV[n - 1]) ~= want or " +
-	"not string.find(redis.call('INFO', 'replication'), 'master_replid:' .. (string.match(want, '/(%x*)') or '') .. '\\r', 1, true) then " +
+const clusterCheck = "do local n = #ARGV local id = ARGV[n] " +
+	"if redis.call('GET', ARGV[n - 1]) ~= id or " +
+	"not " + replidFound + " then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the master forgot (its arm key or replication id is not the identity and slots it was armed under)') end end\n"
 
 // armedFor returns the armed copy of s for the guard tag and the node
