@@ -111,11 +111,7 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(20*time.Second))
 	h, got := holdAndWait(t, lh, lw, 60*time.Second)
-	nodes := make([]int, n)
-	for i := range nodes {
-		nodes[i] = i
-	}
-	queuedOnOnce(t, srv, name, nodes...)
+	queuedOnAll(t, srv, name)
 	if id := advIdentity(t, srv[n-1]); !cachedMarking(t, srv[n-1], id) {
 		t.Fatalf("the marking copy of node %d's identity %s is not cached (the test's SHA is wrong)", n-1, id)
 	}

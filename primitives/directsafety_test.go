@@ -93,6 +93,14 @@ func queuedOnOnce(t *testing.T, srv []*testutil.Server, name string, nodes ...in
 	}
 }
 
+// queuedOnAll is queuedOnOnce on every node of srv.
+func queuedOnAll(t *testing.T, srv []*testutil.Server, name string) {
+	t.Helper()
+	for i := range srv {
+		queuedOnOnce(t, srv, name, i)
+	}
+}
+
 // nodeValue is the lock key's value on s ("" if missing or unreachable).
 func nodeValue(s *testutil.Server, name string) string {
 	v, err := s.Do("GET", lockKey(name, "lock"))

@@ -31,11 +31,7 @@ func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
 			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second))
 			h, got := holdAndWait(t, lh, lw, 30*time.Second)
-			all := make([]int, n)
-			for i := range all {
-				all[i] = i
-			}
-			queuedOnOnce(t, srv, name, all...)
+			queuedOnAll(t, srv, name)
 			checks := func() (s int64) {
 				for _, a := range addrs {
 					s += engine.DirectGrantChecksRun(a)
