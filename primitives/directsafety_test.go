@@ -2,6 +2,7 @@ package primitives_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,6 +53,13 @@ func holdRollback(p *testutil.Proxy, proc string) delayedAttempt {
 // alone does not tell.
 func (d delayedAttempt) ran(t *testing.T, s *testutil.Server, name string) {
 	t.Helper()
+	if err := d.ranOn(s, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ranOn is ran that returns the failure.
+func (d delayedAttempt) ranOn(s *testutil.Server, name string) error {
 	chunk := string(d.attempt.Data())
 	if !testutil.Eventually(10*time.Second, func() bool {
 		wid, err := s.Do("ZRANGE", lockKey(name, "q"), "0", "0")
@@ -64,8 +72,9 @@ func (d delayedAttempt) ran(t *testing.T, s *testutil.Server, name string) {
 		return err == nil && len(f) == 7 && strings.Contains(chunk, f[6])
 	}) {
 		r, _ := s.Do("HGETALL", lockKey(name, "qx"))
-		t.Fatalf("the delayed attempt never ran (records %s)", r)
+		return fmt.Errorf("the delayed attempt never ran (records %s)", r)
 	}
+	return nil
 }
 
 // handOver releases h and returns the lease the waiting Acquire got from
@@ -119,106 +128,158 @@ func awaitCaught(t *testing.T, h *testutil.Held, what string) {
 	}
 }
 
+// lateRollbackCase is one case of TestDirectGrantSurvivesLateRollback.
+type lateRollbackCase struct {
+	name string
+	slow []int // nodes whose link to W holds the rollback back
+	down int   // a node down throughout (-1: none)
+}
+
 func TestDirectGrantSurvivesLateRollback(t *testing.T) {
 	testutil.RequireRedis(t)
-	for _, tc := range []struct {
-		name string
-		slow []int // nodes whose link to W holds the rollback back
-		down int   // a node down throughout (-1: none)
-	}{
+	for _, tc := range []lateRollbackCase{
 		{"third node down, one slow link", []int{0}, 2},
 		{"all up, one slow link", []int{0}, -1},
 		{"all up, two slow links", []int{0, 1}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-			addrs := testutil.Addrs(srv)
-			name := "dgkeep"
-			pw, paddrs := proxied(t, addrs)
-			ch := newCoord(t, addrs)
-			// GuardOff: with the guard, W confirms a direct grant by an
-			// armed round, which the held link stalls; W then takes the
-			// lock by an attempt and the case is not reached.
-			cw := newCoord(t, paddrs, func(cfg *coordinator.Config) {
-				cfg.NodeTimeout = directNodeTimeout
-				cfg.NodeGuard = coordinator.GuardOff
-			})
-			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
-			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(3*time.Second), primitives.WithLabel("w"))
-			if tc.down >= 0 {
-				srv[tc.down].Kill()
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			h, err := lh.TryAcquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held := map[int]delayedAttempt{}
-			for _, i := range tc.slow {
-				held[i] = holdRollback(pw[i], primitives.ProcOf(cw))
-			}
-			got := acquireAsync(ctx, t, lw)
-			for i, hd := range held {
-				awaitCaught(t, hd.rollback, "node "+strconv.Itoa(i))
-			}
-			// The delayed attempt ran on each slow node: it is queued there.
-			queuedOnOnce(t, srv, name, tc.slow...)
-			for i, hd := range held {
-				hd.ran(t, srv[i], name)
-			}
-			w := handOver(ctx, t, h, got)
-			defer w.Release(context.Background())
-			// Each slow node granted W directly. Under load W can have
-			// retried with an attempt that the held connection kept from
-			// the slow node: that node's grant is then under the earlier
-			// attempt's token, not the lease's, and the rollback must keep
-			// it all the same (W's release frees it).
-			before := map[int]string{}
-			for _, i := range tc.slow {
-				v := nodeValue(srv[i], name)
-				if !strings.HasPrefix(v, "rl1:L:") || !strings.HasSuffix(v, "~d") || !strings.Contains(v, "~w~") {
-					t.Fatalf("node %d: %q before the rollback; want a direct grant to W", i, v)
-				}
-				if !strings.Contains(v, w.Token()) {
-					t.Logf("node %d: the direct grant is under an earlier attempt's token (W retried)", i)
-				}
-				before[i] = v
-			}
-			for _, hd := range held {
-				hd.rollback.Release()
-			}
-			time.Sleep(500 * time.Millisecond) // the held rollbacks run
-			// The rollback must leave W holding the node. The grant is kept
-			// as it was, or (W retried) W's newer attempt, held behind the
-			// rollback on the same connection, re-grants it under the
-			// lease's token. A rollback that undid the grant leaves the key
-			// missing or reserved ("rl1:R:").
-			for _, i := range tc.slow {
-				v := nodeValue(srv[i], name)
-				if v != before[i] && !(strings.HasPrefix(v, "rl1:L:") && strings.Contains(v, w.Token())) {
-					t.Errorf("node %d: %q after the late rollback; want W's direct grant %q kept", i, v, before[i])
-				}
-			}
-			// W's lease outlives its first Deadline: its renewals found
-			// their keys.
-			first := w.Deadline()
-			time.Sleep(time.Until(first) + 500*time.Millisecond)
-			if !w.Valid() {
-				t.Errorf("W's lease ended at %s (first deadline %s): %v", time.Now().Format("15:04:05.000"),
-					first.Format("15:04:05.000"), w.Err())
-			}
-			if err := w.Release(ctx); err != nil {
-				t.Errorf("release: %v", err)
-			}
-			for i, s := range srv {
-				if i != tc.down && nodeValue(s, name) != "" {
-					t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
+			// The case needs W's latest attempt at the handoff to be the
+			// delayed one on each slow node. Under load W can retry first
+			// (its attempts reach a slow node once the client replaced the
+			// stuck connection): the case is then set up again.
+			const tries = 4
+			for try := 1; !lateRollbackTry(t, tc); try++ {
+				if try == tries {
+					t.Fatalf("the interleaving was not reached in %d tries", tries)
 				}
 			}
 		})
 	}
+}
+
+// lateRollbackTry runs tc once. It reports false, having undone what it
+// set up, if the interleaving was not reached; the test's checks fail it.
+func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	name := "dgkeep"
+	pw, paddrs := proxied(t, addrs)
+	ch := newCoord(t, addrs)
+	// GuardOff: with the guard, W confirms a direct grant by an
+	// armed round, which the held link stalls; W then takes the
+	// lock by an attempt and the case is not reached.
+	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) {
+		cfg.NodeTimeout = directNodeTimeout
+		cfg.NodeGuard = coordinator.GuardOff
+	})
+	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
+	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(3*time.Second), primitives.WithLabel("w"))
+	if tc.down >= 0 {
+		srv[tc.down].Kill()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := lh.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[int]delayedAttempt{}
+	for _, i := range tc.slow {
+		held[i] = holdRollback(pw[i], primitives.ProcOf(cw))
+	}
+	type acquired struct {
+		lease *primitives.Lease
+		err   error
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		lease, err := lw.Acquire(ctx)
+		got <- acquired{lease, err}
+	}()
+	var w *primitives.Lease
+	again := func(why string) bool {
+		t.Logf("not reached: %s; again", why)
+		for _, hd := range held {
+			hd.rollback.Release()
+		}
+		h.Release(context.Background())
+		if w == nil {
+			cancel()
+			w = (<-got).lease
+		}
+		if w != nil {
+			w.Release(context.Background())
+		}
+		return false
+	}
+	for i, hd := range held {
+		awaitCaught(t, hd.rollback, "node "+strconv.Itoa(i))
+	}
+	// The delayed attempt ran on each slow node: it is queued there.
+	queuedOnOnce(t, srv, name, tc.slow...)
+	for i, hd := range held {
+		if err := hd.ranOn(srv[i], name); err != nil {
+			return again(fmt.Sprintf("node %d: %v", i, err))
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("W: %v", r.err)
+	}
+	w = r.lease
+	defer w.Release(context.Background())
+	// Each slow node granted W directly. Under load W can have
+	// retried with an attempt that the held connection kept from
+	// the slow node: that node's grant is then under the earlier
+	// attempt's token, not the lease's, and the rollback must keep
+	// it all the same (W's release frees it).
+	before := map[int]string{}
+	for _, i := range tc.slow {
+		v := nodeValue(srv[i], name)
+		if !strings.HasPrefix(v, "rl1:L:") || !strings.HasSuffix(v, "~d") || !strings.Contains(v, "~w~") {
+			return again(fmt.Sprintf("node %d: %q before the rollback, not a direct grant to W", i, v))
+		}
+		if !strings.Contains(v, w.Token()) {
+			t.Logf("node %d: the direct grant is under an earlier attempt's token (W retried)", i)
+		}
+		before[i] = v
+	}
+	for _, hd := range held {
+		hd.rollback.Release()
+	}
+	time.Sleep(500 * time.Millisecond) // the held rollbacks run
+	// The rollback must leave W holding the node. The grant is kept
+	// as it was, or (W retried) W's newer attempt, held behind the
+	// rollback on the same connection, re-grants it under the
+	// lease's token. A rollback that undid the grant leaves the key
+	// missing or reserved ("rl1:R:").
+	for _, i := range tc.slow {
+		v := nodeValue(srv[i], name)
+		if v != before[i] && !(strings.HasPrefix(v, "rl1:L:") && strings.Contains(v, w.Token())) {
+			t.Errorf("node %d: %q after the late rollback; want W's direct grant %q kept", i, v, before[i])
+		}
+	}
+	// W's lease outlives its first Deadline: its renewals found
+	// their keys.
+	first := w.Deadline()
+	time.Sleep(time.Until(first) + 500*time.Millisecond)
+	if !w.Valid() {
+		t.Errorf("W's lease ended at %s (first deadline %s): %v", time.Now().Format("15:04:05.000"),
+			first.Format("15:04:05.000"), w.Err())
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	for i, s := range srv {
+		if i != tc.down && !testutil.Eventually(5*time.Second, func() bool { return nodeValue(s, name) == "" }) {
+			t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
+		}
+	}
+	return true
 }
 
 // The interleaving that lets a second holder in: a waiter Y queued before
