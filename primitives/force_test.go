@@ -66,8 +66,9 @@ func TestForceReleaseCountsEveryNode(t *testing.T) {
 	// it wins on the first two, without the counter that ran ahead.
 	admin(t, srv[2], "SET", lockKey("fq", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "20000")
 	nl, _ := primitives.NewLock(newCoord(t, addrs), "fq")
-	// Acquire, not one try: under load a reply of node 0 or 1 can miss
-	// NodeTimeout, and one try then fails on node 2's refusal.
+	// Acquire, not one try: node 2 refuses, so a try needs both other
+	// nodes, and under load the later of them can answer after the try
+	// stopped waiting (a split waits a few round trips).
 	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 	defer acancel()
 	next, err := nl.Acquire(actx)
