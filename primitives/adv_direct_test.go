@@ -71,7 +71,9 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	}
 	queuedOnOnce(t, srv, name, 0, 1)
 	for i, hd := range held {
-		hd.ran(t, srv[i], name)
+		if err := hd.ran(srv[i], name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w := handOver(ctx, t, h, got)
 	defer w.Release(context.Background())
@@ -298,12 +300,7 @@ func TestAdvGrantTooLateThenAttempt(t *testing.T) {
 	// Under load W's attempts drift: at the release its latest one can be
 	// recent enough for its direct grants, and W takes them (as it
 	// should). The case is then set up again.
-	const tries = 4
-	for try := 1; !grantTooLateTry(t); try++ {
-		if try == tries {
-			t.Fatalf("W's latest attempt was never too old at the release in %d tries", tries)
-		}
-	}
+	untilReached(t, 4, func() bool { return grantTooLateTry(t) })
 }
 
 // grantTooLateTry runs TestAdvGrantTooLateThenAttempt's case once. It
@@ -349,10 +346,6 @@ func grantTooLateTry(t *testing.T) bool {
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range srv {
-		if !testutil.Eventually(5*time.Second, func() bool { return nodeValue(s, name) == "" }) {
-			t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
-		}
-	}
+	noKeyLeft(t, srv, name, -1)
 	return true
 }

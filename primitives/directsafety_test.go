@@ -51,15 +51,7 @@ func holdRollback(p *testutil.Proxy, proc string) delayedAttempt {
 // there (for a direct grant) names its token. Under load an earlier
 // attempt of the same waiter can have queued it already, so a queue entry
 // alone does not tell.
-func (d delayedAttempt) ran(t *testing.T, s *testutil.Server, name string) {
-	t.Helper()
-	if err := d.ranOn(s, name); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// ranOn is ran that returns the failure.
-func (d delayedAttempt) ranOn(s *testutil.Server, name string) error {
+func (d delayedAttempt) ran(s *testutil.Server, name string) error {
 	chunk := string(d.attempt.Data())
 	if !testutil.Eventually(10*time.Second, func() bool {
 		wid, err := s.Do("ZRANGE", lockKey(name, "q"), "0", "0")
@@ -75,6 +67,29 @@ func (d delayedAttempt) ranOn(s *testutil.Server, name string) error {
 		return fmt.Errorf("the delayed attempt never ran (records %s)", r)
 	}
 	return nil
+}
+
+// untilReached runs a case up to tries times, while run reports that its
+// interleaving was not reached (run undoes what it set up, and logs why).
+func untilReached(t *testing.T, tries int, run func() bool) {
+	t.Helper()
+	for try := 1; !run(); try++ {
+		if try == tries {
+			t.Fatalf("the interleaving was not reached in %d tries", tries)
+		}
+	}
+}
+
+// noKeyLeft checks that the lock key is gone from every node but down
+// (-1: none) after W's release, which returned at a quorum: the last
+// node's copy may be on its way.
+func noKeyLeft(t *testing.T, srv []*testutil.Server, name string, down int) {
+	t.Helper()
+	for i, s := range srv {
+		if i != down && !testutil.Eventually(5*time.Second, func() bool { return nodeValue(s, name) == "" }) {
+			t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
+		}
+	}
 }
 
 // handOver releases h and returns the lease the waiting Acquire got from
@@ -148,12 +163,7 @@ func TestDirectGrantSurvivesLateRollback(t *testing.T) {
 			// delayed one on each slow node. Under load W can retry first
 			// (its attempts reach a slow node once the client replaced the
 			// stuck connection): the case is then set up again.
-			const tries = 4
-			for try := 1; !lateRollbackTry(t, tc); try++ {
-				if try == tries {
-					t.Fatalf("the interleaving was not reached in %d tries", tries)
-				}
-			}
+			untilReached(t, 4, func() bool { return lateRollbackTry(t, tc) })
 		})
 	}
 }
@@ -219,7 +229,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	// The delayed attempt ran on each slow node: it is queued there.
 	queuedOnOnce(t, srv, name, tc.slow...)
 	for i, hd := range held {
-		if err := hd.ranOn(srv[i], name); err != nil {
+		if err := hd.ran(srv[i], name); err != nil {
 			return again(fmt.Sprintf("node %d: %v", i, err))
 		}
 	}
@@ -274,11 +284,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	if err := w.Release(ctx); err != nil {
 		t.Errorf("release: %v", err)
 	}
-	for i, s := range srv {
-		if i != tc.down && !testutil.Eventually(5*time.Second, func() bool { return nodeValue(s, name) == "" }) {
-			t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
-		}
-	}
+	noKeyLeft(t, srv, name, tc.down)
 	return true
 }
 
