@@ -139,14 +139,15 @@ failed=()
 # test (client logic, about 100 s and 60 s there) run on Redis 7.0 only.
 next_run='Native|Probe|Renew|Retake|ACL|TLS|RESP2|TestLock|TestFairLock|TestSemaphore|TestRWLock|TestMultiLock|TestLatch'
 next_skip='TestLockFault(S1Pause|FiveNodes|CancelWaiter|NewWithFirstNode|CleanState|LateRollback|FenceMonotonic|NotifyContention|MajorityPaused|HandoffOrder|ProxyDropped|ReleaseDuringPause)|TestSemaphoreProperty'
-# The adversarial suites of the node guard and of leader observation attack
-# the protocol's logic, not a server's behaviour, and wait out many TTLs
-# (about 7 minutes together): they run once, on Redis 7.0, above. So does
-# the guard's recovery measurement, and the races between processes'
-# guards that the unarmed-since token closes (stale states, held armings).
-# The guard's other tests (TestGuard*), the cluster resharding tests and
-# the Sentinel failovers run on every server.
-matrix_skip='TestAdvGuard|TestAdv2|TestAdvObserve|TestGuardRestartedNodeCountsAgain|TestGuardSecondFlush|TestClusterGuard(StaleArming|PartitionedGuard|HorizonUnread|SecondForget)'
+# The adversarial suites (every TestAdv*: the node guard's, leader
+# observation's, the direct grant's late messages, the marked grant's)
+# attack the protocol's logic, not a server's behaviour, and wait out many
+# TTLs: they run once, on Redis 7.0, above. So does the guard's recovery
+# measurement, and the races between processes' guards that the
+# unarmed-since token closes (stale states, held armings). The guard's
+# other tests (TestGuard*), the cluster resharding tests and the Sentinel
+# failovers run on every server.
+matrix_skip='TestAdv|TestGuardRestartedNodeCountsAgain|TestGuardSecondFlush|TestClusterGuard(StaleArming|PartitionedGuard|HorizonUnread|SecondForget)'
 for entry in "redis8" "valkey9 REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE_CAD=delifeq" \
   "redisnext REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE_CAD=delex"; do
   read -r name extra <<<"$entry"
