@@ -427,10 +427,7 @@ func leaseOn(t *testing.T, ca *coordinator.Coordinator, name string, ttl time.Du
 	t.Helper()
 	ctx := context.Background()
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	a, err := la.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("A: %v", err)
-	}
+	a, _ := tryUntilHeld(t, la)
 	t.Cleanup(func() { a.Release(ctx) })
 	if v := admin(t, m, "EXISTS", key); v != "1" {
 		t.Fatalf("A's key is not on m")

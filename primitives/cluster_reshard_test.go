@@ -55,19 +55,8 @@ func startReshardRun(t *testing.T, name string, ttl time.Duration) reshardRun {
 	})
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	// A's coordinator counts the cluster only once its own look found the
-	// slot's master armed (until then it sends the copy no guard loads:
-	// NOSCRIPT, node guarded), and its cut-off node cannot make up for it.
-	// B's arming above does not tell when A's look ran: on a loaded
-	// machine it can run after this point, so A tries until then.
-	var err error
-	if !testutil.Eventually(30*time.Second, func() bool {
-		r.at = time.Now()
-		r.a, err = la.TryAcquire(ctx)
-		return err == nil
-	}) {
-		t.Fatalf("A: %v", err)
-	}
+	// B's arming above does not tell when A's own look ran
+	r.a, r.at = tryUntilHeld(t, la)
 	t.Cleanup(func() { r.a.Release(ctx) })
 	if v := admin(t, r.m, "EXISTS", key); v != "1" {
 		t.Fatalf("A's key is not on the slot's master %s", r.m.Addr())
