@@ -241,14 +241,24 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	g.ttl.Store(int64(ttl))
 }
 
-// raise sets the horizon's PTTL to at least ttl+guardMargin on every node
-// and records the confirmed horizons. It reports whether a quorum
+// horizonPTTL is the horizon's PTTL for leases of ttl: guardMargin above
+// ttl once the drift of the PTTL itself is taken off (the confirmed
+// horizon is the reply's PTTL minus its drift). A fixed margin fell below
+// the drift of a TTL over about 5 minutes, and such leases were never
+// counted.
+func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
+	px := time.Duration(float64(ttl+guardMargin+2*time.Millisecond) / (1 - g.c.set.DriftFactor))
+	return px.Round(time.Millisecond) + time.Millisecond
+}
+
+// raise sets the horizon's PTTL to at least horizonPTTL(ttl) on every
+// node and records the confirmed horizons. It reports whether a quorum
 // confirmed it (or no node is guarded).
 func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) bool {
 	if !g.anyGuarded() {
 		return true // no guarded node (miniredis, no INFO): no key to leave
 	}
-	px := ttl + guardMargin
+	px := g.horizonPTTL(ttl)
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
 	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
 		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
