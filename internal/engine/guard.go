@@ -22,6 +22,10 @@ const (
 	guardEvery    = time.Second     // the loop's period
 	guardMargin   = 3 * time.Second // the horizon's PTTL above the longest TTL
 	guardMinEvery = 100 * time.Millisecond
+	// guardUseWindow is how long a TTL stays in use after its last
+	// attempt, renewal or Extend: one to two windows. The loop raises the
+	// horizon only for TTLs in use (docs/lock.md, "Horizon").
+	guardUseWindow = 10 * time.Second
 	// guardFreshPatience is how long New waits for every node to connect
 	// before the guard's first look, which may take the deployment as fresh.
 	guardFreshPatience = 3 * time.Second
@@ -83,7 +87,12 @@ type GuardState struct {
 type guard struct {
 	c    *Engine
 	base time.Time    // the origin of horizon
-	ttl  atomic.Int64 // the longest TTL the horizon covers (ns)
+	ttl  atomic.Int64 // the longest TTL in use, which the loop raises the horizon for (ns); 0: none
+	// used is the longest TTL used in this window (ns); usedBefore, in
+	// the one before (the loop's alone). ttl is their max.
+	used       atomic.Int64
+	usedBefore int64
+	window     time.Time // when this window began (the loop's alone)
 	// horizon is each node's confirmed horizon, in ns since base.
 	horizon []atomic.Int64
 	// local is, per node, until when (ns since base) this process counts
@@ -223,10 +232,14 @@ func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
 	return int64(start.Add(ttl).Sub(g.base)) <= g.horizon[i].Load()
 }
 
-// ensure raises the horizon for ttl with one synchronous round when ttl is
-// longer than any the horizon covers yet.
+// ensure marks ttl in use, and raises the horizon for it with one
+// synchronous round when it is longer than the TTL in use so far.
 func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
-	if g == nil || int64(ttl) <= g.ttl.Load() {
+	if g == nil {
+		return
+	}
+	storeMax(&g.used, int64(ttl))
+	if int64(ttl) <= g.ttl.Load() {
 		return
 	}
 	g.raiseMu.Lock()
@@ -238,7 +251,35 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	// answers later is not covered for ttl until the loop's next raise,
 	// which only costs its grant there (covers), not the caller's lease.
 	g.raise(ctx, ttl, g.c.set.NodeTimeout)
-	g.ttl.Store(int64(ttl))
+	storeMax(&g.ttl, int64(ttl))
+}
+
+// inUse returns the TTL the loop raises the horizon for now: the longest
+// used in this window or the one before. A window ends every
+// guardUseWindow. Only the guard loop calls it.
+func (g *guard) inUse(now time.Time) time.Duration {
+	if g.window.IsZero() {
+		g.window = now
+	}
+	if now.Sub(g.window) >= guardUseWindow {
+		g.window = now
+		g.usedBefore = g.used.Swap(0)
+	}
+	// An ensure between the Swap and here is in used; one that read the
+	// old ttl before this Store raised for itself or was covered by it.
+	ttl := max(g.usedBefore, g.used.Load())
+	g.ttl.Store(ttl)
+	return time.Duration(ttl)
+}
+
+// storeMax sets v to x if x is larger.
+func storeMax(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
 
 // horizonPTTL is the horizon's PTTL for leases of ttl: guardMargin above

@@ -13,18 +13,19 @@ import (
 // The guard's tick: its looks, the horizons read after them, and the
 // decisions taken from both (docs/lock.md, "Node guard").
 
-// tick raises the horizon everywhere and, meanwhile, looks at every node,
-// decides and arms. A node the guard does not apply to (miniredis, a
-// server without INFO) gives its horizon by a plain PTTL read. The first
-// tick (New's) raises only after its looks: they must not see its raise,
-// or a fresh deployment would not look fresh.
+// tick raises the horizon everywhere for the TTLs in use and, meanwhile,
+// looks at every node, decides and arms. A node the guard does not apply
+// to (miniredis, a server without INFO) gives its horizon by a plain PTTL
+// read. The first tick (New's) raises nothing: its looks must find a
+// fresh deployment fresh, and no TTL is in use yet.
 func (g *guard) tick(ctx context.Context, first bool) {
 	n := len(g.gns)
 	looks := make([]nodeactor.Look, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	if !first {
-		wg.Go(func() { g.raise(ctx, time.Duration(g.ttl.Load()), max(guardWait, g.c.set.NodeTimeout)) })
+	if ttl := g.inUse(time.Now()); !first && ttl > 0 {
+		// only for the TTLs in use: an idle deployment keeps no horizon
+		wg.Go(func() { g.raise(ctx, ttl, max(guardWait, g.c.set.NodeTimeout)) })
 	}
 	wait := max(g.c.set.NodeTimeout, 500*time.Millisecond)
 	var guarded, plain []int
@@ -91,11 +92,6 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		}
 	}
 	dg.Wait()
-	if first && g.raise(ctx, g.c.set.DefaultTTL, max(guardWait, g.c.set.NodeTimeout)) {
-		// Primed for DefaultTTL: the first acquire waits for nothing.
-		// Else (New's deadline came first) its ensure raises.
-		g.ttl.Store(int64(g.c.set.DefaultTTL))
-	}
 }
 
 // look looks at the nodes idx in parallel, each until by. With again, a

@@ -318,6 +318,13 @@ func (r *renewer) renewRound(due []*Hold) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(last), c.set.NodeTimeout))
 	defer cancel()
+	// The renewals' TTLs are in use (a confirmation counts only under a
+	// horizon that covers it).
+	var longest time.Duration
+	for _, p := range ps {
+		longest = max(longest, p.ttl+p.h.spec.Linger)
+	}
+	c.guard.ensure(ctx, longest)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	live := make([]bool, len(ps))
