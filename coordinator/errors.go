@@ -40,6 +40,10 @@ var (
 	// ErrNodeGuarded is in a NodeError when the node guard holds a node
 	// out of the quorum (docs/lock.md, "Node guard").
 	ErrNodeGuarded = nodeactor.ErrNodeGuarded
+	// ErrNotArmed, in a NodeError, means the node refused the node
+	// guard's look or arming (OOM, MISCONF, NOPERM...), which it wraps:
+	// held out for that cause, not because it forgot.
+	ErrNotArmed = nodeactor.ErrNotArmed
 )
 
 // NodeError records the failure of one node; errors.As finds it inside the

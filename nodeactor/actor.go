@@ -77,6 +77,12 @@ type Options struct {
 	// when an armed call found NOSCRIPT; it must not block.
 	Guard     string
 	OnGuarded func(node int)
+	// ClockSlack is how late after it was sent an armed call may still
+	// run (the engine's NodeTimeout; 50 ms at least), and DriftFactor the
+	// clock-rate drift: an armed call whose node's TIME is past the
+	// guard's estimate by more refuses (Actor.clockLimit).
+	ClockSlack  time.Duration
+	DriftFactor float64
 }
 
 // Actor owns one Redis node. Its methods are safe for concurrent use.
@@ -126,6 +132,14 @@ type Actor struct {
 	since atomic.Pointer[[2]string]
 	// armedCopies caches the armed copies for armedAs (armedScript).
 	armedCopies atomic.Pointer[armedSet]
+	// unarmable is the node's answer that failed the guard's last look or
+	// arming (OOM, MISCONF, NOPERM...): an armed call's NOSCRIPT is then
+	// reported as that cause, not as a forget (nil once a look or an
+	// arming succeeds).
+	unarmable atomic.Pointer[error]
+	// clock is the node's TIME read by the guard's last look, for
+	// clockLimit.
+	clock atomic.Pointer[clockRef]
 	// slots is a cluster node's slot map, published by the keeper
 	// (storeSlots); armed calls and the guard's looks read it.
 	slots atomic.Pointer[slotMap]

@@ -18,6 +18,10 @@ var (
 	// ErrNodeGuarded means the node guard holds the node out of the quorum:
 	// it forgot its armed scripts (docs/lock.md, "Node guard").
 	ErrNodeGuarded = errors.New("redlock: node guarded (it restarted, failed over or was flushed)")
+	// ErrNotArmed means the node refused the node guard's look or arming
+	// (OOM, MISCONF, NOPERM...): it is held out of the quorum for that
+	// cause, which the error wraps, not because it forgot.
+	ErrNotArmed = errors.New("redlock: node not armed: it refused the node guard")
 )
 
 // NodeError records the failure of one Redis node. Unwrap gives the cause.

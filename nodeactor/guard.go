@@ -29,6 +29,14 @@ type Look struct {
 	Horizon  time.Duration // the horizon key's PTTL; < 0 when it is missing
 	MaxTTL   time.Duration // the largest MaxTTL written in the horizon key (0 if none)
 	ArmedAs  string        // the arm key's value: the identity the node was armed under ("" if none; a cluster master: "")
+	// ServerUs is the node's TIME (µs) read in the look (0 on a cluster
+	// node): two looks of one identity tell a step of its wall clock.
+	ServerUs int64
+	// Evicts says why the node may evict keys ("" when it cannot): a
+	// maxmemory with a maxmemory-policy other than noeviction. Evicted is
+	// its evicted_keys counter.
+	Evicts  string
+	Evicted int64
 	// Token names the unarmed episode the look saw: a single node's
 	// unarmed-since token, a cluster master's pending set's epoch ("" when
 	// none). Another token than the one a guard recorded means the node
@@ -213,6 +221,83 @@ func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client) {
 // Look reads the node's identity, which armed scripts it has, and the
 // PTTL of horizonKey, in one pipeline on one connection.
 func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
+	lk, err := a.look(ctx, horizonKey)
+	if err == nil && lk.Evicts != "" {
+		err := fmt.Errorf("%s may evict lock keys (an eviction is an early expiry): set maxmemory-policy noeviction, or maxmemory 0 (docs/operations.md)", lk.Evicts)
+		a.unarmable.Store(&err)
+		return lk, nil
+	}
+	a.noteUnarmable(err)
+	return lk, err
+}
+
+// clockRef is the node's TIME (µs) read by a look of identity id sent at
+// sent.
+type clockRef struct {
+	id   string
+	us   int64
+	sent time.Time
+}
+
+// clockLimit returns an armed call's last argument: the identity id and,
+// after a ';', the latest the node's TIME may read (ms) when the call
+// runs if its wall clock did not step forward since the guard's last
+// look: that look's TIME, plus the time since it was sent with the rate
+// drift, plus ClockSlack (a call that runs later is refused; its caller
+// stopped waiting for it). Without a look of id: id alone, no check.
+func (a *Actor) clockLimit(id string) string {
+	ref := a.clock.Load()
+	if ref == nil || ref.id != id || id == "" {
+		return id
+	}
+	since := time.Since(ref.sent)
+	ms := ref.us/1000 + int64(float64(since)*(1+a.opt.DriftFactor)/float64(time.Millisecond)) +
+		max(a.opt.ClockSlack, 50*time.Millisecond).Milliseconds() + 2
+	b := make([]byte, 0, len(id)+21)
+	b = append(b, id...)
+	b = append(b, ';')
+	return string(strconv.AppendInt(b, ms, 10))
+}
+
+// Disarm deletes the node's arm key: every process's armed calls refuse
+// there from now on, until a guard arms it again. The engine's guard
+// calls it when a look shows the node lost keys without a restart (an
+// eviction, a forward step of its clock). It can only hold the node out.
+func (a *Actor) Disarm(ctx context.Context) error {
+	cp := a.client.Load()
+	if cp == nil {
+		return ErrNodeDown
+	}
+	cl := *cp
+	ctx, cancel := a.noDeadline(ctx)
+	defer cancel()
+	return cl.Do(ctx, cl.B().Del().Key(a.armKey()).Build()).Error()
+}
+
+// noteUnarmable records err, the result of a look or an arming: a node's
+// error reply (OOM, MISCONF, NOPERM...) is why the node is not armed;
+// success, or a failure to reach the node, clears it.
+func (a *Actor) noteUnarmable(err error) {
+	if _, answered := rueidis.IsRedisErr(err); answered && !isNoScript(err) {
+		a.unarmable.Store(&err)
+		return
+	}
+	if err == nil {
+		a.unarmable.Store(nil)
+	}
+}
+
+// notArmed returns the error of an armed call that found its script
+// missing: the reply the guard's last look or arming got, if the node
+// refused it, else ErrNodeGuarded (the node forgot).
+func (a *Actor) notArmed(noscript error) error {
+	if p := a.unarmable.Load(); p != nil {
+		return &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %w", ErrNotArmed, *p)}
+	}
+	return &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, noscript)}
+}
+
+func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 	cp := a.client.Load()
 	if cp == nil {
 		return Look{}, ErrNodeDown
@@ -240,12 +325,13 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 		}
 	}
 	cmds := rueidis.Commands{
-		cl.B().Info().Section("server", "replication").Build(),
+		cl.B().Info().Section("server", "replication", "memory", "stats").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(),
 		cl.B().Pttl().Key(horizonKey).Build(),
 		cl.B().Get().Key(a.armKey()).Build(),
 		cl.B().Get().Key(horizonKey).Build(),
 		a.sinceCmd(cl),
+		cl.B().Time().Build(),
 	}
 	lk := Look{Sent: time.Now()}
 	guardstat.Count(a.Addr()) // the token's script: tests subtract it
@@ -254,6 +340,10 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	if err := lk.readInfo(res[0]); err != nil {
 		return lk, err
 	}
+	if err := lk.readTime(res[6]); err != nil {
+		return lk, err
+	}
+	a.clock.Store(&clockRef{id: lk.Identity, us: lk.ServerUs, sent: lk.Sent})
 	ex, err := res[1].AsIntSlice()
 	if err != nil {
 		return lk, err
@@ -352,6 +442,14 @@ func (lk *Look) readHorizon(pttl, value rueidis.RedisResult) error {
 // evaluated: Arm flushes its script cache and returns ErrIdentityChanged.
 // On a cluster node it arms one master (its address; "" otherwise).
 func (a *Actor) Arm(ctx context.Context, master, want string) error {
+	err := a.arm(ctx, master, want)
+	if !a.opt.Cluster {
+		a.noteUnarmable(err)
+	}
+	return err
+}
+
+func (a *Actor) arm(ctx context.Context, master, want string) error {
 	cp := a.client.Load()
 	if cp == nil {
 		return ErrNodeDown
@@ -460,7 +558,37 @@ func (lk *Look) readInfo(r rueidis.RedisResult) error {
 	lk.Identity = identity(info)
 	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
 	lk.Uptime = time.Duration(up) * time.Second
+	lk.Evicts = evicts(info)
+	lk.Evicted, _ = strconv.ParseInt(infoField(info, "evicted_keys"), 10, 64)
 	return nil
+}
+
+// readTime reads a TIME reply into lk.ServerUs.
+func (lk *Look) readTime(r rueidis.RedisResult) error {
+	v, err := r.AsStrSlice()
+	if err != nil {
+		return err
+	}
+	if len(v) != 2 {
+		return fmt.Errorf("redlock: guard look: TIME answered %q", v)
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("redlock: guard look: TIME: %w", err)
+	}
+	lk.ServerUs = sec*1_000_000 + usec
+	return nil
+}
+
+// evicts returns why a node with these INFO memory fields may evict a
+// key, or "": any policy but noeviction once maxmemory is set.
+func evicts(info string) string {
+	pol, max := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+	if pol == "" || pol == "noeviction" || max == "" || max == "0" {
+		return ""
+	}
+	return "maxmemory-policy " + pol + " with maxmemory " + max
 }
 
 // identity is a node's run_id and master_replid from INFO.

@@ -3,6 +3,7 @@ package nodeactor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -51,6 +52,9 @@ func (a *Actor) Status() Status {
 	s := Status{Addr: a.opt.Addr, Up: a.up.Load(), Latency: time.Duration(a.ewmaNs.Load()), Caps: *a.caps.Load()}
 	if e := a.lastErr.Load(); e != nil {
 		s.LastErr = *e
+	}
+	if e := a.unarmable.Load(); e != nil {
+		s.LastErr = fmt.Errorf("%w: %w", ErrNotArmed, *e) // why the node guard could not arm it
 	}
 	if e := a.fatal.Load(); e != nil {
 		s.Fatal = *e

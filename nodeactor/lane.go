@@ -220,7 +220,7 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 		case rueidis.IsRedisNil(err):
 			rep.Msg = msg
 		case a.armed(us[k].call) && isNoScript(err):
-			rep.Err = &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, err)}
+			rep.Err = a.notArmed(err)
 			if a.opt.Cluster {
 				a.suspectCall(live[i].Call)
 			}
@@ -343,9 +343,10 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 	case c.Armed && a.guarded.Load():
 		id := a.armedIdentity()
 		s = a.armedScript(s, id)
-		// the prelude's arm key and identity, last (armedPrelude)
+		// the prelude's arm key and identity, last (armedPrelude), with
+		// the clock's limit
 		keys = append(keys[:len(keys):len(keys)], a.armKey())
-		args = append(args[:len(args):len(args)], id)
+		args = append(args[:len(args):len(args)], a.clockLimit(id))
 	case c.Mark && !eval && s.markable && a.guarded.Load() && !a.opt.Cluster:
 		// the marking copy (markCheck): never by EVAL, which would load
 		// it without an arming; the plain script runs instead

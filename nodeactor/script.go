@@ -113,10 +113,18 @@ const armedPrelude = armedCheck +
 // replica, then a promotion: a Sentinel fail-back before the promoted
 // replica was armed). Its run_id and script cache are the same then,
 // but its replid is new (TestAdv2ResyncFromOwnOldReplica).
-const armedCheck = "do local id = ARGV[#ARGV] " +
+//
+// The last argument may also carry, after a ';', the latest the node's
+// TIME may read (ms) if its wall clock did not step forward since the
+// guard's last look (Actor.clockLimit): a later TIME refuses, as NOSCRIPT,
+// since keys may have expired early (docs/lock.md, "When a node forgot").
+const armedCheck = "do local id, lim = string.match(ARGV[#ARGV], '^([^;]*);?(%d*)$') " +
 	"if redis.call('GET', KEYS[#KEYS]) ~= id or " +
 	"not " + replidFound + " then " +
-	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end end\n"
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end " +
+	"if lim ~= '' then local t = redis.call('TIME') " +
+	"if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(lim) then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node clock is ahead of the guard estimate (a forward step: keys may have expired early)') end end end\n"
 
 // clusterPrelude starts every armed copy run on a Redis Cluster node
 // (docs/lock.md, "Redis Cluster nodes: the per-master guard"). The call

@@ -256,6 +256,9 @@ func TestGuideLeastPrivilegeACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range c.Nodes() {
+		if st.Identity == "" {
+			t.Errorf("%s: the node guard is off under the guide's ACL (no +info?): %+v", st.Addr, st)
+		}
 		if st.KeyspaceFlags != "" && st.Keyspace {
 			t.Errorf("%s: keyspace events on under KeyspaceOff: %+v", st.Addr, st.Capabilities)
 		}

@@ -53,6 +53,10 @@ func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
 		cb := newCoord(t, addrs)
 		waitAllUp(t, ca)
 		waitAllUp(t, cb)
+		// A's TTL in use first: the horizon it leaves holds node 0 out when
+		// its first replica changes its replication id (so its arm key is
+		// still I1 when the replica copies it)
+		advHold(t, ca, srv, "ownreplica-warm", 8*time.Second).Release(context.Background())
 		i1 := cb.Nodes()[0].Identity
 		replicaOf(t, y, srv[0])
 		if !testutil.Eventually(5*time.Second, func() bool {

@@ -179,8 +179,8 @@ func TestAdvGuardFlushAll(t *testing.T) {
 	})
 }
 
-// TestAdvGuardLargeTTLRaiseBlocked: right after New (horizon primed for
-// DefaultTTL 2 s), A acquires with a 20 s TTL while A's horizon raise to
+// TestAdvGuardLargeTTLRaiseBlocked: right after a first 2 s lease (its
+// horizon raise to node 1 held), A acquires with a 20 s TTL while A's horizon raise to
 // node 1 is held in the network. The synchronous raise confirms nodes 0
 // and 2 only, so A counts {0, 2}. Node 0 then restarts empty; the raise
 // is released. B (an old process) and C (a new one), with 2 s TTLs, try
@@ -198,6 +198,14 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 		waitAllUp(t, ca)
 		h := p1.Hold("$7\r\nEVALSHA\r\n", "{guard}:horizon")
 		defer h.Release()
+		// A's first lease (2 s) puts its TTL in use: its raise to node 1
+		// is the one held
+		warm, _ := primitives.NewLock(ca, "bigttl-warm", primitives.WithTTL(2*time.Second))
+		if w, err := warm.TryAcquire(context.Background()); err == nil {
+			w.Release(context.Background())
+		} else {
+			t.Fatalf("A's first lease: %v", err)
+		}
 		select {
 		case <-h.Caught():
 		case <-time.After(5 * time.Second):

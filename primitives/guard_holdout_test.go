@@ -60,3 +60,31 @@ func TestGuardHoldsOutForTheTTLsInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNewWritesOnlyTheGuardKeys: what docs/guide.md says New writes on a
+// fresh node: the arm key and nothing else (no horizon until a lease's
+// TTL is in use). The first acquire adds the horizon, with a TTL.
+func TestNewWritesOnlyTheGuardKeys(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	c := newCoord(t, testutil.Addrs(srv))
+	for _, s := range srv {
+		if keys := admin(t, s, "KEYS", "*"); keys != "[redlock:{guard}:armed]" {
+			t.Errorf("%s after New: keys %s; want only redlock:{guard}:armed", s.Addr(), keys)
+		}
+	}
+	l, _ := primitives.NewLock(c, "new-keys")
+	ctx := context.Background()
+	lease, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range srv {
+		if pttl := admin(t, s, "PTTL", "redlock:{guard}:horizon"); pttl == "-1" || pttl == "-2" {
+			t.Errorf("%s after an acquire: the horizon's PTTL %s; want a TTL", s.Addr(), pttl)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func oomScenario(t *testing.T, n int, fullBeforeNew bool) {
 	for _, s := range srv {
 		admin(t, s, "CONFIG", "SET", "maxmemory", "0")
 	}
-	if !testutil.Eventually(5*time.Second, func() bool {
+	if !testutil.Eventually(20*time.Second, func() bool {
 		lease, err = l.TryAcquire(ctx)
 		return err == nil
 	}) {

@@ -522,7 +522,14 @@ func TestCLIStatusShowsGuardedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Close() // it armed the nodes and left its horizon
+	// a lease leaves a horizon for its TTL: node 0 may forget it
+	l, _ := primitives.NewLock(c, "k")
+	lease, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Release(context.Background())
+	c.Close()
 	srv[0].RestartEmpty()
 	code, out, stderr := cli(t, nil, "status", "--nodes", nodes, "k")
 	if code != 0 || !strings.Contains(out, "node "+addrs[0]+": guarded") || !strings.Contains(out, " until ") {
@@ -531,5 +538,24 @@ func TestCLIStatusShowsGuardedNode(t *testing.T) {
 	code, out, stderr = cli(t, nil, "status", "--json", "--nodes", nodes, "k")
 	if code != 0 || !strings.Contains(out, `"guarded": true`) || !strings.Contains(out, `"guarded_until"`) {
 		t.Fatalf("json: exit %d out %q stderr %q", code, out, stderr)
+	}
+}
+
+// A node that refuses the guard's arming (OOM) is not read as free with
+// exit 0: status names the OOM and fails, since every acquire would.
+func TestCLIStatusShowsUnarmedNode(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	for _, s := range srv {
+		for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+			if _, err := s.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nodes := strings.Join(testutil.Addrs(srv), ",")
+	code, out, stderr := cli(t, nil, "status", "--nodes", nodes, "k")
+	if code == 0 || !strings.Contains(out+stderr, "OOM") {
+		t.Fatalf("exit %d out %q stderr %q; want a failure naming the OOM", code, out, stderr)
 	}
 }

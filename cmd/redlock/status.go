@@ -171,7 +171,7 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		if err := enc.Encode(doc); err != nil {
 			return err
 		}
-		return statusAnswered(states, c.Quorum())
+		return statusAnswered(states, health, c.Quorum())
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "NODE\tUP\tLATENCY\tSTATE\tHOLDER\tLABEL\tHOST\tPID\tSINCE\tTTL\tFENCE\tWAITERS\n")
@@ -208,6 +208,9 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	for _, h := range health {
+		if u := unarmedBy(h); u != nil && !h.Guarded {
+			fmt.Fprintf(out, "node %s: cannot grant: %v\n", h.Addr, u)
+		}
 		if h.Guarded {
 			until := "undecided"
 			if !h.GuardedUntil.IsZero() {
@@ -244,7 +247,7 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		}
 		waiters("waiter", semq.Waiters)
 	}
-	return statusAnswered(states, c.Quorum())
+	return statusAnswered(states, health, c.Quorum())
 }
 
 type permitJSON struct {
@@ -337,14 +340,25 @@ func usageErr(format string, args ...any) error {
 // statusAnswered fails a status that fewer than a quorum of nodes answered
 // without an error (the table was printed first): the quorum's view is
 // unknown, and a script must not read it as free.
-func statusAnswered(states []primitives.NodeState, quorum int) error {
+// A node that answered but cannot grant (the node guard holds it out,
+// or it refused the guard's arming: OOM, MISCONF...) does not count
+// either: every acquire would fail while the keys read free.
+func statusAnswered(states []primitives.NodeState, health []coordinator.NodeStatus, quorum int) error {
 	ok := 0
 	var first error
-	for _, s := range states {
-		if s.Err == nil {
+	for i, s := range states {
+		err := s.Err
+		if err == nil && i < len(health) {
+			if health[i].Guarded {
+				err = fmt.Errorf("node %s: %w", health[i].Addr, coordinator.ErrNodeGuarded)
+			} else {
+				err = unarmedBy(health[i])
+			}
+		}
+		if err == nil {
 			ok++
 		} else if first == nil {
-			first = s.Err
+			first = err
 		}
 	}
 	if ok >= quorum {
@@ -355,4 +369,13 @@ func statusAnswered(states []primitives.NodeState, quorum int) error {
 		hint = " (a key of another type or primitive is at that name: try --kind, or look at the key)"
 	}
 	return fmt.Errorf("%d of %d nodes answered, need %d: %w%s", ok, len(states), quorum, first, hint)
+}
+
+// unarmedBy returns the node's reply that keeps the node guard from
+// arming it (OOM, MISCONF, NOPERM...), or nil.
+func unarmedBy(h coordinator.NodeStatus) error {
+	if !h.Up || !errors.Is(h.LastErr, coordinator.ErrNotArmed) {
+		return nil
+	}
+	return h.LastErr
 }

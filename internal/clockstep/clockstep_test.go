@@ -232,11 +232,15 @@ func TestOneNodeClockBack(t *testing.T) {
 }
 
 // Every node's clock forward past the TTL: the holder's keys expire on
-// every node at once, and another client gets the lock within one round,
-// while the first still reads Valid() until its next renewal finds the
-// other owner (Redlock assumes bounded clock rates; a step breaks mutual
-// exclusion, and only the fence tells the two apart). The new fence is
-// above the old one.
+// every node at once. Before the node guard checked the clock, another
+// client got the lock within one round, while the first still read
+// Valid(). Now every armed call after the step refuses (the node's TIME
+// is past the guard's estimate), each guard's next look disarms the
+// nodes, and the holder's renewals (every TTL/3) put its keys back before
+// they are armed again. Every node stepped at once is outside the fault
+// model (one node at a time): whether a second holder gets in after the
+// re-arming is logged, not asserted; if one does, its fence is above the
+// first's.
 func TestEveryNodeClockForward(t *testing.T) {
 	srv := servers(t)
 	a, _ := primitives.NewLock(coord(t, srv), "clock")
@@ -255,25 +259,69 @@ func TestEveryNodeClockForward(t *testing.T) {
 	}
 	stepped := time.Now()
 	lb, err := b.TryAcquire(ctx)
+	if err == nil {
+		lb.Release(ctx)
+		t.Fatalf("every clock an hour ahead: B holds at once (fences A %d, B %d); want the guard's clock check to refuse", la.Fence(), lb.Fence())
+	}
+	if !errors.Is(err, coordinator.ErrNodeGuarded) || !strings.Contains(err.Error(), "clock") {
+		t.Fatalf("every clock an hour ahead: %v; want the guard's clock check", err)
+	}
+	for time.Since(stepped) < 5*time.Second {
+		if lb, err := b.TryAcquire(ctx); err == nil {
+			if la.Valid() {
+				t.Logf("outside the model: B holds %v after the step while A is Valid (fences A %d, B %d)",
+					time.Since(stepped).Round(time.Millisecond), la.Fence(), lb.Fence())
+				if lb.Fence() <= la.Fence() {
+					t.Errorf("fence %d after the step, %d before: want it higher", lb.Fence(), la.Fence())
+				}
+			}
+			lb.Release(ctx)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// One node's clock forward while the lease is held on exactly that node
+// and one other (the third lost its copy, as an early expiry or a
+// partition leaves it): the step expires the holder's key on the stepped
+// node, which has then forgotten it. The node guard catches the step at
+// its next look and holds the node out until the lease has ended: B
+// never holds while A is Valid. Before, B held 2–22 ms after the step.
+func TestOneNodeClockForwardOnALeaseOfTwoNodes(t *testing.T) {
+	srv := servers(t)
+	a, _ := primitives.NewLock(coord(t, srv), "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+	b, _ := primitives.NewLock(coord(t, srv), "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+	ctx := context.Background()
+	la, err := a.TryAcquire(ctx)
 	if err != nil {
-		t.Fatalf("every clock an hour ahead: %v, want the lock (the keys expired)", err)
+		t.Fatal(err)
 	}
-	defer lb.Release(ctx)
-	in := time.Since(stepped)
-	if !la.Valid() {
-		t.Fatalf("the first holder already knew: %v", la.Err())
+	defer la.Release(ctx)
+	for _, s := range srv {
+		holds(t, s, la.Token())
 	}
-	if lb.Fence() <= la.Fence() {
-		t.Errorf("fence %d after the step, %d before: want it higher", lb.Fence(), la.Fence())
+	do(t, srv[2], "DEL", key)
+	time.Sleep(1500 * time.Millisecond) // a look of every guard before the step
+	srv[0].StepClock(30 * time.Second)
+	for la.Valid() {
+		if lb, err := b.TryAcquire(ctx); err == nil {
+			left := time.Until(la.Deadline())
+			lb.Release(ctx)
+			if la.Valid() {
+				t.Fatalf("B holds with %v of A's lease left (fences A %d, B %d)", left.Round(time.Millisecond), la.Fence(), lb.Fence())
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	select {
-	case <-la.Lost():
-	case <-time.After(5 * time.Second): // renewals every TTL/3 = 1 s
-		t.Fatal("the first holder never learned it lost the lock")
-	}
-	t.Logf("second holder in %s after the step; the first learned it %s after the step (%v)",
-		in.Round(time.Millisecond), time.Since(stepped).Round(time.Millisecond), la.Err())
-	if !errors.Is(la.Err(), primitives.ErrLeaseLost) {
-		t.Errorf("first holder's Err: %v, want ErrLeaseLost", la.Err())
+	// node 0 counts again once A's lease has ended
+	if !testutil.Eventually(30*time.Second, func() bool {
+		lb, err := b.TryAcquire(ctx)
+		if err == nil {
+			lb.Release(ctx)
+		}
+		return err == nil
+	}) {
+		t.Fatal("B never acquired after A's lease ended")
 	}
 }

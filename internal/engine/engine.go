@@ -131,6 +131,8 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 			Logger:       set.Logger,
 			Guard:        tag,
 			OnGuarded:    onGuarded,
+			ClockSlack:   set.NodeTimeout,
+			DriftFactor:  set.DriftFactor,
 		}))
 	}
 	if set.Guard {

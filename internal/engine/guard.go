@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ const (
 	// attempt, renewal or Extend: one to two windows. The loop raises the
 	// horizon only for TTLs in use (docs/lock.md, "Horizon").
 	guardUseWindow = 10 * time.Second
+	// guardCoverSlack is how far past now+TTL a confirmed horizon must
+	// reach for an acquire not to raise first: the attempt's own start
+	// comes a little later.
+	guardCoverSlack = 100 * time.Millisecond
 	// guardFreshPatience is how long New waits for every node to connect
 	// before the guard's first look, which may take the deployment as fresh.
 	guardFreshPatience = 3 * time.Second
@@ -75,6 +80,7 @@ type guardable interface {
 	Look(ctx context.Context, horizonKey string) (nodeactor.Look, error)
 	Arm(ctx context.Context, master, want string) error
 	Adopt(master, identity string)
+	Disarm(ctx context.Context) error
 }
 
 // GuardState is one node's guard state, for NodeStatus.
@@ -124,6 +130,45 @@ type nodeGuard struct {
 	token     string    // and the unarmed episode's token (Look.Token)
 	until     time.Time // the current guard's bound (zero: none yet)
 	mem       time.Time // our confirmed horizon when it was found to have forgotten
+	// The last look's clock and eviction counter, to tell a step of the
+	// node's clock or an eviction at the next look (lostKeys).
+	clkID            string
+	clkUs            int64
+	clkSent, clkRecv time.Time
+	evicted          int64
+	// lost says why the node may have lost keys while armed (lostKeys),
+	// until a look finds it disarmed.
+	lost string
+}
+
+// lostKeys returns why node x, looked at by lk, may have lost keys
+// without a restart since the previous look of the same identity, or "":
+// its policy may evict, it evicted keys, or its wall clock stepped
+// forward (keys expired early). A step back loses nothing: logged. Under
+// g.mu; it records lk for the next look.
+func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
+	why := lk.Evicts
+	if st.clkID != "" && st.clkID == lk.Identity {
+		if why == "" && lk.Evicted > st.evicted {
+			why = fmt.Sprintf("it evicted %d keys since the last look", lk.Evicted-st.evicted)
+		}
+		if st.clkUs != 0 && lk.ServerUs != 0 {
+			// TIME was read between each look's Sent and Recv: the node's
+			// clock may advance by at most the span from the first's Sent
+			// to the second's Recv, at least from its Recv to the second's
+			// Sent, give or take the clock-rate drift.
+			d := time.Duration(lk.ServerUs-st.clkUs) * time.Microsecond
+			hi, lo := lk.Recv.Sub(st.clkSent), lk.Sent.Sub(st.clkRecv)
+			if step := d - hi - g.c.Drift(hi); step > 0 && why == "" {
+				why = fmt.Sprintf("its wall clock stepped forward by at least %v (keys expired early)", step.Round(time.Millisecond))
+			} else if back := lo - g.c.Drift(lo) - d; back > 0 {
+				g.c.set.Logger.Warn("redlock: a node's wall clock stepped back: its keys live longer (safe; a dead holder blocks its names longer)",
+					"node", g.c.nodes[x].Addr(), "step", back.Round(time.Millisecond))
+			}
+		}
+	}
+	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted
+	return why
 }
 
 func newGuard(c *Engine) *guard {
@@ -233,25 +278,42 @@ func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
 }
 
 // ensure marks ttl in use, and raises the horizon for it with one
-// synchronous round when it is longer than the TTL in use so far.
+// synchronous round when it is longer than the TTL in use so far, or
+// when fewer than a quorum of nodes have a confirmed horizon that covers
+// it now (a loop raise held up by a slow node, a TTL just out of use).
 func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	if g == nil {
 		return
 	}
 	storeMax(&g.used, int64(ttl))
-	if int64(ttl) <= g.ttl.Load() {
+	if int64(ttl) <= g.ttl.Load() && g.coveredOnQuorum(ttl) {
 		return
 	}
 	g.raiseMu.Lock()
 	defer g.raiseMu.Unlock()
-	if int64(ttl) <= g.ttl.Load() {
+	if int64(ttl) <= g.ttl.Load() && g.coveredOnQuorum(ttl) {
 		return
 	}
-	// NodeTimeout, as the acquire or renewal that follows: a node that
-	// answers later is not covered for ttl until the loop's next raise,
-	// which only costs its grant there (covers), not the caller's lease.
-	g.raise(ctx, ttl, g.c.set.NodeTimeout)
+	// NodeTimeout, as the acquire or renewal that follows, and no longer
+	// than a quorum's answers: a node that answers later is not covered
+	// for ttl until its reply or the loop's next raise, which only costs
+	// its grant there (covers), not the caller's lease.
+	g.raise(ctx, ttl, g.c.set.NodeTimeout, true)
 	storeMax(&g.ttl, int64(ttl))
+}
+
+// coveredOnQuorum reports whether a quorum of nodes have a confirmed
+// horizon that covers an attempt of ttl starting about now (a node the
+// guard does not apply to counts). A local check: atomic loads.
+func (g *guard) coveredOnQuorum(ttl time.Duration) bool {
+	end := int64(time.Since(g.base) + ttl + guardCoverSlack)
+	n := 0
+	for i, gn := range g.gns {
+		if gn == nil || !gn.Guarded() || g.horizon[i].Load() >= end {
+			n++
+		}
+	}
+	return g.c.NewTally().Enough(n)
 }
 
 // inUse returns the TTL the loop raises the horizon for now: the longest
@@ -293,38 +355,65 @@ func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
 }
 
 // raise sets the horizon's PTTL to at least horizonPTTL(ttl) on every
-// node and records the confirmed horizons. It reports whether a quorum
-// confirmed it (or no node is guarded).
-func (g *guard) raise(ctx context.Context, ttl, wait time.Duration) bool {
+// node and records the confirmed horizons, each as its reply comes (a
+// late one too). With early it returns once a quorum confirmed. It
+// reports whether a quorum confirmed it (or no node is guarded).
+func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) bool {
 	if !g.anyGuarded() {
 		return true // no guarded node (miniredis, no INFO): no key to leave
 	}
 	px := g.horizonPTTL(ttl)
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
-	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
-		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
-		return call
-	}, nil, nil)
-	ok := 0
-	for i, rep := range r.Replies {
-		if !r.Answered[i] || rep.Err != nil {
-			continue
+	// The node read the PTTL after start: its key lives at least that
+	// long from start, less the drift.
+	start := time.Now()
+	record := func(rep nodeactor.Reply) bool {
+		if rep.Err != nil {
+			return false
 		}
 		ms, err := rep.Msg.AsInt64()
 		if err != nil {
-			continue
+			return false
 		}
-		ok++
 		d := time.Duration(ms) * time.Millisecond
-		h := int64(r.Start.Add(d - g.c.Drift(d)).Sub(g.base))
-		for {
-			old := g.horizon[i].Load()
-			if h <= old || g.horizon[i].CompareAndSwap(old, h) {
-				break
+		storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
+		return true
+	}
+	var decide func(*Round) bool
+	if early {
+		decide = func(r *Round) bool {
+			ok := 0
+			for i := range r.Replies {
+				if r.Answered[i] && r.Replies[i].Err == nil {
+					ok++
+				}
 			}
+			return g.c.NewTally().Enough(ok)
+		}
+	}
+	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
+		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
+		return call
+	}, decide, func(rep nodeactor.Reply) { record(rep) })
+	ok := 0
+	for i, rep := range r.Replies {
+		if r.Answered[i] && record(rep) {
+			ok++
 		}
 	}
 	return g.c.NewTally().Enough(ok)
+}
+
+// confirm records the horizons the looks read: a node's key lives at
+// least its PTTL from the look's send time, less the drift, whoever
+// raised it (another process's raise confirms this one's horizon too).
+func (g *guard) confirm(looks []nodeactor.Look, errs []error) {
+	for i, lk := range looks {
+		if errs[i] != nil || lk.Masters != nil || lk.Horizon < 0 || lk.Sent.IsZero() {
+			continue
+		}
+		storeMax(&g.horizon[i], int64(lk.Sent.Add(lk.Horizon-g.c.Drift(lk.Horizon)).Sub(g.base)))
+	}
 }
 
 // anyGuarded reports whether the guard applies to some node.
@@ -360,6 +449,33 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 	g.mu.Lock()
 	st := g.unit(x, master)
 	st.looked, st.identity = true, lk.Identity
+	if master == "" {
+		if why := g.lostKeys(x, st, lk); why != "" {
+			st.lost = why
+		}
+	}
+	if lk.ArmedAs != lk.Identity {
+		st.lost = "" // disarmed (by any process), flushed or restarted since
+	}
+	if lost := st.lost; lost != "" {
+		// Lost keys without a restart: disarm the node for every process
+		// (docs/lock.md, "When a node forgot"); the next look finds it
+		// unarmed and takes a bound as after a flush.
+		st.armed, st.evaluated, st.token, st.until = false, "", "", time.Time{}
+		g.mu.Unlock()
+		g.c.set.Logger.Warn("redlock: node guarded: it may have lost keys", "node", g.c.nodes[x].Addr(), "why", lost)
+		dctx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
+		if err := g.gns[x].Disarm(dctx); err != nil {
+			// st.lost stays: the next look that finds it armed tries again
+			g.c.set.Logger.Warn("redlock: node guard: disarming failed; the next look tries again", "node", g.c.nodes[x].Addr(), "err", err)
+		}
+		cancel()
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if lk.Marked && lk.Missing == 0 {
 		mem := st.mem
 		if st.seen != "" && st.seen != lk.Identity {
@@ -419,7 +535,8 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 			g.c.set.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
 				"node", g.c.nodes[x].Addr(), "master", master, "identity", lk.Identity, "until", st.until)
 		}
-		if now.Before(st.until) {
+		if now.Before(st.until) || lk.Evicts != "" {
+			// (a policy that may evict: not armed until it is noeviction)
 			g.mu.Unlock()
 			return
 		}

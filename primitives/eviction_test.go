@@ -1,0 +1,88 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// TestEvictingNodeIsRefused: node 0 runs maxmemory-policy volatile-lru
+// with a maxmemory, which docs/operations.md used to recommend: memory
+// pressure from a user's cache keys evicts exactly the keys with a TTL,
+// ours. The node guard refuses such a node: it is never armed, so it
+// grants no acquire, and its error says what to set. A's lease is then
+// held on nodes 1 and 2; node 2 loses its copy (as an early expiry
+// would); B never holds while A is Valid. Before, node 0 counted, the
+// eviction took A's key there, and B held 2–22 ms later.
+func TestEvictingNodeIsRefused(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	used, _ := strconv.ParseInt(infoField(admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+2<<20, 10))
+	ca, cb := newCoord(t, addrs), newCoord(t, addrs)
+	for _, c := range []*coordinator.Coordinator{ca, cb} {
+		if !testutil.Eventually(5*time.Second, func() bool { return errors.Is(c.Nodes()[0].LastErr, coordinator.ErrNotArmed) }) {
+			t.Fatalf("node 0 with volatile-lru: LastErr %v; want ErrNotArmed", c.Nodes()[0].LastErr)
+		}
+	}
+	if err := cb.Nodes()[0].LastErr; !strings.Contains(err.Error(), "noeviction") {
+		t.Errorf("node 0's error %q does not say to set noeviction", err)
+	}
+	ttl := 10 * time.Second
+	la, _ := primitives.NewLock(ca, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	lb, _ := primitives.NewLock(cb, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	ctx := context.Background()
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	testutil.Eventually(2*time.Second, func() bool { return admin(t, srv[2], "EXISTS", lockKey("evict", "lock")) == "1" })
+	admin(t, srv[2], "DEL", lockKey("evict", "lock"))
+	// memory pressure on node 0: its keys with a TTL are evicted
+	val := strings.Repeat("x", 64<<10)
+	for i := range 100 {
+		if _, err := srv[0].Do("SET", fmt.Sprintf("cache:%d", i), val, "EX", "600"); err != nil && !strings.Contains(err.Error(), "OOM") {
+			t.Fatal(err)
+		}
+	}
+	for a.Valid() {
+		if b, err := lb.TryAcquire(ctx); err == nil {
+			left := time.Until(a.Deadline())
+			b.Release(ctx)
+			if a.Valid() {
+				t.Fatalf("B holds with %v of A's lease left", left.Round(time.Millisecond))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// once its policy is noeviction, node 0 is counted again
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
+	if !testutil.Eventually(30*time.Second, func() bool {
+		ns := cb.Nodes()[0]
+		return !ns.Guarded && ns.LastErr == nil && ns.Identity != ""
+	}) {
+		t.Errorf("node 0 not counted again after noeviction: %+v", cb.Nodes()[0])
+	}
+}
+
+// infoField returns name's value in an INFO reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
