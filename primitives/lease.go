@@ -104,10 +104,38 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context cancelled when Done closes, with Err as its
-// cause: run the work the lease protects under it.
+// cause: run the work the lease protects under it. Its Err, Done and Value
+// read the Deadline first: once it has passed they end the lease as lost,
+// so a process resumed after a freeze (SIGSTOP, a stopped VM, a long GC)
+// finds Err non-nil at once, before the renewal timer has run. Check
+// ctx.Err() (or Valid) before each side effect. A context derived from it
+// is cancelled when the lease's Done closes: by then, for a frozen
+// process, within a few ms of the resume.
 func (l *Lease) Context() context.Context {
-	l.ctxSet.Do(func() { l.ctx = context.WithValue(l.h.Context(), leaseKey{}, l) })
+	l.ctxSet.Do(func() { l.ctx = leaseCtx{context.WithValue(l.h.Context(), leaseKey{}, l), l.h} })
 	return l.ctx
+}
+
+// leaseCtx is a lease's Context: the hold's context, whose methods first
+// end the hold if its Deadline has passed (engine.Hold.Expire).
+type leaseCtx struct {
+	context.Context
+	h *engine.Hold
+}
+
+func (c leaseCtx) Done() <-chan struct{} {
+	c.h.Expire()
+	return c.Context.Done()
+}
+
+func (c leaseCtx) Err() error {
+	c.h.Expire()
+	return c.Context.Err()
+}
+
+func (c leaseCtx) Value(key any) any {
+	c.h.Expire()
+	return c.Context.Value(key)
 }
 
 // Extend renews the lease on the nodes now with ttl (ttl > 0, within the
