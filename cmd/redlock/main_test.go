@@ -82,6 +82,7 @@ func TestCLIBadUsage(t *testing.T) {
 		{"run bad flag", []string{"run", "--bogus"}, 2},
 		{"run negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
 		{"run negative min-hold", []string{"run", "--key", "k", "--min-hold", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
+		{"run skip-ok with unreachable nodes", []string{"run", "--key", "k", "--wait", "0", "--skip-ok", "--nodes", "127.0.0.1:1", "--", "true"}, 1},
 		{"status without key", []string{"status", "--nodes", "127.0.0.1:1"}, 2},
 		{"status without nodes", []string{"status", "k"}, 2},
 		{"demo bad workers", []string{"demo", "--workers", "0"}, 2},
@@ -172,6 +173,24 @@ func TestCLIRun(t *testing.T) {
 		code, _, stderr = cli(t, []string{nodes}, "run", "--key", "cron", "--wait", "10s", "--", "true")
 		if code != 0 || time.Since(start) < 1500*time.Millisecond {
 			t.Fatalf("the run after the min-hold: exit %d after %s (stderr %q)", code, time.Since(start), stderr)
+		}
+	})
+
+	t.Run("skip-ok exits 0 when another process ran this period", func(t *testing.T) {
+		start := time.Now()
+		code, out, stderr := cli(t, []string{nodes}, "run", "--key", "cron-skip", "--wait", "0", "--min-hold", "3s",
+			"--skip-ok", "--", "echo", "ran")
+		if code != 0 || out != "ran\n" {
+			t.Fatalf("first run: exit %d, out %q (stderr %q), want 0 and the command's output", code, out, stderr)
+		}
+		code, out, stderr = cli(t, []string{nodes}, "run", "--key", "cron-skip", "--wait", "0", "--min-hold", "3s",
+			"--skip-ok", "--", "echo", "ran")
+		if time.Since(start) < 3*time.Second && (code != 0 || out != "" || stderr != "") {
+			t.Fatalf("a second run in the period: exit %d, out %q, stderr %q; want 0 and nothing run or printed", code, out, stderr)
+		}
+		code, _, stderr = cli(t, []string{nodes}, "run", "--key", "cron-skip", "--wait", "0", "--min-hold", "3s", "--", "true")
+		if time.Since(start) < 3*time.Second && code != ExitNotAcquired {
+			t.Fatalf("without --skip-ok: exit %d (stderr %q), want %d", code, stderr, ExitNotAcquired)
 		}
 	})
 
