@@ -115,6 +115,54 @@ func TestCLIDemo(t *testing.T) {
 	}
 }
 
+// Piped to a file or a CI log, the demo prints a line per event, not
+// frames redrawn with \r, and its legend explains the marker and the fence.
+func TestCLIDemoInALog(t *testing.T) {
+	code, out, stderr := cli(t, []string{"REDLOCK_NODES="}, "demo", "--duration", "1s", "--workers", "3")
+	if code != 0 {
+		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
+	}
+	if strings.Contains(out, "\r") {
+		t.Errorf("output redraws a line with \\r:\n%q", out)
+	}
+	for _, want := range []string{"legend", "*", "fence"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	acquired, released := 0, 0
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, " acquired, fence "):
+			acquired++
+		case strings.Contains(l, " released"):
+			released++
+		}
+	}
+	if acquired < 3 || released < 3 {
+		t.Errorf("%d acquired and %d released lines, want a line per event:\n%s", acquired, released, out)
+	}
+}
+
+// On a terminal (a pty from script(1)) the demo keeps its one live line.
+func TestCLIDemoOnATerminal(t *testing.T) {
+	scriptPath, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) not installed: no pty to run the demo on")
+	}
+	cmd := exec.Command(scriptPath, "-qec", binary+" demo --duration 1s --workers 3", "/dev/null")
+	cmd.Env = append(os.Environ(), "REDLOCK_NODES=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("demo on a pty: %v\n%s", err, out)
+	}
+	frame := regexp.MustCompile(`\r +[0-9]+\.[0-9]s \|`) // a redraw, not a pty's \r\n
+	if !frame.Match(out) || !strings.Contains(string(out), "holds it now (*)") ||
+		strings.Contains(string(out), " acquired, fence ") {
+		t.Errorf("want live frames redrawn with \\r and the live legend, got:\n%q", out)
+	}
+}
+
 func TestCLIRun(t *testing.T) {
 	testutil.RequireRedis(t)
 	nodes := "REDLOCK_NODES=" + strings.Join(testutil.Addrs(testutil.StartServers(t, 3, testutil.ServerOptions{})), ",")
