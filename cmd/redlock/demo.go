@@ -23,6 +23,9 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	workers := fs.Int("workers", 5, "number of workers, each with its own coordinator")
 	duration := fs.Duration("duration", 5*time.Second, "how long the demo runs")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port list (default: REDLOCK_NODES, else 3 embedded nodes)")
+	if err := checkUnits(fs, args); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return &codeError{code: 2, err: err}
 	}

@@ -53,6 +53,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		"held the lock at the end of --wait (with --min-hold: ran the job this period) instead of "+strconv.Itoa(ExitNotAcquired))
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
+	if err := checkUnits(fs, args); err != nil {
+		return 0, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return ExitError, &codeError{code: 2, err: err}
 	}
