@@ -125,6 +125,33 @@ func TestReadmeSnippetsAreExamples(t *testing.T) {
 	checkSnippets(t, "README.md", 3)
 }
 
+// The freeze test runs README's leader snippet as written: a change to the
+// snippet must reach chanapi/freeze_test.go's helper too.
+func TestReadmeLeaderSnippetIsTheFreezeTests(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper, err := os.ReadFile("chanapi/freeze_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range snippets(string(readme)) {
+		if !strings.Contains(s, "lead(lease.Context())") {
+			continue
+		}
+		n++
+		if !quoted(s, string(helper)) {
+			t.Errorf("README's leader snippet is not quoted in chanapi/freeze_test.go's helper:\n%s", s)
+		}
+	}
+	if n != 1 {
+		t.Errorf("found %d leader snippets in README.md, want 1", n)
+	}
+}
+
 func TestGuideSnippetsAreExamples(t *testing.T) {
 	t.Parallel()
 	checkSnippets(t, "docs/guide.md", 6)

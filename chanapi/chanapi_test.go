@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -15,7 +16,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(freezeHelperEnv); addr != "" {
+		os.Exit(freezeHelper(addr)) // the holder of TestReadmeLeaderStopsAtDeadlineAfterFreeze
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func coord(t *testing.T, addrs []string) *coordinator.Coordinator {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/chanapi"
@@ -35,17 +36,30 @@ func exampleCoordinator() (c *coordinator.Coordinator, stop func()) {
 // asked to shut down (then it releases the lease at once, so that another
 // process takes over without waiting for the TTL). The leader's work runs
 // in its own goroutine under lease.Context(), so Lost is watched from the
-// moment the lease arrives.
+// moment the lease arrives. The leader checks ctx.Err() before each side
+// effect: it turns non-nil once the lease's Deadline passed, also at once
+// when a frozen process (SIGSTOP, a long GC) runs again.
 func ExampleLock() {
 	c, stop := exampleCoordinator()
 	defer stop()
 	shutdown := make(chan struct{})
-	lead := func(ctx context.Context) {
-		fmt.Println("leading")
-		close(shutdown) // in this example the process is asked to stop at once
-		<-ctx.Done()    // a leader works until its lease ends
+	period := time.Second
+	var once sync.Once
+	act := func(ctx context.Context) { // one side effect of the leader
+		once.Do(func() {
+			fmt.Println("leading")
+			close(shutdown) // in this example the process is asked to stop at once
+		})
 	}
-
+	lead := func(ctx context.Context) {
+		for ctx.Err() == nil { // before each side effect: nil only while the lease is valid
+			act(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(period):
+			}
+		}
+	}
 	campaign := func() error {
 		a, err := chanapi.Lock(c, "leader")
 		if err != nil {
@@ -58,7 +72,7 @@ func ExampleLock() {
 				done := make(chan struct{})
 				go func() { defer close(done); lead(lease.Context()) }()
 				select {
-				case <-lease.Lost(): // closed by Deadline, before anyone else can acquire
+				case <-lease.Lost(): // closed by Deadline while the process runs
 					log.Print("leadership lost: ", lease.Err())
 				case <-shutdown:
 					lease.Release(context.Background()) // ends lease.Context()

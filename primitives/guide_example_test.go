@@ -194,40 +194,31 @@ func forceRelease(lock *primitives.Lock) {
 	}
 }
 
-// A cron job that runs once per period on whichever replica fires first:
-// TryDo keeps two replicas from running at once, and the store records
-// the last period run (fenced, like the job above), so a replica whose
-// timer fires late in the same period finds it done.
+// A cron job that runs at most once per period on whichever replica fires
+// first: WithMinHold keeps the name held 50 min from each grant, also after
+// TryDo released it, so a replica whose timer fires later in the same hour
+// gets ErrNotAcquired and skips.
 func Example_cron() {
 	c, stop := exampleCoordinator()
 	defer stop()
 	ctx := context.Background()
-	lock, _ := primitives.NewLock(c, "cron:cleanup")
-	var (
-		mu       sync.Mutex
-		lastDone string // in SQL: UPDATE cron SET period = $2, fence = $3 WHERE name = $1 AND period < $2 AND fence < $3
-	)
-	tick := func(replica, period string) {
+	// Hourly; the replicas' timers fire up to 5 min apart: d = 60 − 5 − 5 min.
+	lock, _ := primitives.NewLock(c, "cron:cleanup", primitives.WithMinHold(50*time.Minute))
+	tick := func(replica string) {
 		err := primitives.TryDo(ctx, lock, func(ctx context.Context) error {
-			mu.Lock()
-			defer mu.Unlock()
-			if lastDone >= period {
-				fmt.Println(replica + ": " + period + " done already")
-				return nil
+			if ctx.Err() != nil { // before each side effect
+				return ctx.Err()
 			}
-			fmt.Println(replica + ": cleaning up " + period)
-			lastDone = period
+			fmt.Println(replica + ": cleaning up")
 			return nil
 		})
 		if errors.Is(err, primitives.ErrNotAcquired) {
-			fmt.Println(replica + ": another replica is on it")
+			fmt.Println(replica + ": skipped: another replica ran this period")
 		}
 	}
-	tick("a", "2026-06-01T10")
-	tick("b", "2026-06-01T10") // b's timer fired a little later
-	tick("b", "2026-06-01T11")
+	tick("a")
+	tick("b") // b's timer fired a little later: a released, but the name is held 50 min from a's grant
 	// Output:
-	// a: cleaning up 2026-06-01T10
-	// b: 2026-06-01T10 done already
-	// b: cleaning up 2026-06-01T11
+	// a: cleaning up
+	// b: skipped: another replica ran this period
 }

@@ -104,10 +104,51 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context cancelled when Done closes, with Err as its
-// cause: run the work the lease protects under it.
+// cause: run the work the lease protects under it. Its Err, Done and Value
+// read the Deadline first: once it has passed they end the lease as lost,
+// so a process resumed after a freeze (SIGSTOP, a stopped VM, a long GC)
+// finds Err non-nil at once, before the renewal timer has run. Check
+// ctx.Err() (or Valid) before each side effect. A context derived from it
+// is cancelled when the lease's Done closes: by then, for a frozen
+// process, within a few ms of the resume.
 func (l *Lease) Context() context.Context {
-	l.ctxSet.Do(func() { l.ctx = context.WithValue(l.h.Context(), leaseKey{}, l) })
+	l.ctxSet.Do(func() { l.ctx = &leaseCtx{Context: context.WithValue(l.h.Context(), leaseKey{}, l), h: l.h} })
 	return l.ctx
+}
+
+// leaseCtx is a lease's Context, or Do's: its methods first end the hold if
+// its Deadline has passed (engine.Hold.Expire).
+type leaseCtx struct {
+	context.Context
+	h *engine.Hold
+	// cancel, in Do's ctx, cancels Context with the hold's cause once the
+	// hold ended; nil in Lease.Context, which the hold cancels itself.
+	cancel context.CancelCauseFunc
+}
+
+// expire ends the hold if its Deadline has passed, and then Context.
+func (c *leaseCtx) expire() {
+	c.h.Expire()
+	if c.cancel != nil {
+		if hc := c.h.Context(); hc.Err() != nil {
+			c.cancel(context.Cause(hc))
+		}
+	}
+}
+
+func (c *leaseCtx) Done() <-chan struct{} {
+	c.expire()
+	return c.Context.Done()
+}
+
+func (c *leaseCtx) Err() error {
+	c.expire()
+	return c.Context.Err()
+}
+
+func (c *leaseCtx) Value(key any) any {
+	c.expire()
+	return c.Context.Value(key)
 }
 
 // Extend renews the lease on the nodes now with ttl (ttl > 0, within the
@@ -166,7 +207,7 @@ type Locker interface {
 }
 
 // Do acquires l, runs fn under the lease's Context (cancelled if the lease is
-// lost) and always releases. It returns fn's error, or the acquire error, or
+// lost; like Lease.Context, its Err reads the Deadline) and always releases. It returns fn's error, or the acquire error, or
 // the release error when fn succeeded. A panic in fn is recovered and
 // returned as an error (with the panic's value and stack) after the lease
 // was released: a crashing job does not keep its lock until the TTL.
@@ -222,7 +263,7 @@ func runHeld(ctx context.Context, name string, lease *Lease, fn func(ctx context
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	defer stop()
 	var pc panics.Catcher
-	pc.Try(func() { err = fn(wctx) })
+	pc.Try(func() { err = fn(&leaseCtx{Context: wctx, h: lease.h, cancel: cancel}) })
 	if r := pc.Recovered(); r != nil {
 		return fmt.Errorf("redlock: %s: the function panicked: %w", name, r.AsError())
 	}

@@ -269,3 +269,84 @@ func TestMinHoldOptionChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestMinHoldAgainstSchedulerJitter measures guide.md's rule for the
+// min-hold of a cron job: d a bit below the period minus the schedulers'
+// jitter. Three schedulers fire every 600 ms with up to 250 ms of jitter,
+// in the worst order: late in one period (250 ms), early in the next (0).
+// With d = 300 ms every one of 8 periods runs the job exactly once. With
+// d = the period, a run late in one period still holds the name when the
+// next period's schedulers fire early, and that period has no run.
+func TestMinHoldAgainstSchedulerJitter(t *testing.T) {
+	testutil.RequireRedis(t)
+	t.Parallel()
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	const period, jitter, periods = 600 * time.Millisecond, 250 * time.Millisecond, 8
+	// runsPerPeriod runs the schedulers with min-hold d and counts the job's
+	// runs in each period.
+	runsPerPeriod := func(t *testing.T, name string, d time.Duration) []int {
+		jobs := make([]*primitives.Lock, 3)
+		for i := range jobs {
+			l, err := primitives.NewLock(newCoord(t, []string{srv.Addr()}), name, primitives.WithTTL(time.Second),
+				primitives.WithMinHold(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs[i] = l
+		}
+		var mu sync.Mutex
+		runs := make([]int, periods)
+		start := time.Now().Add(100 * time.Millisecond)
+		var wg sync.WaitGroup
+		for i, job := range jobs {
+			wg.Go(func() {
+				for k := range periods {
+					// Even periods fire late (jitter, jitter−10ms, jitter−20ms),
+					// odd ones early (0, 10ms, 20ms).
+					at := time.Duration(i) * 10 * time.Millisecond
+					if k%2 == 0 {
+						at = jitter - at
+					}
+					time.Sleep(time.Until(start.Add(time.Duration(k)*period + at)))
+					lease, err := job.TryAcquire(context.Background())
+					if errors.Is(err, primitives.ErrNotAcquired) {
+						continue // skipped: another scheduler ran this period
+					}
+					if err != nil {
+						t.Errorf("scheduler %d, period %d: %v", i, k, err)
+						continue
+					}
+					mu.Lock()
+					runs[k]++
+					mu.Unlock()
+					_ = lease.Release(context.Background())
+				}
+			})
+		}
+		wg.Wait()
+		return runs
+	}
+	var below, equal []int
+	var wg sync.WaitGroup
+	wg.Go(func() { below = runsPerPeriod(t, "cron-below", period-jitter-50*time.Millisecond) })
+	wg.Go(func() { equal = runsPerPeriod(t, "cron-equal", period) })
+	wg.Wait()
+	t.Logf("runs per period: d = period − jitter − 50ms: %v; d = period: %v", below, equal)
+	for k, n := range below {
+		if n != 1 {
+			t.Errorf("d = period − jitter − 50ms: period %d ran %d times, want once (all: %v)", k, n, below)
+		}
+	}
+	missed := 0
+	for _, n := range equal {
+		if n > 1 {
+			t.Errorf("d = period: a period ran %d times (all: %v)", n, equal)
+		}
+		if n == 0 {
+			missed++
+		}
+	}
+	if missed == 0 {
+		t.Errorf("d = period: no period missed (%v): the guide's rule would be needless", equal)
+	}
+}

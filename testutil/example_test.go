@@ -97,3 +97,34 @@ func ExampleCriticalSection() {
 	fmt.Println("violations:", cs.Violations())
 	// Output: violations: 1
 }
+
+// Tests that share Redis nodes give each Coordinator a KeyPrefix of its
+// own: here two tests lock the same name at once and do not see each
+// other. A test's keys it did not release expire by their TTL.
+func ExampleKeyPrefix() {
+	addrs, stop, err := testutil.Embedded(1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ctx := context.Background()
+	for _, test := range []string{"TestInvoicePaid", "TestInvoiceRefund"} {
+		c, err := coordinator.New(ctx, coordinator.Config{
+			Nodes:     addrs,
+			KeyPrefix: testutil.KeyPrefix(test), // in a test: testutil.KeyPrefix(t.Name())
+			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer c.Close() // in a test: t.Cleanup(func() { c.Close() })
+		lock, _ := primitives.NewLock(c, "invoice-7")
+		_, err = lock.TryAcquire(ctx)
+		fmt.Println(test+" holds invoice-7:", err == nil)
+	}
+	// Output:
+	// TestInvoicePaid holds invoice-7: true
+	// TestInvoiceRefund holds invoice-7: true
+}

@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -51,4 +53,25 @@ func Embedded(n int) (addrs []string, stop func(), err error) {
 		addrs = append(addrs, m.Addr())
 	}
 	return addrs, stop, nil
+}
+
+// KeyPrefix returns a Config.KeyPrefix unique to one test, for
+// coordinator.Config{KeyPrefix: testutil.KeyPrefix(t.Name())}: "test:", the
+// name (t.Name(), its characters other than letters, digits, '/', '-' and
+// '_' replaced by '_', at most 64 bytes), 32 random bits in hex and ':'.
+// Tests that share nodes then never see each other's keys, and the keys
+// of a test that ended expire by their TTL.
+func KeyPrefix(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '/' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	var r [4]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
+	return "test:" + string(b) + ":" + hex.EncodeToString(r[:]) + ":"
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,9 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	workers := fs.Int("workers", 5, "number of workers, each with its own coordinator")
 	duration := fs.Duration("duration", 5*time.Second, "how long the demo runs")
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port list (default: REDLOCK_NODES, else 3 embedded nodes)")
+	if err := checkUnits(fs, args); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return &codeError{code: 2, err: err}
 	}
@@ -53,7 +57,17 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 		clockWG.Go(func() { advanceClocks(minis, stop) })
 		where = "3 embedded in-process nodes"
 	}
-	fmt.Fprintf(out, "redlock demo: %d workers contend for lock %q on %s for %s\n\n", *workers, "demo", where, *duration)
+	fmt.Fprintf(out, "redlock demo: %d workers contend for lock %q on %s for %s\n", *workers, "demo", where, *duration)
+	live := isTerminal(out)
+	if live {
+		fmt.Fprint(out, "legend: one live line; w3*12 = worker 3 has acquired the lock 12 times and holds it now (*);\n")
+	} else {
+		fmt.Fprint(out, "legend: a line per acquisition and release, with the time since the start (on a terminal,\n"+
+			"        one live line instead: w3*12 = worker 3 has acquired the lock 12 times and holds it now (*));\n")
+	}
+	fmt.Fprint(out, "        fence = the holder's fencing token, higher at every acquisition. On fresh nodes it\n"+
+		"        starts from the servers' clock (milliseconds × 65,536), hence its 16 digits.\n\n")
+	start := time.Now()
 
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
@@ -98,7 +112,11 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 						fenceBad++
 					}
 					lastF = lease.Fence()
+					if !live {
+						fmt.Fprintf(out, "%6.2fs w%d acquired, fence %d\n", time.Since(start).Seconds(), w+1, lease.Fence())
+					}
 					mu.Unlock()
+					got := time.Now()
 					work := time.Duration(20+rand.IntN(60)) * time.Millisecond
 					select {
 					case <-time.After(work):
@@ -107,6 +125,11 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 					}
 					holder.Store(0)
 					inCS.Add(-1)
+					if !live {
+						mu.Lock()
+						fmt.Fprintf(out, "%6.2fs w%d released after %d ms\n", time.Since(start).Seconds(), w+1, time.Since(got).Milliseconds())
+						mu.Unlock()
+					}
 					_ = lease.Release(context.Background())
 				}
 			}
@@ -114,7 +137,9 @@ func demo(ctx context.Context, args []string, out io.Writer) error {
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	start := time.Now()
+	if !live {
+		tick.Stop() // a line per event instead of frames
+	}
 loop:
 	for {
 		select {
@@ -144,7 +169,10 @@ loop:
 			served++
 		}
 	}
-	fmt.Fprintf(out, "\n\n%d acquisitions, %d of %d workers served, %d overlaps, fences strictly increasing: %v\n",
+	if live {
+		fmt.Fprint(out, "\n")
+	}
+	fmt.Fprintf(out, "\n%d acquisitions, %d of %d workers served, %d overlaps, fences strictly increasing: %v\n",
 		total, served, *workers, overlaps.Load(), fenceBad == 0)
 	if overlaps.Load() > 0 || fenceBad > 0 {
 		return fmt.Errorf("safety violated: %d overlaps, %d fence regressions", overlaps.Load(), fenceBad)
@@ -169,4 +197,15 @@ func advanceClocks(minis []*miniredis.Miniredis, stop <-chan struct{}) {
 			last = now
 		}
 	}
+}
+
+// isTerminal reports whether w is a terminal: the demo redraws one line
+// there, and prints a line per event elsewhere (a file, a pipe, a CI log).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

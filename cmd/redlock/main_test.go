@@ -82,6 +82,7 @@ func TestCLIBadUsage(t *testing.T) {
 		{"run bad flag", []string{"run", "--bogus"}, 2},
 		{"run negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
 		{"run negative min-hold", []string{"run", "--key", "k", "--min-hold", "-1s", "--nodes", "127.0.0.1:1", "--", "true"}, 2},
+		{"run skip-ok with unreachable nodes", []string{"run", "--key", "k", "--wait", "0", "--skip-ok", "--nodes", "127.0.0.1:1", "--", "true"}, 1},
 		{"status without key", []string{"status", "--nodes", "127.0.0.1:1"}, 2},
 		{"status without nodes", []string{"status", "k"}, 2},
 		{"demo bad workers", []string{"demo", "--workers", "0"}, 2},
@@ -111,6 +112,54 @@ func TestCLIDemo(t *testing.T) {
 	code, out, stderr := cli(t, []string{"REDLOCK_NODES="}, "demo", "--duration", "1s", "--workers", "3")
 	if code != 0 || !strings.Contains(out, "0 overlaps") {
 		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
+	}
+}
+
+// Piped to a file or a CI log, the demo prints a line per event, not
+// frames redrawn with \r, and its legend explains the marker and the fence.
+func TestCLIDemoInALog(t *testing.T) {
+	code, out, stderr := cli(t, []string{"REDLOCK_NODES="}, "demo", "--duration", "1s", "--workers", "3")
+	if code != 0 {
+		t.Fatalf("exit %d out %q stderr %q", code, out, stderr)
+	}
+	if strings.Contains(out, "\r") {
+		t.Errorf("output redraws a line with \\r:\n%q", out)
+	}
+	for _, want := range []string{"legend", "*", "fence"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	acquired, released := 0, 0
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, " acquired, fence "):
+			acquired++
+		case strings.Contains(l, " released"):
+			released++
+		}
+	}
+	if acquired < 3 || released < 3 {
+		t.Errorf("%d acquired and %d released lines, want a line per event:\n%s", acquired, released, out)
+	}
+}
+
+// On a terminal (a pty from script(1)) the demo keeps its one live line.
+func TestCLIDemoOnATerminal(t *testing.T) {
+	scriptPath, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) not installed: no pty to run the demo on")
+	}
+	cmd := exec.Command(scriptPath, "-qec", binary+" demo --duration 1s --workers 3", "/dev/null")
+	cmd.Env = append(os.Environ(), "REDLOCK_NODES=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("demo on a pty: %v\n%s", err, out)
+	}
+	frame := regexp.MustCompile(`\r +[0-9]+\.[0-9]s \|`) // a redraw, not a pty's \r\n
+	if !frame.Match(out) || !strings.Contains(string(out), "holds it now (*)") ||
+		strings.Contains(string(out), " acquired, fence ") {
+		t.Errorf("want live frames redrawn with \\r and the live legend, got:\n%q", out)
 	}
 }
 
@@ -172,6 +221,24 @@ func TestCLIRun(t *testing.T) {
 		code, _, stderr = cli(t, []string{nodes}, "run", "--key", "cron", "--wait", "10s", "--", "true")
 		if code != 0 || time.Since(start) < 1500*time.Millisecond {
 			t.Fatalf("the run after the min-hold: exit %d after %s (stderr %q)", code, time.Since(start), stderr)
+		}
+	})
+
+	t.Run("skip-ok exits 0 when another process ran this period", func(t *testing.T) {
+		start := time.Now()
+		code, out, stderr := cli(t, []string{nodes}, "run", "--key", "cron-skip", "--wait", "0", "--min-hold", "3s",
+			"--skip-ok", "--", "echo", "ran")
+		if code != 0 || out != "ran\n" {
+			t.Fatalf("first run: exit %d, out %q (stderr %q), want 0 and the command's output", code, out, stderr)
+		}
+		code, out, stderr = cli(t, []string{nodes}, "run", "--key", "cron-skip", "--wait", "0", "--min-hold", "3s",
+			"--skip-ok", "--", "echo", "ran")
+		if time.Since(start) < 3*time.Second && (code != 0 || out != "" || stderr != "") {
+			t.Fatalf("a second run in the period: exit %d, out %q, stderr %q; want 0 and nothing run or printed", code, out, stderr)
+		}
+		code, _, stderr = cli(t, []string{nodes}, "run", "--key", "cron-skip", "--wait", "0", "--min-hold", "3s", "--", "true")
+		if time.Since(start) < 3*time.Second && code != ExitNotAcquired {
+			t.Fatalf("without --skip-ok: exit %d (stderr %q), want %d", code, stderr, ExitNotAcquired)
 		}
 	})
 

@@ -28,8 +28,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--label L] [--min-hold 0] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
-			"Exit codes: the command's own, or %d not acquired within --wait, %d lease lost (command terminated), %d error.\n\n", ExitNotAcquired, ExitLeaseLost, ExitError)
+		fmt.Fprintf(stderr, "usage: redlock run --key K [--ttl 30s] [--wait 1m] [--grace 10s] [--label L] [--min-hold 0] [--skip-ok] [--nodes host:port,...] [--tls-ca FILE] -- cmd args...\n\n"+
+			"Exit codes:\n"+
+			"  the command's own  the command ran (and the lease held until it ended)\n"+
+			"  0                  with --skip-ok: not run, another process held the lock (ran this period)\n"+
+			"  %d                 not acquired within --wait (held by another process, or no quorum answered in time)\n"+
+			"  %d                 the lease was lost; the command was sent SIGTERM (then SIGKILL)\n"+
+			"  %d                  an error: unreachable nodes, command not found\n"+
+			"  2                  bad usage\n\n"+
+			"For a job several schedulers start (cron), use --wait 0 --min-hold D --skip-ok with D a bit below\n"+
+			"the period minus the schedulers' jitter: the first start of a period runs the job, the others exit 0\n"+
+			"(docs/guide.md, \"Pattern: a cron job once per period\").\n\n",
+			ExitNotAcquired, ExitLeaseLost, ExitError)
 		fs.PrintDefaults()
 	}
 	key := fs.String("key", "", "lock name (required)")
@@ -39,8 +49,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	label := fs.String("label", "", "the holder's label, shown by redlock status (default: none; the holder shows as host and pid)")
 	minHold := fs.Duration("min-hold", 0, "keep the lock held at least this long from the grant, also when the command "+
 		"ends sooner: a job that several schedulers start runs at most once per period (0: release at once)")
+	skipOK := fs.Bool("skip-ok", false, "exit 0, silently and without running the command, when another process "+
+		"held the lock at the end of --wait (with --min-hold: ran the job this period) instead of "+strconv.Itoa(ExitNotAcquired))
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port or redis:// (rediss:// for TLS) URLs (default: REDLOCK_NODES)")
 	tlsCA := tlsCAFlag(fs)
+	if err := checkUnits(fs, args); err != nil {
+		return 0, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return ExitError, &codeError{code: 2, err: err}
 	}
@@ -96,6 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		cancel()
 	}
 	if err != nil {
+		if *skipOK && errors.Is(err, primitives.ErrNotAcquired) {
+			return 0, nil // skipped: another process holds it (or ran this period)
+		}
 		if errors.Is(err, primitives.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
 			return 0, &codeError{code: ExitNotAcquired, err: fmt.Errorf("lock %q not acquired: %w", *key, err)}
 		}

@@ -310,6 +310,9 @@ func onHost(h primitives.HolderInfo) string {
 // resource name) before, between or after the flags; "" if none was
 // given. A second positional argument is an error (exit 2).
 func parseNamed(fs *flag.FlagSet, args []string) (string, error) {
+	if err := checkUnits(fs, args); err != nil {
+		return "", err
+	}
 	var names []string
 	for {
 		if err := fs.Parse(args); err != nil {

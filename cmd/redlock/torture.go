@@ -76,6 +76,9 @@ func parseTortureFlags(args []string, stderr io.Writer) (torture.Config, error) 
 	fs.DurationVar(&cfg.TTL, "ttl", time.Second, "lease TTL of every primitive (100ms..30s)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and of the workers' choices")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the summary as JSON on stdout (the table goes to stderr)")
+	if err := checkUnits(fs, args); err != nil {
+		return cfg, err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -252,6 +253,33 @@ func (h *Hold) Context() context.Context {
 		}
 	}
 	return h.ctx
+}
+
+// Expire ends the hold as lost when its Deadline has passed, so that a
+// process resumed after a freeze sees the loss at once, not when the renewal
+// scheduler's timer runs. On return, a hold past its Deadline has ended:
+// Done and Lost are closed and Context is cancelled.
+func (h *Hold) Expire() {
+	now := time.Now()
+	h.mu.Lock()
+	past := h.state == stateHeld && !now.Before(h.deadline)
+	ctx := h.ctx
+	h.mu.Unlock()
+	if !past {
+		return
+	}
+	h.lose(h.deadlineCause(now))
+	if ctx != nil {
+		<-ctx.Done() // another goroutine may be ending it: it cancels at once
+	}
+}
+
+// deadlineCause is why a hold that reached its Deadline at now is lost.
+func (h *Hold) deadlineCause(now time.Time) error {
+	if !h.beating(now) {
+		return fmt.Errorf("%w within %s: renewals stopped", ErrNoHeartbeat, h.spec.Heartbeat)
+	}
+	return errors.New("deadline reached without a confirmed renewal")
 }
 
 // closed is the channel every ended hold's unused Done and Lost return.

@@ -3,8 +3,6 @@ package engine
 import (
 	"container/heap"
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -246,12 +244,8 @@ func (r *renewer) run() {
 			}
 			h.mu.Unlock()
 			switch {
-			case expired && !beating:
-				r.wg.Go(func() {
-					h.lose(fmt.Errorf("%w within %s: renewals stopped", ErrNoHeartbeat, h.spec.Heartbeat))
-				})
 			case expired:
-				r.wg.Go(func() { h.lose(errors.New("deadline reached without a confirmed renewal")) })
+				r.wg.Go(func() { h.lose(h.deadlineCause(now)) })
 			case renew:
 				due = append(due, h)
 				schedule(h) // now keyed by its deadline
