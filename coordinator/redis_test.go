@@ -43,17 +43,30 @@ func TestAuthPerNode(t *testing.T) {
 	c.Close()
 }
 
+// New warns about a policy that may evict our keys once a maxmemory is
+// set: volatile-* too (it evicts exactly the keys with a TTL), and not
+// without a maxmemory (nothing is evicted then).
 func TestMaxmemoryPolicyWarning(t *testing.T) {
 	testutil.RequireRedis(t)
-	srv := testutil.StartServer(t, testutil.ServerOptions{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
-	var logs syncBuf
-	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	if !strings.Contains(logs.String(), "maxmemory-policy") {
-		t.Fatalf("no maxmemory-policy warning in %q", logs.String())
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--maxmemory-policy", "allkeys-lru", "--maxmemory", "100mb"}, true},
+		{[]string{"--maxmemory-policy", "volatile-lru", "--maxmemory", "100mb"}, true},
+		{[]string{"--maxmemory-policy", "allkeys-lru"}, false},
+		{[]string{"--maxmemory-policy", "noeviction", "--maxmemory", "100mb"}, false},
+	} {
+		srv := testutil.StartServer(t, testutil.ServerOptions{Args: tc.args})
+		var logs syncBuf
+		c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if got := strings.Contains(logs.String(), "maxmemory-policy may evict"); got != tc.warn {
+			t.Errorf("%v: warned %v, want %v; logs %q", tc.args, got, tc.warn, logs.String())
+		}
 	}
 }
 

@@ -371,8 +371,11 @@ func (a *Actor) configure(ctx context.Context, p *pusher, caps *Capabilities) er
 		}
 		if pol, err := configGet(ctx, cl, "maxmemory-policy"); err == nil {
 			caps.MaxmemoryPolicy = pol
-			if pol != "noeviction" && !strings.HasPrefix(pol, "volatile-") {
-				a.opt.Logger.Warn("redlock: maxmemory-policy may evict lock keys (an eviction is an early expiry); use noeviction or volatile-*",
+			if mm, err := configGet(ctx, cl, "maxmemory"); pol != "noeviction" && (err != nil || mm != "0") {
+				// volatile-* evicts exactly the keys with a TTL: ours. The
+				// node guard holds such a node out (docs/lock.md, "When a
+				// node forgot").
+				a.opt.Logger.Warn("redlock: maxmemory-policy may evict lock keys (an eviction is an early expiry); set noeviction (the node guard holds this node out until then)",
 					"node", where, "policy", pol)
 			}
 		}

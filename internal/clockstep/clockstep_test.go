@@ -325,3 +325,55 @@ func TestOneNodeClockForwardOnALeaseOfTwoNodes(t *testing.T) {
 		t.Fatal("B never acquired after A's lease ended")
 	}
 }
+
+// A clock glitch (an adversarial review's): node 0's clock steps forward
+// 30 s and back within a fraction of the look period. While it is ahead,
+// Redis's active expiry deletes A's key there, and the horizon key too.
+// Two looks' TIMEs see no step, but the horizon key, which is never
+// lowered, expired before the last look's read said it could: the next
+// look disarms the node. Before, B held with 8.4 s of A's lease left.
+func TestClockGlitchForwardThenBack(t *testing.T) {
+	srv := servers(t)
+	a, _ := primitives.NewLock(coord(t, srv), "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+	b, _ := primitives.NewLock(coord(t, srv), "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+	ctx := context.Background()
+	la, err := a.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	for _, s := range srv {
+		holds(t, s, la.Token())
+	}
+	do(t, srv[2], "DEL", key)
+	time.Sleep(1500 * time.Millisecond) // every guard looked: a baseline
+	expired := expiredKeys(t, srv[0])
+	srv[0].StepClock(30 * time.Second)
+	glitch := time.Now()
+	// until the active expiry deleted A's key (INFO reads no key)
+	testutil.Eventually(time.Second, func() bool { return expiredKeys(t, srv[0]) != expired })
+	srv[0].StepClock(-30 * time.Second)
+	t.Logf("clock ahead for %v", time.Since(glitch).Round(time.Millisecond))
+	for la.Valid() {
+		if lb, err := b.TryAcquire(ctx); err == nil {
+			left := time.Until(la.Deadline())
+			lb.Release(ctx)
+			if la.Valid() {
+				t.Fatalf("after a glitch of node 0's clock, B holds with %v of A's lease left (fences A %d, B %d)",
+					left.Round(time.Millisecond), la.Fence(), lb.Fence())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// expiredKeys is s's expired_keys counter.
+func expiredKeys(t *testing.T, s *testutil.Server) string {
+	t.Helper()
+	for _, line := range strings.Split(do(t, s, "INFO", "stats"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "expired_keys:"); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -136,6 +136,11 @@ type nodeGuard struct {
 	clkUs            int64
 	clkSent, clkRecv time.Time
 	evicted          int64
+	commands         int64
+	// hzLow is the earliest the horizon key could expire by the last
+	// look's read (zero: it had none). The key is never lowered, so a
+	// later look that finds it expiring earlier found it lose time.
+	hzLow time.Time
 	// lost says why the node may have lost keys while armed (lostKeys),
 	// until a look finds it disarmed.
 	lost string
@@ -149,8 +154,22 @@ type nodeGuard struct {
 func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 	why := lk.Evicts
 	if st.clkID != "" && st.clkID == lk.Identity {
-		if why == "" && lk.Evicted > st.evicted {
+		switch {
+		case why != "":
+		case lk.Evicted > st.evicted:
 			why = fmt.Sprintf("it evicted %d keys since the last look", lk.Evicted-st.evicted)
+		case lk.Commands < st.commands:
+			why = "its statistics were reset (CONFIG RESETSTAT): evictions since the last look are unknown"
+		}
+		if !st.hzLow.IsZero() && why == "" {
+			// The horizon key expires no later than high by this look.
+			high := lk.Recv
+			if lk.Horizon >= 0 {
+				high = lk.Recv.Add(lk.Horizon + g.c.Drift(lk.Horizon))
+			}
+			if high.Before(st.hzLow) {
+				why = fmt.Sprintf("its horizon key lost %v since the last look (a clock step, an eviction or a delete)", st.hzLow.Sub(high).Round(time.Millisecond))
+			}
 		}
 		if st.clkUs != 0 && lk.ServerUs != 0 {
 			// TIME was read between each look's Sent and Recv: the node's
@@ -167,7 +186,11 @@ func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 			}
 		}
 	}
-	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted
+	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted, st.commands = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted, lk.Commands
+	st.hzLow = time.Time{}
+	if lk.Horizon >= 0 {
+		st.hzLow = lk.Sent.Add(lk.Horizon - g.c.Drift(lk.Horizon))
+	}
 	return why
 }
 
@@ -355,53 +378,68 @@ func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
 }
 
 // raise sets the horizon's PTTL to at least horizonPTTL(ttl) on every
-// node and records the confirmed horizons, each as its reply comes (a
-// late one too). With early it returns once a quorum confirmed. It
-// reports whether a quorum confirmed it (or no node is guarded).
+// node this process does not know to be unarmed, and records the
+// confirmed horizons, each as its reply comes (a late one too). The
+// raise runs armed (but on a Redis Cluster node): a node that forgot
+// refuses it, and a node known unarmed only has its PTTL read. It grants
+// nothing that counts, and a raise there after it forgot would make its
+// bound, and every other unarmed node's, look as if a lease were in use
+// (a FLUSHALL of every node would hold them all out for the TTL). With early it returns once
+// a quorum's confirmed horizons cover ttl. It reports whether they do
+// (or no node is guarded).
 func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) bool {
 	if !g.anyGuarded() {
 		return true // no guarded node (miniredis, no INFO): no key to leave
 	}
 	px := g.horizonPTTL(ttl)
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
+	read := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
 	// The node read the PTTL after start: its key lives at least that
 	// long from start, less the drift.
 	start := time.Now()
-	record := func(rep nodeactor.Reply) bool {
+	record := func(rep nodeactor.Reply) {
 		if rep.Err != nil {
-			return false
+			return
 		}
-		ms, err := rep.Msg.AsInt64()
-		if err != nil {
-			return false
+		if ms, err := rep.Msg.AsInt64(); err == nil && ms > 0 {
+			d := time.Duration(ms) * time.Millisecond
+			storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
 		}
-		d := time.Duration(ms) * time.Millisecond
-		storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
-		return true
+	}
+	covered := func(r *Round) bool {
+		for i := range r.Replies {
+			if r.Answered[i] {
+				record(r.Replies[i])
+			}
+		}
+		return g.coveredOnQuorum(ttl)
 	}
 	var decide func(*Round) bool
 	if early {
-		decide = func(r *Round) bool {
-			ok := 0
-			for i := range r.Replies {
-				if r.Answered[i] && r.Replies[i].Err == nil {
-					ok++
-				}
-			}
-			return g.c.NewTally().Enough(ok)
-		}
+		decide = covered
 	}
+	armed := call
+	armed.Armed = true
 	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
-		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
-		return call
-	}, decide, func(rep nodeactor.Reply) { record(rep) })
-	ok := 0
-	for i, rep := range r.Replies {
-		if r.Answered[i] && record(rep) {
-			ok++
+		if g.unarmed(i) {
+			return read
 		}
-	}
-	return g.c.NewTally().Enough(ok)
+		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
+		if g.c.nodes[i].Status().Caps.Cluster {
+			return call
+		}
+		return armed
+	}, decide, record)
+	return covered(r)
+}
+
+// unarmed reports whether this process's last look found node i (a
+// single node) not armed.
+func (g *guard) unarmed(i int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := &g.st[i]
+	return g.ms[i] == nil && st.looked && !st.armed
 }
 
 // confirm records the horizons the looks read: a node's key lives at

@@ -1,0 +1,68 @@
+package primitives_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// TestEvictionHiddenByResetstat (an adversarial review's): node 0
+// (noeviction, armed) is set to volatile-lru under a maxmemory, a burst of
+// writes evicts the keys with a TTL (A's lock key), the policy is set
+// back and CONFIG RESETSTAT zeroes evicted_keys, all within a look
+// period. A's lease is on nodes 0 and 1 (node 2 lost its copy, as in
+// TestEvictingNodeIsRefused). The next look finds the statistics reset
+// (total_commands_processed went down) and the horizon key gone early
+// (evicted too): node 0 is disarmed. Before, B held 1.5 s after the
+// eviction with 6.8 s of A's lease left.
+func TestEvictionHiddenByResetstat(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	addrs := testutil.Addrs(srv)
+	ca, cb := newCoord(t, addrs), newCoord(t, addrs)
+	ttl := 10 * time.Second
+	la, _ := primitives.NewLock(ca, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	lb, _ := primitives.NewLock(cb, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
+	ctx := context.Background()
+	a, err := la.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	testutil.Eventually(2*time.Second, func() bool { return admin(t, srv[2], "EXISTS", lockKey("evict", "lock")) == "1" })
+	admin(t, srv[2], "DEL", lockKey("evict", "lock"))
+	time.Sleep(1500 * time.Millisecond) // every guard has a baseline
+	used, _ := strconv.ParseInt(infoField(admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
+	began := time.Now()
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+1<<20, 10))
+	val := strings.Repeat("x", 64<<10)
+	for i := range 40 {
+		srv[0].Do("SET", fmt.Sprintf("cache:%d", i), val) // no TTL: only ours are volatile
+	}
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
+	admin(t, srv[0], "CONFIG", "RESETSTAT")
+	t.Logf("eviction burst took %v", time.Since(began).Round(time.Millisecond))
+	if admin(t, srv[0], "EXISTS", lockKey("evict", "lock")) != "0" {
+		t.Fatal("A's key was not evicted")
+	}
+	time.Sleep(1500 * time.Millisecond) // every guard looked since
+	for a.Valid() {
+		if b, err := lb.TryAcquire(ctx); err == nil {
+			left := time.Until(a.Deadline())
+			b.Release(ctx)
+			if a.Valid() {
+				t.Fatalf("B holds 1.5 s after the eviction, with %v of A's lease left (fences A %d, B %d)",
+					left.Round(time.Millisecond), a.Fence(), b.Fence())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
