@@ -78,7 +78,7 @@ type Options struct {
 	Guard     string
 	OnGuarded func(node int)
 	// ClockSlack is how late after it was sent an armed call may still
-	// run (the engine's NodeTimeout; 50 ms at least), and DriftFactor the
+	// run (the engine's NodeTimeout; 1 s at least), and DriftFactor the
 	// clock-rate drift: an armed call whose node's TIME is past the
 	// guard's estimate by more refuses (Actor.clockLimit).
 	ClockSlack  time.Duration

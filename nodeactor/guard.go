@@ -235,6 +235,12 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 	return lk, err
 }
 
+// clockSlackMin is the least ClockSlack: an armed call that reaches the
+// node up to a second late (a TCP retransmission, a pause of the node or
+// of this process, a slow command ahead of it) still runs; a step larger
+// is refused at the first call, a smaller one is left to the looks.
+const clockSlackMin = time.Second
+
 // clockRef is the node's TIME (µs) read by a look of identity id sent at
 // sent.
 type clockRef struct {
@@ -247,8 +253,8 @@ type clockRef struct {
 // after a ';', the latest the node's TIME may read (ms) when the call
 // runs if its wall clock did not step forward since the guard's last
 // look: that look's TIME, plus the time since it was sent with the rate
-// drift, plus ClockSlack (a call that runs later is refused; its caller
-// stopped waiting for it). Without a look of id: id alone, no check.
+// drift, plus ClockSlack, at least clockSlackMin (a call that runs later
+// is refused; its caller stopped waiting for it). Without a look of id: id alone, no check.
 func (a *Actor) clockLimit(id string) string {
 	ref := a.clock.Load()
 	if ref == nil || ref.id != id || id == "" {
@@ -256,7 +262,7 @@ func (a *Actor) clockLimit(id string) string {
 	}
 	since := time.Since(ref.sent)
 	ms := ref.us/1000 + int64(float64(since)*(1+a.opt.DriftFactor)/float64(time.Millisecond)) +
-		max(a.opt.ClockSlack, 50*time.Millisecond).Milliseconds() + 2
+		max(a.opt.ClockSlack, clockSlackMin).Milliseconds() + 2
 	b := make([]byte, 0, len(id)+21)
 	b = append(b, id...)
 	b = append(b, ';')

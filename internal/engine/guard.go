@@ -44,15 +44,18 @@ const (
 // horizonScript raises the horizon key's PTTL to ARGV[1] ms; it never
 // lowers it. Its value is the largest MaxTTL (ms, ARGV[2]) of the
 // processes that raised it: it never lowers that either. It answers the
-// PTTL the key has then.
+// PTTL the key has then, and the one it had before (-2: none): a key that
+// lost time since an earlier read tells a clock step or an eviction,
+// which the raise would otherwise hide (raise).
 var horizonScript = nodeactor.NewScript("guard-horizon", `local want, mine = tonumber(ARGV[1]), tonumber(ARGV[2])
 local p = redis.call('PTTL', KEYS[1])
-if p == -2 then redis.call('SET', KEYS[1], ARGV[2], 'PX', want) return want end
+local was = p
+if p == -2 then redis.call('SET', KEYS[1], ARGV[2], 'PX', want) return {want, was} end
 local raise = p < want
 if raise then p = want end
 if mine > (tonumber(redis.call('GET', KEYS[1])) or 0) then redis.call('SET', KEYS[1], ARGV[2], 'PX', p)
 elseif raise then redis.call('PEXPIRE', KEYS[1], p) end
-return p`)
+return {p, was}`)
 
 // checkScript is run armed on a direct grant's nodes: NOSCRIPT there
 // means a guarded node, whose grant must not count.
@@ -108,6 +111,7 @@ type guard struct {
 	local   []atomic.Int64
 	gns     []guardable   // nil: not guardable
 	kick    chan struct{} // cap 1: an armed call found NOSCRIPT
+	failed  []bool        // whose last look failed (the loop's alone)
 	raiseMu sync.Mutex    // one synchronous raise at a time
 	// maxTTL is the largest MaxTTL read in a horizon key (ns), never
 	// below this process's own: the bound of last resort (bound).
@@ -198,7 +202,8 @@ func newGuard(c *Engine) *guard {
 	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
 		local: make([]atomic.Int64, len(c.nodes)),
 		gns:   make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes)),
-		ms: make([]map[string]*nodeGuard, len(c.nodes))}
+		failed: make([]bool, len(c.nodes)),
+		ms:     make([]map[string]*nodeGuard, len(c.nodes))}
 	for i, n := range c.nodes {
 		if gn, ok := n.(guardable); ok {
 			g.gns[i] = gn
@@ -395,13 +400,37 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) 
 	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
 	read := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
 	// The node read the PTTL after start: its key lives at least that
-	// long from start, less the drift.
+	// long from start, less the drift. Every horizon confirmed before
+	// start (prior) came from a read before this raise's: the key, never
+	// lowered, must still reach it when this raise read it.
 	start := time.Now()
+	prior := make([]int64, len(g.horizon))
+	for i := range prior {
+		prior[i] = g.horizon[i].Load()
+	}
 	record := func(rep nodeactor.Reply) {
 		if rep.Err != nil {
 			return
 		}
-		if ms, err := rep.Msg.AsInt64(); err == nil && ms > 0 {
+		var ms, was int64
+		if v, err := rep.Msg.AsIntSlice(); err == nil && len(v) == 2 {
+			ms, was = v[0], v[1]
+		} else if ms, err = rep.Msg.AsInt64(); err != nil { // a PTTL read
+			return
+		} else {
+			was = ms
+		}
+		// The node read was before now: the key expired no later than
+		// now + was (plus the drift), or by now if it had none.
+		high := time.Since(g.base)
+		if was >= 0 {
+			w := time.Duration(was) * time.Millisecond
+			high += w + g.c.Drift(w)
+		}
+		if int64(high) < prior[rep.Node] {
+			g.lostTime(rep.Node, time.Duration(prior[rep.Node])-high)
+		}
+		if ms > 0 {
 			d := time.Duration(ms) * time.Millisecond
 			storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
 		}
@@ -431,6 +460,21 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) 
 		return armed
 	}, decide, record)
 	return covered(r)
+}
+
+// lostTime records that node i's horizon key lost d since a read this
+// process confirmed: a clock step, an eviction or a delete. The next
+// look disarms the node if it finds it armed (decide).
+func (g *guard) lostTime(i int, d time.Duration) {
+	g.mu.Lock()
+	if g.ms[i] == nil {
+		g.st[i].lost = fmt.Sprintf("its horizon key lost %v since a read (a clock step, an eviction or a delete)", d.Round(time.Millisecond))
+	}
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
 }
 
 // unarmed reports whether this process's last look found node i (a
@@ -561,8 +605,15 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 				// identity it had before (a raise since only adds)
 				st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
 			}
+			if master == "" {
+				// The key those confirmations read is gone or lost
+				// time: none counts a grant there again (covers), nor
+				// tells a later raise's read that the new key lost
+				// time (raise).
+				g.horizon[x].Store(0)
+			}
 		}
-		b := g.bound(lk, hs, errs, now)
+		b := g.bound(x, lk, hs, errs, now)
 		if st.seen != "" && st.seen != lk.Identity && st.mem.After(b) {
 			b = st.mem
 		}
@@ -603,13 +654,11 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 // bound is how long the node (master) looked at by lk stays guarded,
 // from every node's horizon read after lk (looks). No horizon on any node
 // that answered, with a quorum answering: a fresh deployment, nothing to
-// wait for. Else the latest horizon read, when so few nodes failed to
-// answer that one of every forgotten lease's quorum answered. Else the
-// largest MaxTTL known (this process's, or one read on the nodes) from
-// lk.
-func (g *guard) bound(lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
+// wait for. Else the latest horizon read, if any. Else the largest
+// MaxTTL known (this process's, or one read on the nodes) from lk.
+func (g *guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
 	unanswered := 0
-	var h time.Time
+	var h, others time.Time // others: on the nodes but x
 	for j := range looks {
 		if errs[j] != nil {
 			unanswered++
@@ -620,13 +669,22 @@ func (g *guard) bound(lk nodeactor.Look, looks []nodeactor.Look, errs []error, n
 			// after the node read it, which was before Recv: a bound from
 			// the send time would fall short by the look's latency.
 			d := looks[j].Horizon
-			h = maxTime(h, looks[j].Recv.Add(d+g.c.Drift(d)))
+			e := looks[j].Recv.Add(d + g.c.Drift(d))
+			h = maxTime(h, e)
+			if j != x {
+				others = maxTime(others, e)
+			}
 		}
 	}
 	switch {
 	case h.IsZero() && g.c.NewTally().Enough(len(looks)-unanswered):
 		return now
-	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1):
+	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1 || !others.IsZero()):
+		// One of every forgotten lease's quorum answered (fewer than
+		// Q-1 others did not), or another node answered with a horizon:
+		// it got a raise of that lease's process, which raises every
+		// node (docs/lock.md, "A second fault"). Not x's own key alone
+		// (an old snapshot's).
 		return h
 	}
 	// From now, not from the restart (uptime_in_seconds): a promoted

@@ -58,6 +58,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	wg.Wait()
 	g.learnMaxTTL(looks, errs)
 	g.confirm(looks, errs)
+	g.retryFailed(guarded, errs)
 	armBy := time.Time{}
 	if first {
 		armBy = by
@@ -218,6 +219,29 @@ func (g *guard) keepMasters(x int, lk nodeactor.Look) {
 	for m := range g.ms[x] {
 		if !in[m] {
 			delete(g.ms[x], m)
+		}
+	}
+}
+
+// retryFailed asks for another tick soon (guardMinEvery) when a look
+// failed where the previous one answered: a broken connection is most
+// often a restart, and the bound taken at the first look after it counts
+// the other nodes' horizons before a second fault can hide them
+// (docs/lock.md, "Held out exactly as long as needed"). Once per failure:
+// a node that stays down is looked at each second.
+func (g *guard) retryFailed(idx []int, errs []error) {
+	again := false
+	for _, i := range idx {
+		failed := errs[i] != nil
+		if failed && !g.failed[i] {
+			again = true
+		}
+		g.failed[i] = failed
+	}
+	if again {
+		select {
+		case g.kick <- struct{}{}:
+		default:
 		}
 	}
 }
