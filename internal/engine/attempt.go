@@ -147,6 +147,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 				verrs[i] = &nodeactor.NodeError{Addr: c.nodes[i].Addr(),
 					Err: fmt.Errorf("%w: its horizon does not cover the TTL yet", nodeactor.ErrNodeGuarded)}
 			}
+			verrs[i] = c.guard.until(i, verrs[i])
 			classified[i] = true
 		}
 		return votes[i], verrs[i]

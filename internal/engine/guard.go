@@ -709,6 +709,22 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
+// until adds to err, a reply of node i that wraps ErrNodeGuarded, until
+// when this process holds the node out ("not yet decided" before its
+// next look). Other errors are returned as they are.
+func (g *guard) until(i int, err error) error {
+	if g == nil || err == nil || !errors.Is(err, nodeactor.ErrNodeGuarded) {
+		return err
+	}
+	st := g.state(i)
+	switch {
+	case !st.Guarded || st.Until.IsZero():
+		return fmt.Errorf("%w (held out until the guard's next look decides)", err)
+	default:
+		return fmt.Errorf("%w (held out until %s, in %v)", err, st.Until.Format("15:04:05.000"), time.Until(st.Until).Round(time.Millisecond))
+	}
+}
+
 // state returns node i's guard state.
 func (g *guard) state(i int) GuardState {
 	if g == nil {
