@@ -1,117 +1,18 @@
 package testutil
 
 import (
-	"encoding/binary"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/redisproc"
 )
 
-// clockShim is a preload library that adds an offset to the wall clock of
-// the process it is loaded into (gettimeofday, time, clock_gettime of the
-// CLOCK_REALTIME clocks; the monotonic clocks are left alone). The offset,
-// in nanoseconds, is read on every call from a file the test rewrites in
-// place (mapped shared), so a running server's clock can be stepped. It
-// calls the kernel directly (no vDSO, no malloc), so it works under
-// jemalloc, where libfaketime recurses.
-const clockShim = `#define _GNU_SOURCE
-#include <fcntl.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/time.h>
-#include <time.h>
-#include <unistd.h>
-
-static volatile int64_t *off_ns;
-
-__attribute__((constructor)) static void init(void) {
-	const char *p = getenv("REDLOCK_CLOCK_FILE");
-	if (!p) return;
-	int fd = open(p, O_RDONLY);
-	if (fd < 0) return;
-	void *m = mmap(NULL, 8, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (m != MAP_FAILED) off_ns = (volatile int64_t *)m;
-}
-
-int clock_gettime(clockid_t id, struct timespec *ts) {
-	long r = syscall(SYS_clock_gettime, id, ts);
-	if (r == 0 && off_ns && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
-		int64_t ns = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec + *off_ns;
-		ts->tv_sec = ns / 1000000000;
-		ts->tv_nsec = ns % 1000000000;
-	}
-	return (int)r;
-}
-
-int gettimeofday(struct timeval *tv, void *tz) {
-	(void)tz;
-	struct timespec ts;
-	if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return -1;
-	if (tv) { tv->tv_sec = ts.tv_sec; tv->tv_usec = ts.tv_nsec / 1000; }
-	return 0;
-}
-
-time_t time(time_t *t) {
-	struct timespec ts;
-	if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (time_t)-1;
-	if (t) *t = ts.tv_sec;
-	return ts.tv_sec;
-}
-`
-
-var shim struct {
-	once sync.Once
-	path string
-	err  error
-	dir  string
-}
-
-// buildClockShim compiles clockShim with the C compiler (cc, or $CC) once
-// per test binary; the library lives in a temporary directory that
-// RemoveClockShim removes.
-func buildClockShim() (string, error) {
-	shim.once.Do(func() {
-		cc := os.Getenv("CC")
-		if cc == "" {
-			cc = "cc"
-		}
-		if shim.dir, shim.err = os.MkdirTemp("", "redlock-clock"); shim.err != nil {
-			return
-		}
-		src := filepath.Join(shim.dir, "clock.c")
-		if shim.err = os.WriteFile(src, []byte(clockShim), 0o644); shim.err != nil {
-			return
-		}
-		shim.path = filepath.Join(shim.dir, "clock.so")
-		var out []byte
-		out, shim.err = exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", shim.path, src).CombinedOutput()
-		if shim.err != nil {
-			shim.err = &shimError{err: shim.err, out: string(out)}
-		}
-	})
-	return shim.path, shim.err
-}
-
-type shimError struct {
-	err error
-	out string
-}
-
-func (e *shimError) Error() string { return "build the clock shim: " + e.err.Error() + ": " + e.out }
-
 // RemoveClockShim removes the compiled clock library, if any; call it from
-// TestMain after the tests.
-func RemoveClockShim() {
-	if shim.dir != "" {
-		_ = os.RemoveAll(shim.dir)
-	}
-}
+// TestMain after the tests. The shim itself lives in internal/redisproc
+// (redisproc.ClockShim), which the torture soak uses too.
+func RemoveClockShim() { redisproc.RemoveClockShim() }
 
 // RequireClock skips the test when the clock shim cannot be built (no C
 // compiler), or fails it where redis-server is required
@@ -119,26 +20,12 @@ func RemoveClockShim() {
 func RequireClock(t testing.TB) {
 	t.Helper()
 	RequireRedis(t)
-	if _, err := buildClockShim(); err != nil {
+	if _, err := redisproc.ClockShim(); err != nil {
 		if os.Getenv(requireRedisEnv) != "" {
 			t.Fatalf("%v (and %s is set)", err, requireRedisEnv)
 		}
 		t.Skip(err)
 	}
-}
-
-// clockEnv prepares a server's clock file (offset 0) in dir and returns the
-// environment that loads the shim.
-func clockEnv(dir string) (file string, env []string, err error) {
-	lib, err := buildClockShim()
-	if err != nil {
-		return "", nil, err
-	}
-	file = filepath.Join(dir, "clock-offset")
-	if err := os.WriteFile(file, make([]byte, 8), 0o644); err != nil {
-		return "", nil, err
-	}
-	return file, []string{"LD_PRELOAD=" + lib, "REDLOCK_CLOCK_FILE=" + file}, nil
 }
 
 // StepClock moves the server's wall clock by d (forward if positive, back
@@ -147,18 +34,10 @@ func clockEnv(dir string) (file string, env []string, err error) {
 // must have been started with [ServerOptions] Clock.
 func (s *Server) StepClock(d time.Duration) {
 	s.t.Helper()
-	if s.clockFile == "" {
+	if !s.opts.Clock {
 		s.t.Fatal("StepClock: the server was not started with ServerOptions.Clock")
 	}
-	s.clockOffset += d
-	f, err := os.OpenFile(s.clockFile, os.O_WRONLY, 0)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer f.Close()
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], uint64(int64(s.clockOffset)))
-	if _, err := f.WriteAt(b[:], 0); err != nil {
+	if err := s.p.StepClock(d); err != nil {
 		s.t.Fatal(err)
 	}
 }

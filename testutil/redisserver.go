@@ -72,9 +72,6 @@ type Server struct {
 	opts  ServerOptions
 	p     *redisproc.Process
 	certs *redisproc.TLS // nil unless opts.TLS
-
-	clockFile   string        // the clock shim's offset file, "" unless opts.Clock
-	clockOffset time.Duration // the sum of StepClock's steps
 }
 
 // RedisServerPath returns the path of the server binary the tests start —
@@ -240,23 +237,16 @@ func (s *Server) CAFile() string {
 // newServer starts a server on a free port in a temporary directory that
 // [Server.cleanup] removes; certs is nil for a plain server.
 func newServer(t testing.TB, opts ServerOptions, certs *redisproc.TLS) (*Server, error) {
-	cfg := redisproc.Config{Password: opts.Password, Durable: opts.Durable, TLS: certs}
+	cfg := redisproc.Config{Password: opts.Password, Durable: opts.Durable, TLS: certs, Clock: opts.Clock}
 	if opts.Debug {
 		cfg.Args = append(cfg.Args, "--enable-debug-command", "local")
 	}
 	cfg.Args = append(cfg.Args, opts.Args...)
-	var clockFile string
-	if opts.Clock {
-		var err error
-		if clockFile, cfg.Env, err = clockEnv(t.TempDir()); err != nil {
-			return nil, err
-		}
-	}
 	p, err := redisproc.Start(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{t: t, opts: opts, p: p, certs: certs, clockFile: clockFile}, nil
+	return &Server{t: t, opts: opts, p: p, certs: certs}, nil
 }
 
 // cleanup kills the process and removes its directory.

@@ -80,6 +80,7 @@ func TestCLIBadInput(t *testing.T) {
 		{"release --reason too long", []string{"release", "--force", "--reason", strings.Repeat("r", 300), "k"}, nil, []string{"reason of 300 bytes exceeds 256"}},
 		{"demo --workers 0", []string{"demo", "--workers", "0"}, nil, []string{"--workers 0 out of range [1, 64]"}},
 		{"torture --procs 0", []string{"torture", "--procs", "0"}, nil, []string{"--procs 0 out of range [1, 32]"}},
+		{"torture --faults bogus", []string{"torture", "--faults", "pause,bogus"}, nil, []string{`--faults: unknown fault kind "bogus"`, "pause, kill, empty, delay, evict, clock"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

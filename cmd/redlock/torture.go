@@ -11,22 +11,33 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redlock-go/redlock/cmd/redlock/internal/torture"
 	"github.com/redlock-go/redlock/coordinator"
 )
 
-const tortureUsageText = `usage: redlock torture [--duration 2m] [--procs 4] [--nodes 3] [--ttl 1s] [--seed 1] [--json]
+const tortureUsageText = `usage: redlock torture [--duration 2m] [--procs 4] [--nodes 3] [--ttl 1s] [--seed 1] [--faults all] [--json]
 
 Starts its own redis-server nodes (appendonly, appendfsync always) and --procs
 worker processes that compete through Lock, MultiLock (overlapping sets of 3
 names), RWLock (readers and writers), FairLock, a Semaphore of 2 permits and
 a CountDownLatch (a new generation every 3 s, count procs+1: count-downs,
 waiters and Count readers), each worker with its own Coordinator per
-primitive, while a fault schedule derived from --seed pauses (SIGSTOP), slows
-and kill -9/restarts a minority of the nodes at a time. Every critical
-section and every latch report is checked across processes.
+primitive, while a fault schedule derived from --seed hits a minority of the
+nodes, one fault at a time per lane. Every critical section and every latch
+report is checked across processes. The fault kinds (--faults):
+  pause   SIGSTOP for 0.5-2 s
+  kill    kill -9, restart with the data after more than the TTL
+  empty   kill -9, restart empty at once
+  delay   SIGSTOP for 20-200 ms, an injected delay
+  evict   maxmemory-policy volatile-lru and maxmemory just above the used
+          memory, cache keys with a TTL written until keys are evicted,
+          then noeviction back and the cache keys deleted
+  clock   the node's wall clock stepped 1-30 s forward (clock+) or back
+          (clock-), and back to time later; needs a C compiler (cc, or
+          $CC) for the clock shim, else off with a note
 Exit 0 only if there was no safety violation (incl. a latch seen open before
 count distinct count-downs), no fence regression, every lost lease was
 signalled by its deadline and every primitive made progress; 1
@@ -76,6 +87,7 @@ func parseTortureFlags(args []string, stderr io.Writer) (torture.Config, error) 
 	fs.DurationVar(&cfg.TTL, "ttl", time.Second, "lease TTL of every primitive (100ms..30s)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and of the workers' choices")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the summary as JSON on stdout (the table goes to stderr)")
+	faults := fs.String("faults", "all", "comma-separated fault kinds to inject: "+strings.Join(torture.FaultKinds, ", ")+", all or none")
 	if err := checkUnits(fs, args); err != nil {
 		return cfg, err
 	}
@@ -97,5 +109,10 @@ func parseTortureFlags(args []string, stderr io.Writer) (torture.Config, error) 
 	case cfg.TTL < coordinator.MinTTL || cfg.TTL > 30*time.Second:
 		return cfg, usageErr("--ttl %s out of range [100ms, 30s]", cfg.TTL)
 	}
+	kinds, err := torture.ParseFaults(*faults)
+	if err != nil {
+		return cfg, usageErr("--faults: %v", err)
+	}
+	cfg.Faults = kinds
 	return cfg, nil
 }

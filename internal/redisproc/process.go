@@ -10,6 +10,7 @@
 // directory holds the data directory (the server's --dir) and one log file
 // that every run appends to. A failed start reports the tail of that log. With [Config]
 // TLS it listens with TLS only; [NewTLS] makes a test CA and certificate.
+// With [Config] Clock its wall clock can be stepped ([Process.StepClock]).
 package redisproc
 
 import (
@@ -21,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +102,11 @@ type Config struct {
 	// ConfFile, if set, is passed as the first argument: the server's
 	// configuration file. A Sentinel needs one it can rewrite.
 	ConfFile string
+	// Clock starts the server with a wall clock that [Process.StepClock]
+	// can step: the clock shim ([ClockShim], built with the C compiler) is
+	// preloaded and reads its offset from a file in Dir. Start fails when
+	// the shim cannot be built.
+	Clock bool
 }
 
 // Process is one redis-server process on a loopback port. Its methods are
@@ -115,6 +122,9 @@ type Process struct {
 	pid    int
 	done   <-chan struct{} // closed once the current process has been reaped; nil before the first start
 	logOff int64           // size of the log file when the current process started
+
+	clockFile   string        // the clock shim's offset file, "" unless cfg.Clock
+	clockOffset time.Duration // the sum of StepClock's steps
 }
 
 // Start starts a server on a free loopback port and waits until it
@@ -143,6 +153,14 @@ func Start(cfg Config) (*Process, error) {
 	if err := os.MkdirAll(p.data, 0o755); err != nil {
 		p.Close()
 		return nil, err
+	}
+	if p.cfg.Clock {
+		env, err := p.setupClock()
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.cfg.Env = append(slices.Clip(p.cfg.Env), env...)
 	}
 	var err error
 	for range startAttempts {

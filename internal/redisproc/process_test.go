@@ -156,3 +156,65 @@ func TestProcessTLSOnly(t *testing.T) {
 		t.Fatalf("PING over TLS after restart = %q", v)
 	}
 }
+
+// serverTime returns the server's TIME in Unix milliseconds.
+func serverTime(t *testing.T, p *redisproc.Process) int64 {
+	t.Helper()
+	f := strings.Fields(strings.Trim(do(t, p, "TIME"), "[]"))
+	if len(f) != 2 {
+		t.Fatalf("TIME: %v", f)
+	}
+	s, _ := strconv.ParseInt(f[0], 10, 64)
+	us, _ := strconv.ParseInt(f[1], 10, 64)
+	return s*1000 + us/1000
+}
+
+// A Clock process's wall clock moves by each step, at once; the steps add
+// up and survive a restart. A process without Clock refuses to step.
+func TestStepClock(t *testing.T) {
+	testutil.RequireRedis(t)
+	if _, err := redisproc.ClockShim(); err != nil {
+		t.Skip(err)
+	}
+	defer redisproc.RemoveClockShim()
+	p, err := redisproc.Start(redisproc.Config{Clock: true, Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	near := func(want time.Duration) {
+		t.Helper()
+		if d := time.Duration(serverTime(t, p)-time.Now().UnixMilli()) * time.Millisecond; d < want-2*time.Second || d > want+2*time.Second {
+			t.Fatalf("server clock %v off the host's, want about %v", d, want)
+		}
+	}
+	near(0)
+	do(t, p, "SET", "k", "v", "PX", "20000")
+	if err := p.StepClock(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	near(30 * time.Second)
+	if v := do(t, p, "GET", "k"); v != redisproc.NilReply {
+		t.Fatalf("a 20 s key after a 30 s step forward: %q", v)
+	}
+	if err := p.StepClock(-50 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	near(-20 * time.Second)
+	if got := p.ClockOffset(); got != -20*time.Second {
+		t.Fatalf("ClockOffset = %v, want -20s", got)
+	}
+	if err := p.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	near(-20 * time.Second)
+
+	q, err := redisproc.Start(redisproc.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.StepClock(time.Second); !errors.Is(err, redisproc.ErrNoClock) {
+		t.Fatalf("StepClock without Clock: %v, want ErrNoClock", err)
+	}
+}

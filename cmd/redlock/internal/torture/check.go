@@ -85,7 +85,16 @@ type Input struct {
 	// soak's nodes restart from their AOF (appendfsync always), except in
 	// its empty restarts at once, which it passes here.
 	DataLosses []int64
+	// DataLossSpans are the intervals within which a node may have lost
+	// keys without a restart: the soak's eviction faults (docs/latch.md:
+	// an eviction, like an empty restart, can make a count go up). Its
+	// clock steps (1–30 s) are none: the latch keys' TTLs are a day or
+	// more, and its lock keys are checked with no excuse at all.
+	DataLossSpans []LossSpan
 }
+
+// LossSpan is an interval of wall-clock Unix nanoseconds.
+type LossSpan struct{ From, To int64 }
 
 // Verdict is what [Check] found. Examples are capped at 5 per list.
 type Verdict struct {
@@ -141,7 +150,7 @@ type Verdict struct {
 // run; otherwise it is listed in LateLosses.
 func Check(in Input) Verdict {
 	v := checkHolds(in.Holds)
-	checkLatch(&v, in.Latch, in.DataLosses)
+	checkLatch(&v, in.Latch, in.DataLosses, in.DataLossSpans)
 	return v
 }
 
@@ -292,12 +301,13 @@ func checkHolds(holds []Hold) Verdict {
 //     nodes keep their state: a node that restarts empty may hold the only
 //     copy of some ids on a quorum, and the count can then go up by those.
 //     So a rise is excused when a data loss happened between the start of
-//     the earlier report and the return of the later one.
+//     the earlier report and the return of the later one (an instant of
+//     DataLosses, or a DataLossSpans interval that overlaps it).
 //
 // Calls that returned an error report nothing (a Wait that timed out, a
 // Count without a quorum); a count-down that returned an error still counts
 // as possibly stored.
-func checkLatch(v *Verdict, calls []LatchCall, dataLosses []int64) {
+func checkLatch(v *Verdict, calls []LatchCall, dataLosses []int64, spans []LossSpan) {
 	byName := map[string][]int{}
 	var names []string
 	for i := range calls {
@@ -316,7 +326,8 @@ func checkLatch(v *Verdict, calls []LatchCall, dataLosses []int64) {
 	}
 	stamp := func(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000000") }
 	lossBetween := func(from, to int64) bool {
-		return slices.ContainsFunc(dataLosses, func(l int64) bool { return l >= from && l <= to })
+		return slices.ContainsFunc(dataLosses, func(l int64) bool { return l >= from && l <= to }) ||
+			slices.ContainsFunc(spans, func(s LossSpan) bool { return s.From <= to && s.To >= from })
 	}
 	for _, name := range names {
 		v.LatchGenerations++

@@ -12,7 +12,15 @@
 //   - SIGSTOP/SIGCONT for 0.5–2 s;
 //   - kill -9, and a restart on the same port after more than the TTL;
 //   - kill -9, and an empty restart at once (the node guard's case);
-//   - short pauses that act as injected delays.
+//   - short pauses that act as injected delays;
+//   - evictions: maxmemory-policy volatile-lru and a maxmemory just above
+//     the node's used memory, cache keys with a TTL written until keys are
+//     evicted, then noeviction back;
+//   - clock steps of 1–30 s forward (clock+) and back (clock-) of the
+//     node's wall clock, through the clock shim (redisproc Config.Clock;
+//     off, with a note, when no C compiler builds it).
+//
+// Config.Faults picks the kinds; the seed picks among them.
 //
 // Workers print every critical section as a JSON line on their stdout,
 // with wall-clock enter and exit; all processes share the machine's
@@ -43,6 +51,9 @@ type Config struct {
 	TTL      time.Duration // lease TTL of every primitive
 	Seed     uint64        // seed of the fault schedule and of the workers' choices
 	JSON     bool          // print the summary as JSON on stdout (the table goes to stderr)
+	// Faults are the fault kinds to inject, names of [FaultKinds]; nil
+	// means all of them.
+	Faults []string
 }
 
 const (

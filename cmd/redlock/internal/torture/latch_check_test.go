@@ -64,3 +64,33 @@ func TestCheckLatch(t *testing.T) {
 		})
 	}
 }
+
+// A rise is excused by an eviction's span only when the span overlaps the
+// interval from the earlier report's start to the later one's return.
+func TestCheckLatchLossSpans(t *testing.T) {
+	three := []LatchCall{cd("g1", 3, "a", 0, 5, ""), cd("g1", 3, "b", 10, 15, ""), count("g1", 3, 1, 16, 17), count("g1", 3, 2, 40, 41)}
+	cases := []struct {
+		name  string
+		spans [][2]float64
+		rises int
+	}{
+		{"no span", nil, 1},
+		{"spans before and after", [][2]float64{{0, 15.9}, {41.1, 60}}, 1},
+		{"a span around both reports", [][2]float64{{10, 50}}, 0},
+		{"a span within", [][2]float64{{20, 30}}, 0},
+		{"a span over the earlier report's start", [][2]float64{{0, 16}}, 0},
+		{"a span over the later report's return", [][2]float64{{41, 60}}, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var spans []LossSpan
+			for _, s := range c.spans {
+				spans = append(spans, LossSpan{ms(s[0]), ms(s[1])})
+			}
+			v := Check(Input{Latch: three, DataLossSpans: spans})
+			if v.LatchRises != c.rises || v.Violations != c.rises {
+				t.Fatalf("rises %d, violations %d, want %d\n%q", v.LatchRises, v.Violations, c.rises, v.ViolationExamples)
+			}
+		})
+	}
+}

@@ -52,7 +52,12 @@ type Summary struct {
 	SemaphoreMaxHolders int          `json:"semaphore_max_holders,omitempty"`
 	Latch               LatchSummary `json:"latch"`
 	// Starved lists primitives whose workers never got a critical section.
-	Starved             []string       `json:"starved,omitempty"`
+	Starved []string `json:"starved,omitempty"`
+	// FaultKinds are the kinds the run injected (clock is clock+ and
+	// clock-); ClockFaultsOff says why clock steps were off, if they were
+	// asked for.
+	FaultKinds          []string       `json:"fault_kinds"`
+	ClockFaultsOff      string         `json:"clock_faults_off,omitempty"`
 	Faults              map[string]int `json:"faults"`
 	FaultErrors         []string       `json:"fault_errors,omitempty"`
 	FaultLog            []FaultEvent   `json:"fault_log"`
@@ -171,12 +176,16 @@ func summarize(cfg Config, rec records, faults []FaultEvent) *Summary {
 	s.AcquireP50Millis, s.AcquireP99Millis = percentile(all, 50), percentile(all, 99)
 
 	var losses []int64
+	var spans []LossSpan
 	for _, e := range faults {
-		if e.Kind == "empty" && e.WallNanos > 0 {
+		switch {
+		case e.Kind == "empty" && e.WallNanos > 0:
 			losses = append(losses, e.WallNanos)
+		case e.Kind == "evict" && e.WallNanos > 0:
+			spans = append(spans, LossSpan{e.WallNanos, max(e.EndNanos, e.WallNanos)})
 		}
 	}
-	v := Check(Input{Holds: holds, Latch: rec.latch, DataLosses: losses})
+	v := Check(Input{Holds: holds, Latch: rec.latch, DataLosses: losses, DataLossSpans: spans})
 	s.Violations, s.ViolationExamples = v.Violations, v.ViolationExamples
 	s.FenceRegressions, s.RegressionExamples = v.FenceRegressions, v.RegressionExamples
 	s.Losses, s.LossesSignalled, s.LossesLateStalled = v.Losses, v.LossesSignalled, v.LossesLateStalled
@@ -224,8 +233,12 @@ func printTable(out io.Writer, s *Summary) {
 	fmt.Fprintf(tw, "all\t\t%d\t%s\t%s\t\t%d\t%d\t\n", s.Acquisitions, ms(s.AcquireP50Millis), ms(s.AcquireP99Millis), s.Losses, s.LossesSignalled)
 	tw.Flush()
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "faults           %d pauses, %d kill -9 + restarts, %d empty restarts at once, %d delays",
-		s.Faults["pause"], s.Faults["kill"], s.Faults["empty"], s.Faults["delay"])
+	ev, others := evictedKeys(s.FaultLog)
+	fmt.Fprintf(out, "faults           %d pauses, %d kill -9 + restarts, %d empty restarts at once, %d delays, %d evictions (%d keys evicted, %d of them not cache keys), %d clock steps forward, %d back",
+		s.Faults["pause"], s.Faults["kill"], s.Faults["empty"], s.Faults["delay"], s.Faults["evict"], ev, others, s.Faults["clock+"], s.Faults["clock-"])
+	if s.ClockFaultsOff != "" {
+		fmt.Fprintf(out, " (clock steps off: %s)", s.ClockFaultsOff)
+	}
 	if len(s.FaultErrors) > 0 {
 		fmt.Fprintf(out, " (%d failed: %s)", len(s.FaultErrors), strings.Join(s.FaultErrors, "; "))
 	}
@@ -284,4 +297,14 @@ func printTable(out io.Writer, s *Summary) {
 	default:
 		fmt.Fprintln(out, "FAIL")
 	}
+}
+
+// evictedKeys sums the keys evicted in the eviction faults, and those of
+// them that were not cache keys.
+func evictedKeys(events []FaultEvent) (all, others int64) {
+	for _, e := range events {
+		all += e.Evicted
+		others += e.EvictedOthers
+	}
+	return all, others
 }

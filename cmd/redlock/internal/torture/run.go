@@ -37,7 +37,21 @@ func Run(ctx context.Context, cfg Config, self string, stdout, stderr io.Writer)
 		report = stderr
 	}
 
-	nodes, err := startNodes(bin, dir, cfg.Nodes)
+	kinds := cfg.Faults
+	if kinds == nil {
+		kinds = FaultKinds
+	}
+	clockOff := ""
+	if slices.Contains(kinds, "clock") {
+		if _, err := redisproc.ClockShim(); err != nil {
+			clockOff = firstLine(err.Error())
+			kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "clock" })
+		} else {
+			defer redisproc.RemoveClockShim()
+		}
+	}
+
+	nodes, err := startNodes(bin, dir, cfg.Nodes, slices.Contains(kinds, "clock"))
 	defer func() {
 		for _, n := range nodes {
 			n.Kill()
@@ -56,6 +70,10 @@ func Run(ctx context.Context, cfg Config, self string, stdout, stderr io.Writer)
 	if minority == 0 {
 		fmt.Fprintf(report, "note: %d node(s) leave no minority to fault; no faults are injected\n", cfg.Nodes)
 	}
+	if clockOff != "" {
+		fmt.Fprintf(report, "note: clock-step faults are off: %s (they need a C compiler, cc or $CC, to build the clock shim)\n", clockOff)
+	}
+	fmt.Fprintf(report, "faults: %s\n", describeKinds(kinds))
 
 	col := newCollector(cfg.Procs)
 	var procs []*proc
@@ -110,7 +128,7 @@ func Run(ctx context.Context, cfg Config, self string, stdout, stderr io.Writer)
 				mine = append(mine, n)
 			}
 		}
-		lanes.Go(func() { runFaultLane(fctx, lane, mine, cfg.Seed, cfg.TTL, start, until, flog) })
+		lanes.Go(func() { runFaultLane(fctx, lane, mine, kinds, cfg.Seed, cfg.TTL, start, until, flog) })
 	}
 
 	// Wait for the workers: they stop by themselves after the duration.
@@ -131,8 +149,8 @@ wait:
 			break wait
 		case <-tick.C:
 			m, _ := faultCounts(flog.snapshot())
-			fmt.Fprintf(stderr, "torture %5.0fs: %d critical sections; faults: %d pauses, %d kills, %d empty restarts, %d delays\n",
-				time.Since(start).Seconds(), col.count(), m["pause"], m["kill"], m["empty"], m["delay"])
+			fmt.Fprintf(stderr, "torture %5.0fs: %d critical sections; faults: %d pauses, %d kills, %d empty restarts, %d delays, %d evictions, %d clock steps forward, %d back\n",
+				time.Since(start).Seconds(), col.count(), m["pause"], m["kill"], m["empty"], m["delay"], m["evict"], m["clock+"], m["clock-"])
 		case <-ctx.Done(): // Ctrl-C: the workers stop, release and report
 			interrupted = true
 			for _, p := range procs {
@@ -158,6 +176,7 @@ wait:
 	}
 
 	sum := summarize(cfg, col.snapshot(), flog.snapshot())
+	sum.FaultKinds, sum.ClockFaultsOff = kinds, clockOff
 	for _, p := range procs {
 		st := p.cmd.ProcessState
 		if st != nil && !st.Success() {
@@ -187,4 +206,18 @@ wait:
 			sum.Violations, sum.FenceRegressions, len(sum.LateLosses), sum.Losses, len(sum.Starved), len(sum.WorkerFailures), len(sum.Garbage))
 	}
 	return nil
+}
+
+// firstLine returns s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(line)
+}
+
+// describeKinds names the fault kinds of a run for its header line.
+func describeKinds(kinds []string) string {
+	if len(kinds) == 0 {
+		return "none"
+	}
+	return strings.Join(kinds, ", ")
 }
