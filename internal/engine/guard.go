@@ -3,13 +3,11 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/guardstat"
-	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -40,22 +38,6 @@ const (
 	// longer than a release does.
 	guardWait = time.Second
 )
-
-// horizonScript raises the horizon key's PTTL to ARGV[1] ms; it never
-// lowers it. Its value is the largest MaxTTL (ms, ARGV[2]) of the
-// processes that raised it: it never lowers that either. It answers the
-// PTTL the key has then, and the one it had before (-2: none): a key that
-// lost time since an earlier read tells a clock step or an eviction,
-// which the raise would otherwise hide (raise).
-var horizonScript = nodeactor.NewScript("guard-horizon", `local want, mine = tonumber(ARGV[1]), tonumber(ARGV[2])
-local p = redis.call('PTTL', KEYS[1])
-local was = p
-if p == -2 then redis.call('SET', KEYS[1], ARGV[2], 'PX', want) return {want, was} end
-local raise = p < want
-if raise then p = want end
-if mine > (tonumber(redis.call('GET', KEYS[1])) or 0) then redis.call('SET', KEYS[1], ARGV[2], 'PX', p)
-elseif raise then redis.call('PEXPIRE', KEYS[1], p) end
-return {p, was}`)
 
 // checkScript is run armed on a direct grant's nodes: NOSCRIPT there
 // means a guarded node, whose grant must not count.
@@ -150,54 +132,6 @@ type nodeGuard struct {
 	lost string
 }
 
-// lostKeys returns why node x, looked at by lk, may have lost keys
-// without a restart since the previous look of the same identity, or "":
-// its policy may evict, it evicted keys, or its wall clock stepped
-// forward (keys expired early). A step back loses nothing: logged. Under
-// g.mu; it records lk for the next look.
-func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
-	why := lk.Evicts
-	if st.clkID != "" && st.clkID == lk.Identity {
-		switch {
-		case why != "":
-		case lk.Evicted > st.evicted:
-			why = fmt.Sprintf("it evicted %d keys since the last look", lk.Evicted-st.evicted)
-		case lk.Commands < st.commands:
-			why = "its statistics were reset (CONFIG RESETSTAT): evictions since the last look are unknown"
-		}
-		if !st.hzLow.IsZero() && why == "" {
-			// The horizon key expires no later than high by this look.
-			high := lk.Recv
-			if lk.Horizon >= 0 {
-				high = lk.Recv.Add(lk.Horizon + g.c.Drift(lk.Horizon))
-			}
-			if high.Before(st.hzLow) {
-				why = fmt.Sprintf("its horizon key lost %v since the last look (a clock step, an eviction or a delete)", st.hzLow.Sub(high).Round(time.Millisecond))
-			}
-		}
-		if st.clkUs != 0 && lk.ServerUs != 0 {
-			// TIME was read between each look's Sent and Recv: the node's
-			// clock may advance by at most the span from the first's Sent
-			// to the second's Recv, at least from its Recv to the second's
-			// Sent, give or take the clock-rate drift.
-			d := time.Duration(lk.ServerUs-st.clkUs) * time.Microsecond
-			hi, lo := lk.Recv.Sub(st.clkSent), lk.Sent.Sub(st.clkRecv)
-			if step := d - hi - g.c.Drift(hi); step > 0 && why == "" {
-				why = fmt.Sprintf("its wall clock stepped forward by at least %v (keys expired early)", step.Round(time.Millisecond))
-			} else if back := lo - g.c.Drift(lo) - d; back > 0 {
-				g.c.set.Logger.Warn("redlock: a node's wall clock stepped back: its keys live longer (safe; a dead holder blocks its names longer)",
-					"node", g.c.nodes[x].Addr(), "step", back.Round(time.Millisecond))
-			}
-		}
-	}
-	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted, st.commands = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted, lk.Commands
-	st.hzLow = time.Time{}
-	if lk.Horizon >= 0 {
-		st.hzLow = lk.Sent.Add(lk.Horizon - g.c.Drift(lk.Horizon))
-	}
-	return why
-}
-
 func newGuard(c *Engine) *guard {
 	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
 		local: make([]atomic.Int64, len(c.nodes)),
@@ -254,8 +188,6 @@ func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
 	}
 }
 
-func (g *guard) key() string { return g.c.set.KeyPrefix + "{guard}:horizon" }
-
 // onGuarded is the actors' OnGuarded: it must not block.
 func (g *guard) onGuarded(node int) {
 	g.mu.Lock()
@@ -291,221 +223,6 @@ func (g *guard) run() {
 		last = time.Now()
 		g.tick(g.c.closing, false)
 	}
-}
-
-// covers reports whether node i's confirmed horizon covers start+ttl, or
-// the guard does not apply to it. A local comparison.
-func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
-	if g == nil || g.gns[i] == nil || !g.gns[i].Guarded() {
-		return true
-	}
-	if int64(time.Since(g.base)) < g.local[i].Load() {
-		return false // this process remembers a horizon the node forgot
-	}
-	return int64(start.Add(ttl).Sub(g.base)) <= g.horizon[i].Load()
-}
-
-// ensure marks ttl in use, and raises the horizon for it with one
-// synchronous round when it is longer than the TTL in use so far, or
-// when fewer than a quorum of nodes have a confirmed horizon that covers
-// it now (a loop raise held up by a slow node, a TTL just out of use).
-func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
-	if g == nil {
-		return
-	}
-	storeMax(&g.used, int64(ttl))
-	if int64(ttl) <= g.ttl.Load() && g.coveredOnQuorum(ttl) {
-		return
-	}
-	g.raiseMu.Lock()
-	defer g.raiseMu.Unlock()
-	if int64(ttl) <= g.ttl.Load() && g.coveredOnQuorum(ttl) {
-		return
-	}
-	// NodeTimeout, as the acquire or renewal that follows, and no longer
-	// than a quorum's answers: a node that answers later is not covered
-	// for ttl until its reply or the loop's next raise, which only costs
-	// its grant there (covers), not the caller's lease.
-	g.raise(ctx, ttl, g.c.set.NodeTimeout, true)
-	storeMax(&g.ttl, int64(ttl))
-}
-
-// coveredOnQuorum reports whether a quorum of nodes have a confirmed
-// horizon that covers an attempt of ttl starting about now (a node the
-// guard does not apply to counts). A local check: atomic loads.
-func (g *guard) coveredOnQuorum(ttl time.Duration) bool {
-	end := int64(time.Since(g.base) + ttl + guardCoverSlack)
-	n := 0
-	for i, gn := range g.gns {
-		if gn == nil || !gn.Guarded() || g.horizon[i].Load() >= end {
-			n++
-		}
-	}
-	return g.c.NewTally().Enough(n)
-}
-
-// inUse returns the TTL the loop raises the horizon for now: the longest
-// used in this window or the one before. A window ends every
-// guardUseWindow. Only the guard loop calls it.
-func (g *guard) inUse(now time.Time) time.Duration {
-	if g.window.IsZero() {
-		g.window = now
-	}
-	if now.Sub(g.window) >= guardUseWindow {
-		g.window = now
-		g.usedBefore = g.used.Swap(0)
-	}
-	// An ensure between the Swap and here is in used; one that read the
-	// old ttl before this Store raised for itself or was covered by it.
-	ttl := max(g.usedBefore, g.used.Load())
-	g.ttl.Store(ttl)
-	return time.Duration(ttl)
-}
-
-// storeMax sets v to x if x is larger.
-func storeMax(v *atomic.Int64, x int64) {
-	for {
-		old := v.Load()
-		if x <= old || v.CompareAndSwap(old, x) {
-			return
-		}
-	}
-}
-
-// horizonPTTL is the horizon's PTTL for leases of ttl: guardMargin above
-// ttl once the drift of the PTTL itself is taken off (the confirmed
-// horizon is the reply's PTTL minus its drift). A fixed margin fell below
-// the drift of a TTL over about 5 minutes, and such leases were never
-// counted.
-func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
-	px := time.Duration(float64(ttl+guardMargin+2*time.Millisecond) / (1 - g.c.set.DriftFactor))
-	return px.Round(time.Millisecond) + time.Millisecond
-}
-
-// raise sets the horizon's PTTL to at least horizonPTTL(ttl) on every
-// node this process does not know to be unarmed, and records the
-// confirmed horizons, each as its reply comes (a late one too). The
-// raise runs armed (but on a Redis Cluster node): a node that forgot
-// refuses it, and a node known unarmed only has its PTTL read. It grants
-// nothing that counts, and a raise there after it forgot would make its
-// bound, and every other unarmed node's, look as if a lease were in use
-// (a FLUSHALL of every node would hold them all out for the TTL). With early it returns once
-// a quorum's confirmed horizons cover ttl. It reports whether they do
-// (or no node is guarded).
-func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) bool {
-	if !g.anyGuarded() {
-		return true // no guarded node (miniredis, no INFO): no key to leave
-	}
-	px := g.horizonPTTL(ttl)
-	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
-	read := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
-	// The node read the PTTL after start: its key lives at least that
-	// long from start, less the drift. Every horizon confirmed before
-	// start (prior) came from a read before this raise's: the key, never
-	// lowered, must still reach it when this raise read it.
-	start := time.Now()
-	prior := make([]int64, len(g.horizon))
-	for i := range prior {
-		prior[i] = g.horizon[i].Load()
-	}
-	record := func(rep nodeactor.Reply) {
-		if rep.Err != nil {
-			return
-		}
-		var ms, was int64
-		if v, err := rep.Msg.AsIntSlice(); err == nil && len(v) == 2 {
-			ms, was = v[0], v[1]
-		} else if ms, err = rep.Msg.AsInt64(); err != nil { // a PTTL read
-			return
-		} else {
-			was = ms
-		}
-		// The node read was before now: the key expired no later than
-		// now + was (plus the drift), or by now if it had none.
-		high := time.Since(g.base)
-		if was >= 0 {
-			w := time.Duration(was) * time.Millisecond
-			high += w + g.c.Drift(w)
-		}
-		if int64(high) < prior[rep.Node] {
-			g.lostTime(rep.Node, time.Duration(prior[rep.Node])-high)
-		}
-		if ms > 0 {
-			d := time.Duration(ms) * time.Millisecond
-			storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
-		}
-	}
-	covered := func(r *Round) bool {
-		for i := range r.Replies {
-			if r.Answered[i] {
-				record(r.Replies[i])
-			}
-		}
-		return g.coveredOnQuorum(ttl)
-	}
-	var decide func(*Round) bool
-	if early {
-		decide = covered
-	}
-	armed := call
-	armed.Armed = true
-	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
-		if g.unarmed(i) {
-			return read
-		}
-		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
-		if g.c.nodes[i].Status().Caps.Cluster {
-			return call
-		}
-		return armed
-	}, decide, record)
-	return covered(r)
-}
-
-// lostTime records that node i's horizon key lost d since a read this
-// process confirmed: a clock step, an eviction or a delete. The next
-// look disarms the node if it finds it armed (decide).
-func (g *guard) lostTime(i int, d time.Duration) {
-	g.mu.Lock()
-	if g.ms[i] == nil {
-		g.st[i].lost = fmt.Sprintf("its horizon key lost %v since a read (a clock step, an eviction or a delete)", d.Round(time.Millisecond))
-	}
-	g.mu.Unlock()
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
-}
-
-// unarmed reports whether this process's last look found node i (a
-// single node) not armed.
-func (g *guard) unarmed(i int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := &g.st[i]
-	return g.ms[i] == nil && st.looked && !st.armed
-}
-
-// confirm records the horizons the looks read: a node's key lives at
-// least its PTTL from the look's send time, less the drift, whoever
-// raised it (another process's raise confirms this one's horizon too).
-func (g *guard) confirm(looks []nodeactor.Look, errs []error) {
-	for i, lk := range looks {
-		if errs[i] != nil || lk.Masters != nil || lk.Horizon < 0 || lk.Sent.IsZero() {
-			continue
-		}
-		storeMax(&g.horizon[i], int64(lk.Sent.Add(lk.Horizon-g.c.Drift(lk.Horizon)).Sub(g.base)))
-	}
-}
-
-// anyGuarded reports whether the guard applies to some node.
-func (g *guard) anyGuarded() bool {
-	for _, gn := range g.gns {
-		if gn != nil && gn.Guarded() {
-			return true
-		}
-	}
-	return false
 }
 
 // unit returns the state of node x, or of its master on a cluster node;
@@ -651,50 +368,6 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 	}
 }
 
-// bound is how long the node (master) looked at by lk stays guarded,
-// from every node's horizon read after lk (looks). No horizon on any node
-// that answered, with a quorum answering: a fresh deployment, nothing to
-// wait for. Else the latest horizon read, if any. Else the largest
-// MaxTTL known (this process's, or one read on the nodes) from lk.
-func (g *guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
-	unanswered := 0
-	var h, others time.Time // others: on the nodes but x
-	for j := range looks {
-		if errs[j] != nil {
-			unanswered++
-			continue
-		}
-		if looks[j].Horizon >= 0 {
-			// The key expires at most Horizon (plus the clock-rate drift)
-			// after the node read it, which was before Recv: a bound from
-			// the send time would fall short by the look's latency.
-			d := looks[j].Horizon
-			e := looks[j].Recv.Add(d + g.c.Drift(d))
-			h = maxTime(h, e)
-			if j != x {
-				others = maxTime(others, e)
-			}
-		}
-	}
-	switch {
-	case h.IsZero() && g.c.NewTally().Enough(len(looks)-unanswered):
-		return now
-	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1 || !others.IsZero()):
-		// One of every forgotten lease's quorum answered (fewer than
-		// Q-1 others did not), or another node answered with a horizon:
-		// it got a raise of that lease's process, which raises every
-		// node (docs/lock.md, "A second fault"). Not x's own key alone
-		// (an old snapshot's).
-		return h
-	}
-	// From now, not from the restart (uptime_in_seconds): a promoted
-	// replica, a resync or a FLUSHALL forgets long after the process
-	// started, and its uptime says nothing about when. Each look keeps
-	// the earliest bound, so this one counts from the first look that
-	// found the node guarded.
-	return lk.Recv.Add(time.Duration(g.maxTTL.Load()))
-}
-
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
 		return b
@@ -707,22 +380,6 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// until adds to err, a reply of node i that wraps ErrNodeGuarded, until
-// when this process holds the node out ("not yet decided" before its
-// next look). Other errors are returned as they are.
-func (g *guard) until(i int, err error) error {
-	if g == nil || err == nil || !errors.Is(err, nodeactor.ErrNodeGuarded) {
-		return err
-	}
-	st := g.state(i)
-	switch {
-	case !st.Guarded || st.Until.IsZero():
-		return fmt.Errorf("%w (held out until the guard's next look decides)", err)
-	default:
-		return fmt.Errorf("%w (held out until %s, in %v)", err, st.Until.Format("15:04:05.000"), time.Until(st.Until).Round(time.Millisecond))
-	}
 }
 
 // state returns node i's guard state.
@@ -806,4 +463,48 @@ func (g *guard) confirmArmed(ctx context.Context, nodes []int, pre int, key stri
 	}, nil)
 	count(r)
 	return ok
+}
+
+// bound is how long the node (master) looked at by lk stays guarded,
+// from every node's horizon read after lk (looks). No horizon on any node
+// that answered, with a quorum answering: a fresh deployment, nothing to
+// wait for. Else the latest horizon read, if any. Else the largest
+// MaxTTL known (this process's, or one read on the nodes) from lk.
+func (g *guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
+	unanswered := 0
+	var h, others time.Time // others: on the nodes but x
+	for j := range looks {
+		if errs[j] != nil {
+			unanswered++
+			continue
+		}
+		if looks[j].Horizon >= 0 {
+			// The key expires at most Horizon (plus the clock-rate drift)
+			// after the node read it, which was before Recv: a bound from
+			// the send time would fall short by the look's latency.
+			d := looks[j].Horizon
+			e := looks[j].Recv.Add(d + g.c.Drift(d))
+			h = maxTime(h, e)
+			if j != x {
+				others = maxTime(others, e)
+			}
+		}
+	}
+	switch {
+	case h.IsZero() && g.c.NewTally().Enough(len(looks)-unanswered):
+		return now
+	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1 || !others.IsZero()):
+		// One of every forgotten lease's quorum answered (fewer than
+		// Q-1 others did not), or another node answered with a horizon:
+		// it got a raise of that lease's process, which raises every
+		// node (docs/lock.md, "A second fault"). Not x's own key alone
+		// (an old snapshot's).
+		return h
+	}
+	// From now, not from the restart (uptime_in_seconds): a promoted
+	// replica, a resync or a FLUSHALL forgets long after the process
+	// started, and its uptime says nothing about when. Each look keeps
+	// the earliest bound, so this one counts from the first look that
+	// found the node guarded.
+	return lk.Recv.Add(time.Duration(g.maxTTL.Load()))
 }
