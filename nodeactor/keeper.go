@@ -105,7 +105,9 @@ func (a *Actor) explain(err error, opt rueidis.ClientOption) error {
 		}
 		return fmt.Errorf("%w (not a Redis server: its answer is not RESP)", err)
 	case opt.TLSConfig == nil && closedAtOnce(err):
-		if askable && speaksTLS(addr, timeout) {
+		// a cluster's seeds or a sentinel's list share one configuration:
+		// the first tells
+		if opt.DialCtxFn == nil && len(opt.InitAddress) > 0 && speaksTLS(opt.InitAddress[0], timeout) {
 			return fmt.Errorf("%w (the node closed the connection at once, and it answers a TLS handshake: connections to it require TLS; set Config.TLS or use a rediss:// URL)", err)
 		}
 		return fmt.Errorf("%w (the node closed the connection without answering HELLO: it is not a Redis server, or a proxy with no server behind it)", err)
