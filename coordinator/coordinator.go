@@ -42,8 +42,10 @@ type NodeStatus struct {
 // until a quorum of nodes answered. It fails only in three cases:
 //   - fewer than Quorum() nodes answer within cfg.StartTimeout, or before
 //     ctx ends (the error then wraps ctx.Err() too);
-//   - so many nodes refused our credentials that no quorum can answer (it
-//     fails at once, not after StartTimeout);
+//   - so many nodes will never serve this client that no quorum can
+//     answer: our credentials refused, a DB index the node does not have,
+//     an unknown host, a port that does not speak RESP (it fails at once,
+//     not after StartTimeout);
 //   - cfg is invalid (the error wraps ErrInvalidArgument).
 func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if ctx == nil {

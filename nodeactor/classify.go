@@ -133,3 +133,49 @@ func IsAuthFailure(err error) bool {
 	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
 		strings.HasPrefix(msg, "invalid password") || strings.HasPrefix(msg, "invalid username-password pair")
 }
+
+// Unusable reports whether err, from connecting to a node, says the node
+// will not serve this client as configured, however long it waits. That
+// is our credentials refused ([IsAuthFailure]), a DB index the node does
+// not have, an unknown host, or a peer that does not speak RESP. A node
+// that closes the connection without a word is not counted: a proxy
+// whose server is down does that too.
+//
+// An unknown host may be a name not yet published (a Kubernetes pod's
+// before it is ready); New fails at once for it all the same, as a typo
+// is the likelier cause.
+func Unusable(err error) bool {
+	return IsAuthFailure(err) || isDBIndexError(err) || isUnknownHost(err) || notRESP(err)
+}
+
+// isDBIndexError reports whether err is a node's refusal of SELECT db:
+// "ERR DB index is out of range" (Redis, Valkey) or "ERR invalid DB index"
+// (a DB that is not a number, or a server that says so).
+func isDBIndexError(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) || re.IsNil() {
+		return false
+	}
+	msg := strings.TrimPrefix(re.Error(), "ERR ")
+	return strings.HasPrefix(msg, "DB index is out of range") || strings.HasPrefix(msg, "invalid DB index")
+}
+
+// isUnknownHost reports whether err is a resolver's "no such host".
+func isUnknownHost(err error) bool {
+	var de *net.DNSError
+	return errors.As(err, &de) && de.IsNotFound
+}
+
+// notRESP reports whether err is rueidis's reading of an answer that is
+// not RESP: an HTTP or PostgreSQL server's, say.
+func notRESP(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "received unknown message type") || strings.Contains(msg, "received unexpected")
+}
+
+// isDialError reports whether err happened while dialing (a dial timeout
+// means no connection, not a node that accepted and was silent).
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/nodeactor"
@@ -160,5 +161,29 @@ func TestClassifyTransportErrors(t *testing.T) {
 				t.Errorf("IsNoPerm(%v) = true", tt.err)
 			}
 		})
+	}
+}
+
+// Errors of a connect that no wait can fix make a node unusable (New fails
+// at once); a node that is down, slow or closing the connection is not.
+// The refusals that are error replies (WRONGPASS, DB index) are tested on
+// real servers (coordinator's TestNewNamesTheCause).
+func TestUnusable(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"unknown host", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}}, true},
+		{"not RESP", errors.New("received unknown message type: 72"), true},
+		{"dns server failure", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "server misbehaving", Name: "x", IsTemporary: true}}, false},
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false},
+		{"eof", io.EOF, false},
+		{"no answer", &nodeactor.NoAnswerError{What: "HELLO", Waited: time.Second, Err: context.DeadlineExceeded}, false},
+	} {
+		if got := nodeactor.Unusable(tt.err); got != tt.want {
+			t.Errorf("%s: Unusable(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package nodeactor
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 var (
 	// ErrClosed means the actor has been closed.
@@ -37,3 +40,25 @@ func (e *NodeError) Unwrap() error { return e.Err }
 
 // ErrNotCluster means a node listed with cluster seeds is not a Redis Cluster.
 var ErrNotCluster = errors.New("redlock: not a Redis Cluster")
+
+// NoAnswerError means the node accepted the connection but did not answer
+// the handshake within Waited. What names the handshake ("HELLO", or "the
+// TLS handshake or HELLO"). Bound names the setting that bounds the wait,
+// when it is not the dial timeout. Unwrap gives the deadline's error.
+type NoAnswerError struct {
+	What   string
+	Waited time.Duration
+	Bound  string
+	Err    error
+}
+
+func (e *NoAnswerError) Error() string {
+	within := e.Waited.String()
+	if e.Bound != "" {
+		within = e.Bound + " " + within
+	}
+	return "no answer to " + e.What + " within " + within + " (the node accepted the connection but never answered)"
+}
+
+// Unwrap returns the deadline's error.
+func (e *NoAnswerError) Unwrap() error { return e.Err }

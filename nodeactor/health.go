@@ -44,7 +44,7 @@ type Status struct {
 	Latency time.Duration // EWMA of batch round trips
 	Caps    Capabilities
 	LastErr error
-	Fatal   error // set when a required capability is missing or our credentials were refused
+	Fatal   error // set when a required capability is missing or the node is Unusable
 }
 
 // Status returns a snapshot of the node's health and capabilities.

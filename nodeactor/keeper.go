@@ -1,8 +1,10 @@
 package nodeactor
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -68,45 +70,114 @@ func (a *Actor) connect() (rueidis.Client, error) {
 		opt.ConnWriteTimeout = 3 * a.opt.DialTimeout
 	}
 	cl, err := rueidis.NewClient(opt)
-	if err != nil && opt.TLSConfig == nil && closedAtOnce(err) {
-		return nil, fmt.Errorf("%w (the node closed the connection at once; it may require TLS: set Config.TLS or use a rediss:// URL)", err)
+	if err != nil {
+		return nil, a.explain(err, opt)
 	}
-	if err != nil && opt.TLSConfig != nil && !a.opt.Cluster && opt.DialCtxFn == nil && len(opt.InitAddress) == 1 &&
-		!IsAuthFailure(err) && speaksPlainRESP(opt.InitAddress[0], opt.Dialer.Timeout) {
-		return nil, fmt.Errorf("%w (the node answers plain RESP, not TLS: drop Config.TLS or use a redis:// URL)", err)
-	}
-	if err != nil && a.sentinel() && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
-		return nil, fmt.Errorf("%w (%s: the URL's addresses must be sentinels, not the master)", err, a.opt.Addr)
-	}
-	if err != nil && a.opt.Cluster && strings.Contains(err.Error(), "cluster support disabled") {
-		return nil, fmt.Errorf("%w: %s was given cluster seeds: %v", ErrNotCluster, a.opt.Addr, err)
-	}
-	if err == nil && a.opt.Cluster && cl.Mode() != rueidis.ClientModeCluster {
+	if a.opt.Cluster && cl.Mode() != rueidis.ClientModeCluster {
 		// rueidis falls back to a single-node client when the seeds are not
 		// a cluster: two independent servers must never count as one node.
 		cl.Close()
 		return nil, fmt.Errorf("%w: %s was given cluster seeds but is not a Redis Cluster", ErrNotCluster, a.opt.Addr)
 	}
-	return cl, err
+	return cl, nil
 }
 
-// speaksPlainRESP reports whether addr answers a PING sent without TLS:
-// asked after a TLS handshake failed, it tells a plain port from a
-// network fault (a plain server reads the ClientHello as a command and
-// waits, so the handshake only times out).
-func speaksPlainRESP(addr string, timeout time.Duration) bool {
+// explain adds to the error of a failed connect what the node's answer
+// (or silence) means and what to check. Where the error alone cannot
+// tell, it asks the node once more: a plain PING, or a TLS handshake.
+func (a *Actor) explain(err error, opt rueidis.ClientOption) error {
+	// a node of one address that we dial as rueidis does: we can ask it
+	addr, askable := "", !a.opt.Cluster && opt.DialCtxFn == nil && len(opt.InitAddress) == 1
+	if askable {
+		addr = opt.InitAddress[0]
+	}
+	timeout := opt.Dialer.Timeout
+	switch {
+	case IsAuthFailure(err):
+		return fmt.Errorf("%w (check Config.Username and Config.Password, or the URL's user:password)", err)
+	case isDBIndexError(err):
+		return fmt.Errorf("%w (the node has no database %d: its databases setting bounds the index, 16 by default; check the URL's /db or ?db=)", err, a.opt.DB)
+	case isUnknownHost(err):
+		return fmt.Errorf("%w (check the node's host name)", err)
+	case notRESP(err):
+		if b := peek(addr, askable, timeout); len(b) > 0 {
+			return fmt.Errorf("%w (not a Redis server: it answers %q)", err, firstLine(b))
+		}
+		return fmt.Errorf("%w (not a Redis server: its answer is not RESP)", err)
+	case opt.TLSConfig == nil && closedAtOnce(err):
+		// a cluster's seeds or a sentinel's list share one configuration:
+		// the first tells
+		if opt.DialCtxFn == nil && len(opt.InitAddress) > 0 && speaksTLS(opt.InitAddress[0], timeout) {
+			return fmt.Errorf("%w (the node closed the connection at once, and it answers a TLS handshake: connections to it require TLS; set Config.TLS or use a rediss:// URL)", err)
+		}
+		return fmt.Errorf("%w (the node closed the connection without answering HELLO: it is not a Redis server, or a proxy with no server behind it)", err)
+	case opt.TLSConfig != nil && speaksPlainRESP(peek(addr, askable, timeout)):
+		return fmt.Errorf("%w (the node answers plain RESP, not TLS: drop Config.TLS or use a redis:// URL)", err)
+	case errors.Is(err, context.DeadlineExceeded) && !isDialError(err):
+		what := "HELLO"
+		if opt.TLSConfig != nil {
+			what = "the TLS handshake or HELLO"
+		}
+		return &NoAnswerError{What: what, Waited: timeout, Err: err}
+	case a.sentinel() && strings.Contains(strings.ToLower(err.Error()), "unknown command"):
+		return fmt.Errorf("%w (%s: the URL's addresses must be sentinels, not the master)", err, a.opt.Addr)
+	case a.opt.Cluster && strings.Contains(err.Error(), "cluster support disabled"):
+		return fmt.Errorf("%w: %s was given cluster seeds: %v", ErrNotCluster, a.opt.Addr, err)
+	}
+	return err
+}
+
+// peek sends addr a plain PING, without TLS, and returns the first bytes
+// of its answer (none if ask is false or nothing came within timeout).
+func peek(addr string, ask bool, timeout time.Duration) []byte {
+	if !ask {
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return nil
+	}
+	b := make([]byte, 64)
+	n, _ := io.ReadAtLeast(conn, b, 1)
+	return b[:n]
+}
+
+// firstLine returns b up to its first line end, at most 32 bytes.
+func firstLine(b []byte) []byte {
+	if i := bytes.IndexAny(b, "\r\n"); i >= 0 {
+		b = b[:i]
+	}
+	return b[:min(len(b), 32)]
+}
+
+// speaksPlainRESP reports whether answer, a node's answer to a plain PING
+// (peek), is RESP. Asked after a TLS handshake failed, it tells a plain
+// port from a network fault (a plain server reads the ClientHello as a
+// command and waits, so the handshake only times out).
+func speaksPlainRESP(answer []byte) bool {
+	return len(answer) > 0 && (answer[0] == '+' || answer[0] == '-')
+}
+
+// speaksTLS reports whether addr answers a TLS handshake: asked after a
+// plain HELLO got the connection closed, it tells a TLS-only port from one
+// that speaks another protocol. The handshake checks no certificate, and
+// nothing is sent over it.
+func speaksTLS(addr string, timeout time.Duration) bool {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return false
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	var b [1]byte
-	n, _ := conn.Read(b[:])
-	return n == 1 && (b[0] == '+' || b[0] == '-')
+	err = tls.Client(conn, &tls.Config{InsecureSkipVerify: true}).Handshake() //nolint:gosec // only to see whether the peer speaks TLS
+	var oe *net.OpError
+	// a TLS alert from the peer (a client certificate required...) is TLS too
+	return err == nil || errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // closedAtOnce reports whether err says the peer closed or reset the
@@ -128,12 +199,10 @@ func (a *Actor) keeper() {
 			break
 		}
 		a.markDown(err)
-		if IsAuthFailure(err) {
-			// Our credentials were refused: say so at once (New fails when
-			// too many nodes did), and keep trying, slowly, in case an
-			// operator fixes the node's ACL.
-			err = fmt.Errorf("%w (check Config.Username and Config.Password, or the URL's user:password)", err)
-			a.lastErr.Store(&err)
+		if Unusable(err) {
+			// The node will not serve us as configured: say so at once (New
+			// fails when too many nodes did), and keep trying, slowly, in
+			// case an operator fixes the node, its ACL or the DNS.
 			a.fatal.Store(&err)
 			a.readyO.Do(func() { close(a.ready) })
 		}

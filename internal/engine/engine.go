@@ -101,8 +101,10 @@ type Settings struct {
 }
 
 // New starts one actor per node and the router, and waits until a quorum of
-// nodes answered. It fails only if fewer than a quorum of nodes answer
-// within set.StartTimeout (or before ctx ends).
+// nodes answered. It fails if fewer than a quorum of nodes answer within
+// set.StartTimeout (or before ctx ends), or at once when so many nodes are
+// unusable (nodeactor.Unusable) that no quorum can answer. The error names
+// each node that did not answer and why.
 func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	c := newEngine(set, specs)
 	onGuarded := func(i int) {
@@ -144,8 +146,9 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	defer cancel()
 	tl := c.NewTally()
 	ready, fatal := c.countReady()
-	// Nodes that refused our credentials (or a required capability) will
-	// not answer in time: stop waiting once they leave no quorum.
+	// Nodes that will not serve us (nodeactor.Unusable, or a required
+	// capability refused) will not answer in time: stop waiting once they
+	// leave no quorum.
 	for !tl.Enough(ready) && wctx.Err() == nil && !tl.Veto(len(fatal)) {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -193,7 +196,12 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 		for _, n := range c.nodes {
 			if st := n.Status(); !st.Up && st.Fatal == nil {
 				err := st.LastErr
+				var silent *nodeactor.NoAnswerError
 				switch {
+				case errors.As(err, &silent) && ctx.Err() == nil:
+					// each connection waited the dial timeout; New waited
+					// StartTimeout in all
+					err = &nodeactor.NoAnswerError{What: silent.What, Waited: set.StartTimeout, Bound: "StartTimeout", Err: silent.Err}
 				case err != nil:
 				case ctx.Err() != nil:
 					err = errors.New("no answer before ctx ended")
