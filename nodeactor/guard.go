@@ -37,10 +37,6 @@ type Look struct {
 	// its evicted_keys counter.
 	Evicts  string
 	Evicted int64
-	// Commands is its total_commands_processed: a count that only grows
-	// while the process runs, so a smaller one means its statistics were
-	// reset (CONFIG RESETSTAT), and Evicted says nothing since.
-	Commands int64
 	// Token names the unarmed episode the look saw: a single node's
 	// unarmed-since token, a cluster master's pending set's epoch ("" when
 	// none). Another token than the one a guard recorded means the node
@@ -498,7 +494,6 @@ func (lk *Look) readInfo(r rueidis.RedisResult) error {
 	lk.Uptime = time.Duration(up) * time.Second
 	lk.Evicts = evicts(info)
 	lk.Evicted, _ = strconv.ParseInt(infoField(info, "evicted_keys"), 10, 64)
-	lk.Commands, _ = strconv.ParseInt(infoField(info, "total_commands_processed"), 10, 64)
 	return nil
 }
 

@@ -122,7 +122,6 @@ type nodeGuard struct {
 	clkUs            int64
 	clkSent, clkRecv time.Time
 	evicted          int64
-	commands         int64
 	// hzLow is the earliest the horizon key could expire by the last
 	// look's read (zero: it had none). The key is never lowered, so a
 	// later look that finds it expiring earlier found it lose time.
@@ -355,6 +354,14 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 	actx, cancel := context.WithDeadline(ctx, armBy)
 	err := g.gns[x].Arm(actx, master, want)
 	cancel()
+	if ttl := time.Duration(g.ttl.Load()); err == nil && master == "" && ttl > 0 {
+		// The horizon there for the TTLs in use before this process
+		// counts the node (its confirmed horizon was dropped when it
+		// forgot): else its first grants would not count.
+		rctx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
+		g.raise(rctx, ttl, g.c.set.NodeTimeout, false, x)
+		cancel()
+	}
 	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
 		countGuardRun(g.c.nodes[x].Addr()) // the arm key's EVAL
 	}

@@ -23,8 +23,6 @@ func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 		case why != "":
 		case lk.Evicted > st.evicted:
 			why = fmt.Sprintf("it evicted %d keys since the last look", lk.Evicted-st.evicted)
-		case lk.Commands < st.commands:
-			why = "its statistics were reset (CONFIG RESETSTAT): evictions since the last look are unknown"
 		}
 		if !st.hzLow.IsZero() && why == "" {
 			// The horizon key expires no later than high by this look.
@@ -51,7 +49,7 @@ func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 			}
 		}
 	}
-	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted, st.commands = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted, lk.Commands
+	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted
 	st.hzLow = time.Time{}
 	if lk.Horizon >= 0 {
 		st.hzLow = lk.Sent.Add(lk.Horizon - g.c.Drift(lk.Horizon))

@@ -25,7 +25,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 	var wg sync.WaitGroup
 	if ttl := g.inUse(time.Now()); !first && ttl > 0 {
 		// only for the TTLs in use: an idle deployment keeps no horizon
-		wg.Go(func() { g.raise(ctx, ttl, max(guardWait, g.c.set.NodeTimeout), false) })
+		wg.Go(func() { g.raise(ctx, ttl, max(guardWait, g.c.set.NodeTimeout), false, -1) })
 	}
 	wait := max(g.c.set.NodeTimeout, 500*time.Millisecond)
 	var guarded, plain []int

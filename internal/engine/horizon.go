@@ -65,7 +65,7 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	// than a quorum's answers: a node that answers later is not covered
 	// for ttl until its reply or the loop's next raise, which only costs
 	// its grant there (covers), not the caller's lease.
-	g.raise(ctx, ttl, g.c.set.NodeTimeout, true)
+	g.raise(ctx, ttl, g.c.set.NodeTimeout, true, -1)
 	storeMax(&g.ttl, int64(ttl))
 }
 
@@ -131,7 +131,11 @@ func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
 // (a FLUSHALL of every node would hold them all out for the TTL). With early it returns once
 // a quorum's confirmed horizons cover ttl. It reports whether they do
 // (or no node is guarded).
-func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) bool {
+//
+// With only >= 0, it raises on that node alone (the others have their
+// PTTL read), even before this process counts it armed: the arming that
+// just ended there (decide).
+func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, only int) bool {
 	if !g.anyGuarded() {
 		return true // no guarded node (miniredis, no INFO): no key to leave
 	}
@@ -189,7 +193,7 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool) 
 	armed := call
 	armed.Armed = true
 	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
-		if g.unarmed(i) {
+		if only >= 0 && i != only || only < 0 && g.unarmed(i) {
 			return read
 		}
 		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
