@@ -117,7 +117,7 @@ func TestNewWritesOnlyTheGuardKeys(t *testing.T) {
 
 // TestFlushAllBetweenTests is what a user's suite that flushes between
 // tests sees (docs/guide.md, "A suite that flushes"): with no lease taken
-// yet, a FLUSHALL of every node costs nothing (no horizon, nothing could
+// yet, a FLUSHALL of every node costs a look (no horizon, nothing could
 // be forgotten); after 2 s leases, about the 2 s TTL plus the 3 s margin.
 // Before, every lock stopped for DefaultTTL + 3 s (34 s by default).
 func TestFlushAllBetweenTests(t *testing.T) {
@@ -125,27 +125,42 @@ func TestFlushAllBetweenTests(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.DefaultTTL = 0 })
 	l, _ := primitives.NewLock(c, "flushed", primitives.WithTTL(2*time.Second))
-	flushAndTake := func(most time.Duration) time.Duration {
-		t.Helper()
+	flush := func() time.Time {
 		for _, s := range srv {
 			admin(t, s, "FLUSHALL")
 		}
-		start := time.Now()
+		return time.Now()
+	}
+	take := func(since time.Time, most time.Duration) time.Duration {
+		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		lease, err := l.Acquire(ctx)
 		if err != nil {
 			t.Fatalf("Acquire after FLUSHALL: %v", err)
 		}
-		took := time.Since(start)
+		took := time.Since(since)
 		lease.Release(ctx)
 		if took > most {
 			t.Errorf("Acquire after FLUSHALL took %v, want at most %v", took.Round(time.Millisecond), most)
 		}
 		return took
 	}
-	first := flushAndTake(3 * time.Second)
-	second := flushAndTake(2*time.Second + 3*time.Second + 5*time.Second)
+	// no lease yet: the guard's next look arms every node again
+	flushed := flush()
+	time.Sleep(1500 * time.Millisecond) // the guard's next look
+	if !testutil.Eventually(3*time.Second, func() bool {
+		for _, ns := range c.Nodes() {
+			if ns.Guarded {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("nodes still guarded 3 s after a FLUSHALL with no lease in use: %+v", c.Nodes())
+	}
+	first := take(flushed, 5*time.Second)
+	second := take(flush(), 2*time.Second+3*time.Second+5*time.Second)
 	t.Logf("Acquire after FLUSHALL of every node: %v with no lease before, %v after 2 s leases",
 		first.Round(time.Millisecond), second.Round(time.Millisecond))
 }

@@ -122,19 +122,14 @@ func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
 }
 
 // raise sets the horizon's PTTL to at least horizonPTTL(ttl) on every
-// node this process does not know to be unarmed, and records the
-// confirmed horizons, each as its reply comes (a late one too). The
-// raise runs armed (but on a Redis Cluster node): a node that forgot
-// refuses it, and a node known unarmed only has its PTTL read. It grants
-// nothing that counts, and a raise there after it forgot would make its
-// bound, and every other unarmed node's, look as if a lease were in use
-// (a FLUSHALL of every node would hold them all out for the TTL). With early it returns once
-// a quorum's confirmed horizons cover ttl. It reports whether they do
-// (or no node is guarded).
+// node, and records the confirmed horizons, each as its reply comes (a
+// late one too). A node that forgot is raised too: its key is a witness
+// for the bound of the next node that forgets (docs/lock.md, "Horizon").
+// With early it returns once a quorum's confirmed horizons cover ttl. It
+// reports whether they do (or no node is guarded).
 //
 // With only >= 0, it raises on that node alone (the others have their
-// PTTL read), even before this process counts it armed: the arming that
-// just ended there (decide).
+// PTTL read): the arming that just ended there (decide).
 func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, only int) bool {
 	if !g.anyGuarded() {
 		return true // no guarded node (miniredis, no INFO): no key to leave
@@ -190,17 +185,12 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, 
 	if early {
 		decide = covered
 	}
-	armed := call
-	armed.Armed = true
 	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
-		if only >= 0 && i != only || only < 0 && g.unarmed(i) {
+		if only >= 0 && i != only {
 			return read
 		}
 		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
-		if g.c.nodes[i].Status().Caps.Cluster {
-			return call
-		}
-		return armed
+		return call
 	}, decide, record)
 	return covered(r)
 }
@@ -220,14 +210,6 @@ func (g *guard) lostTime(i int, d time.Duration) {
 	}
 }
 
-// unarmed reports whether this process's last look found node i (a
-// single node) not armed.
-func (g *guard) unarmed(i int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := &g.st[i]
-	return g.ms[i] == nil && st.looked && !st.armed
-}
 
 // confirm records the horizons the looks read: a node's key lives at
 // least its PTTL from the look's send time, less the drift, whoever
