@@ -1,19 +1,19 @@
 module github.com/redlock-go/redlock
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/rueidis v1.0.79
 	github.com/redis/rueidis/mock v1.0.79
 	github.com/sourcegraph/conc v0.3.0
-	go.opentelemetry.io/otel v1.47.0
-	go.opentelemetry.io/otel/metric v1.47.0
-	go.opentelemetry.io/otel/sdk v1.47.0
-	go.opentelemetry.io/otel/sdk/metric v1.47.0
-	go.opentelemetry.io/otel/trace v1.47.0
+	go.opentelemetry.io/otel v1.46.0
+	go.opentelemetry.io/otel/metric v1.46.0
+	go.opentelemetry.io/otel/sdk v1.46.0
+	go.opentelemetry.io/otel/sdk/metric v1.46.0
+	go.opentelemetry.io/otel/trace v1.46.0
 	go.uber.org/goleak v1.3.0
-	golang.org/x/sync v0.25.0
+	golang.org/x/sync v0.22.0
 	pgregory.net/rapid v1.3.0
 )
 
@@ -24,7 +24,6 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.uber.org/mock v0.6.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 )

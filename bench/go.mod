@@ -8,8 +8,8 @@ replace github.com/redlock-go/redlock => ../
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/go-redsync/redsync/v4 v4.18.1
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/go-redsync/redsync/v4 v4.17.0
+	github.com/redis/go-redis/v9 v9.23.0-beta.1
 	github.com/redis/rueidis v1.0.79
 	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
 )
@@ -19,10 +19,10 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/sourcegraph/conc v0.3.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
-	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.opentelemetry.io/otel v1.46.0 // indirect
+	go.opentelemetry.io/otel/metric v1.46.0 // indirect
+	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 )

@@ -210,7 +210,6 @@ func (g *guard) lostTime(i int, d time.Duration) {
 	}
 }
 
-
 // confirm records the horizons the looks read: a node's key lives at
 // least its PTTL from the look's send time, less the drift, whoever
 // raised it (another process's raise confirms this one's horizon too).
