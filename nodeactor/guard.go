@@ -232,12 +232,10 @@ func (a *Actor) Look(ctx context.Context, horizonKey string) (Look, error) {
 }
 
 func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
-	cp := a.client.Load()
-	if cp == nil {
-		return Look{}, ErrNodeDown
+	cl, ctx, cancel, err := a.guardConn(ctx)
+	if err != nil {
+		return Look{}, err
 	}
-	cl := *cp
-	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
 	if a.opt.Cluster {
 		return a.lookCluster(ctx, cl, horizonKey)
@@ -384,12 +382,10 @@ func (a *Actor) Arm(ctx context.Context, master, want string) error {
 }
 
 func (a *Actor) arm(ctx context.Context, master, want string) error {
-	cp := a.client.Load()
-	if cp == nil {
-		return ErrNodeDown
+	cl, ctx, cancel, err := a.guardConn(ctx)
+	if err != nil {
+		return err
 	}
-	cl := *cp
-	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
 	if a.opt.Cluster {
 		return a.armMaster(ctx, cl, master, want)
@@ -460,6 +456,17 @@ func armed(ctx context.Context, c rueidis.Client, res []rueidis.RedisResult, wan
 		}
 	}
 	return nil
+}
+
+// guardConn returns the node's client and a ctx for one of the guard's
+// pipelines on it (noDeadline), or ErrNodeDown.
+func (a *Actor) guardConn(ctx context.Context) (rueidis.Client, context.Context, context.CancelFunc, error) {
+	cp := a.client.Load()
+	if cp == nil {
+		return nil, nil, nil, ErrNodeDown
+	}
+	ctx, cancel := a.noDeadline(ctx)
+	return *cp, ctx, cancel, nil
 }
 
 // noDeadline returns a ctx without a deadline, canceled at ctx's deadline

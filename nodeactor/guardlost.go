@@ -54,12 +54,10 @@ func (a *Actor) clockLimit(id string) string {
 // calls it when a look shows the node lost keys without a restart (an
 // eviction, a forward step of its clock). It can only hold the node out.
 func (a *Actor) Disarm(ctx context.Context) error {
-	cp := a.client.Load()
-	if cp == nil {
-		return ErrNodeDown
+	cl, ctx, cancel, err := a.guardConn(ctx)
+	if err != nil {
+		return err
 	}
-	cl := *cp
-	ctx, cancel := a.noDeadline(ctx)
 	defer cancel()
 	return cl.Do(ctx, cl.B().Del().Key(a.armKey()).Build()).Error()
 }

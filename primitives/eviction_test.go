@@ -56,16 +56,7 @@ func TestEvictingNodeIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for a.Valid() {
-		if b, err := lb.TryAcquire(ctx); err == nil {
-			left := time.Until(a.Deadline())
-			b.Release(ctx)
-			if a.Valid() {
-				t.Fatalf("B holds with %v of A's lease left", left.Round(time.Millisecond))
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	neverWhileValid(t, a, lb, "after the eviction")
 	// once its policy is noeviction, node 0 is counted again
 	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
 	admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
@@ -74,6 +65,23 @@ func TestEvictingNodeIsRefused(t *testing.T) {
 		return !ns.Guarded && ns.LastErr == nil && ns.Identity != ""
 	}) {
 		t.Errorf("node 0 not counted again after noeviction: %+v", cb.Nodes()[0])
+	}
+}
+
+// neverWhileValid has b try for as long as a is Valid; a grant while a
+// is still Valid after it fails the test (what names the fault).
+func neverWhileValid(t *testing.T, a *primitives.Lease, b *primitives.Lock, what string) {
+	t.Helper()
+	ctx := context.Background()
+	for a.Valid() {
+		if lb, err := b.TryAcquire(ctx); err == nil {
+			left := time.Until(a.Deadline())
+			lb.Release(ctx)
+			if a.Valid() {
+				t.Fatalf("B holds %s with %v of A's lease left (fences A %d, B %d)", what, left.Round(time.Millisecond), a.Fence(), lb.Fence())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -304,16 +304,7 @@ func TestOneNodeClockForwardOnALeaseOfTwoNodes(t *testing.T) {
 	do(t, srv[2], "DEL", key)
 	time.Sleep(1500 * time.Millisecond) // a look of every guard before the step
 	srv[0].StepClock(30 * time.Second)
-	for la.Valid() {
-		if lb, err := b.TryAcquire(ctx); err == nil {
-			left := time.Until(la.Deadline())
-			lb.Release(ctx)
-			if la.Valid() {
-				t.Fatalf("B holds with %v of A's lease left (fences A %d, B %d)", left.Round(time.Millisecond), la.Fence(), lb.Fence())
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	neverWhileValid(t, la, b)
 	// node 0 counts again once A's lease has ended
 	if !testutil.Eventually(30*time.Second, func() bool {
 		lb, err := b.TryAcquire(ctx)
@@ -358,17 +349,7 @@ func TestClockGlitchForwardThenBack(t *testing.T) {
 	// The look period is the window (docs/lock.md, "What is left open"):
 	// B tries once every guard looked since the glitch.
 	time.Sleep(1500 * time.Millisecond)
-	for la.Valid() {
-		if lb, err := b.TryAcquire(ctx); err == nil {
-			left := time.Until(la.Deadline())
-			lb.Release(ctx)
-			if la.Valid() {
-				t.Fatalf("after a glitch of node 0's clock, B holds with %v of A's lease left (fences A %d, B %d)",
-					left.Round(time.Millisecond), la.Fence(), lb.Fence())
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	neverWhileValid(t, la, b)
 }
 
 // expiredKeys is s's expired_keys counter.
@@ -380,4 +361,21 @@ func expiredKeys(t *testing.T, s *testutil.Server) string {
 		}
 	}
 	return ""
+}
+
+// neverWhileValid has b try for as long as la is Valid; a grant while la
+// is still Valid after it fails the test.
+func neverWhileValid(t *testing.T, la *primitives.Lease, b *primitives.Lock) {
+	t.Helper()
+	ctx := context.Background()
+	for la.Valid() {
+		if lb, err := b.TryAcquire(ctx); err == nil {
+			left := time.Until(la.Deadline())
+			lb.Release(ctx)
+			if la.Valid() {
+				t.Fatalf("B holds with %v of A's lease left (fences A %d, B %d)", left.Round(time.Millisecond), la.Fence(), lb.Fence())
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
