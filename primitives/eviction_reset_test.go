@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
 
@@ -27,17 +26,8 @@ func TestEvictionHiddenByResetstat(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	ca, cb := newCoord(t, addrs), newCoord(t, addrs)
-	ttl := 10 * time.Second
-	la, _ := primitives.NewLock(ca, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	lb, _ := primitives.NewLock(cb, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	ctx := context.Background()
-	a, err := la.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Release(ctx)
-	testutil.Eventually(2*time.Second, func() bool { return admin(t, srv[2], "EXISTS", lockKey("evict", "lock")) == "1" })
-	admin(t, srv[2], "DEL", lockKey("evict", "lock"))
+	a, lb := evictLease(t, srv, ca, cb)
+	defer a.Release(context.Background())
 	time.Sleep(1500 * time.Millisecond) // every guard has a baseline
 	used, _ := strconv.ParseInt(infoField(admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
 	began := time.Now()

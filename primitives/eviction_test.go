@@ -38,17 +38,8 @@ func TestEvictingNodeIsRefused(t *testing.T) {
 	if err := cb.Nodes()[0].LastErr; !strings.Contains(err.Error(), "noeviction") {
 		t.Errorf("node 0's error %q does not say to set noeviction", err)
 	}
-	ttl := 10 * time.Second
-	la, _ := primitives.NewLock(ca, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	lb, _ := primitives.NewLock(cb, "evict", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	ctx := context.Background()
-	a, err := la.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Release(ctx)
-	testutil.Eventually(2*time.Second, func() bool { return admin(t, srv[2], "EXISTS", lockKey("evict", "lock")) == "1" })
-	admin(t, srv[2], "DEL", lockKey("evict", "lock"))
+	a, lb := evictLease(t, srv, ca, cb)
+	defer a.Release(context.Background())
 	// memory pressure on node 0: its keys with a TTL are evicted
 	val := strings.Repeat("x", 64<<10)
 	for i := range 100 {
@@ -66,6 +57,23 @@ func TestEvictingNodeIsRefused(t *testing.T) {
 	}) {
 		t.Errorf("node 0 not counted again after noeviction: %+v", cb.Nodes()[0])
 	}
+}
+
+// evictLease gives A (of ca) a 10 s lease of "evict" on nodes 0 and 1:
+// node 2 lost its copy, as an early expiry leaves it. lb is B's lock (of
+// cb) of the name.
+func evictLease(t *testing.T, srv []*testutil.Server, ca, cb *coordinator.Coordinator) (*primitives.Lease, *primitives.Lock) {
+	t.Helper()
+	opts := []primitives.Option{primitives.WithTTL(10 * time.Second), primitives.WithAutoRenew(false)}
+	la, _ := primitives.NewLock(ca, "evict", opts...)
+	lb, _ := primitives.NewLock(cb, "evict", opts...)
+	a, err := la.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(2*time.Second, func() bool { return admin(t, srv[2], "EXISTS", lockKey("evict", "lock")) == "1" })
+	admin(t, srv[2], "DEL", lockKey("evict", "lock"))
+	return a, lb
 }
 
 // neverWhileValid has b try for as long as a is Valid; a grant while a
