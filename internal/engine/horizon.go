@@ -173,9 +173,11 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, 
 			storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
 		}
 	}
+	seen := make([]bool, len(g.horizon)) // each reply recorded once
 	covered := func(r *Round) bool {
 		for i := range r.Replies {
-			if r.Answered[i] {
+			if r.Answered[i] && !seen[i] {
+				seen[i] = true
 				record(r.Replies[i])
 			}
 		}
