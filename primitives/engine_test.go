@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"fmt"
+	"github.com/redlock-go/redlock/internal/guard"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -35,7 +35,7 @@ func scriptCalls(t *testing.T, s *testutil.Server) int {
 			}
 		}
 	}
-	return n - int(engine.GuardScriptsRun(s.Addr()))
+	return n - int(guard.ScriptsRun(s.Addr()))
 }
 
 func scriptCallsAll(t *testing.T, srv []*testutil.Server) []int {

@@ -2,12 +2,12 @@ package primitives_test
 
 import (
 	"context"
+	"github.com/redlock-go/redlock/internal/guard"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -34,7 +34,7 @@ func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
 			queuedOnAll(t, srv, name)
 			checks := func() (s int64) {
 				for _, a := range addrs {
-					s += engine.DirectGrantChecksRun(a)
+					s += guard.ChecksRun(a)
 				}
 				return s
 			}

@@ -7,6 +7,7 @@ package primitives_test
 import (
 	"context"
 	"errors"
+	"github.com/redlock-go/redlock/internal/guard"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/redlock-go/redlock/chanapi"
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -470,7 +470,7 @@ func TestLatchRealNodeOpensItselfAtCount(t *testing.T) {
 		for line := range strings.Lines(info) {
 			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
 				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n - int(engine.GuardScriptsRun(s.Addr())) // less the node guard's raises
+				return n - int(guard.ScriptsRun(s.Addr())) // less the node guard's raises
 			}
 		}
 		return 0

@@ -2,6 +2,7 @@ package primitives_test
 
 import (
 	"context"
+	"github.com/redlock-go/redlock/internal/guard"
 	"os"
 	"slices"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -47,7 +47,7 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
-			guardRuns[i] = engine.GuardScriptsRun(s.Addr())
+			guardRuns[i] = guard.ScriptsRun(s.Addr())
 		}
 	}
 	count := func(cmds ...string) []int {
@@ -61,7 +61,7 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 				out[i] += cmdCalls(stats, c)
 			}
 			if slices.Contains(cmds, "evalsha") {
-				out[i] -= int(engine.GuardScriptsRun(s.Addr()) - guardRuns[i])
+				out[i] -= int(guard.ScriptsRun(s.Addr()) - guardRuns[i])
 			}
 		}
 		return out

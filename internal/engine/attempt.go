@@ -119,7 +119,7 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	n := len(c.nodes)
 	acquire := s.Op.Acquire
 	if c.guard != nil {
-		c.guard.ensure(ctx, max(s.TTL, s.Life))
+		c.guard.Ensure(ctx, max(s.TTL, s.Life))
 		acquire = func(i int) nodeactor.Call {
 			call := s.Op.Acquire(i)
 			call.Armed = true
@@ -141,13 +141,13 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	vote := func(r *Round, i int) (Vote, error) {
 		if !classified[i] {
 			votes[i], verrs[i] = s.Op.Vote(r.Replies[i])
-			if verrs[i] == nil && votes[i].Granted && !c.guard.covers(i, r.Start, max(s.TTL, s.Life)) {
+			if verrs[i] == nil && votes[i].Granted && !c.guard.Covers(i, r.Start, max(s.TTL, s.Life)) {
 				// no confirmed horizon outlives this grant there: neither a
 				// grant nor a holder, and rolled back (mayHold)
 				verrs[i] = &nodeactor.NodeError{Addr: c.nodes[i].Addr(),
 					Err: fmt.Errorf("%w: its horizon does not cover the TTL yet", nodeactor.ErrNodeGuarded)}
 			}
-			verrs[i] = c.guard.until(i, verrs[i])
+			verrs[i] = c.guard.Until(i, verrs[i])
 			classified[i] = true
 		}
 		return votes[i], verrs[i]

@@ -56,10 +56,10 @@ func (c *Engine) TakeGrants(ctx context.Context, s DirectSpec) (*Hold, error) {
 		// grant counts only from a node that an armed round confirms, or
 		// that marked it under the identity its actor is armed under, and
 		// under a confirmed horizon (docs/lock.md, "Node guard").
-		ok := c.guard.confirmGrants(ctx, s.Nodes, s.Marked, s.Key)
+		ok := c.guard.ConfirmGrants(ctx, s.Nodes, s.Marked, s.Key)
 		var kept []Vote
 		for j, i := range s.Nodes {
-			if ok[i] && c.guard.covers(i, s.Start, max(s.TTL, s.Life)) {
+			if ok[i] && c.guard.Covers(i, s.Start, max(s.TTL, s.Life)) {
 				kept = append(kept, s.Grants[j])
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/redlock-go/redlock/internal/guard"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -19,6 +20,20 @@ import (
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/notify"
 )
+
+// guardFanout is the guard's Fanout: fanout, its Round seen as the
+// guard's.
+func (c *Engine) guardFanout(ctx context.Context, wait time.Duration, lane nodeactor.Lane, call func(int) nodeactor.Call,
+	decide func(*guard.Round) bool, late func(nodeactor.Reply)) *guard.Round {
+	view := func(r *Round) *guard.Round {
+		return &guard.Round{Start: r.Start, Replies: r.Replies, Answered: r.Answered}
+	}
+	var d func(*Round) bool
+	if decide != nil {
+		d = func(r *Round) bool { return decide(view(r)) }
+	}
+	return view(c.fanout(ctx, wait, lane, call, d, late))
+}
 
 // Engine owns the node actors, the notify router and the renewal
 // scheduler: the implementation behind a coordinator.Coordinator. It is safe
@@ -63,7 +78,7 @@ type Engine struct {
 
 	flightDone func(nodeactor.Reply) // flight.done as a Late handler
 
-	guard *guard // nil: NodeGuard off
+	guard *guard.Guard // nil: NodeGuard off
 }
 
 // NodeSpec is one independent master, as parsed from the configuration.
@@ -109,7 +124,7 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	c := newEngine(set, specs)
 	onGuarded := func(i int) {
 		if g := c.guard; g != nil {
-			g.onGuarded(i)
+			g.OnGuarded(i)
 		}
 	}
 	for i, s := range specs {
@@ -138,7 +153,13 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 		}))
 	}
 	if set.Guard {
-		c.guard = newGuard(c)
+		nodes := make([]guard.Node, len(c.nodes))
+		for i, n := range c.nodes {
+			nodes[i] = n
+		}
+		c.guard = guard.New(guard.Config{Nodes: nodes, Quorum: c.quorum, Fanout: c.guardFanout,
+			KeyPrefix: set.KeyPrefix, DriftFactor: set.DriftFactor, MaxTTL: set.MaxTTL,
+			NodeTimeout: set.NodeTimeout, Logger: set.Logger})
 	}
 	c.start()
 
@@ -168,7 +189,7 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	// holds the evidence is a moment late (TestAdvGuardFreshRuleNewProcessStartup).
 	wait := max(100*time.Millisecond, set.NodeTimeout)
 	if c.guard != nil {
-		wait = max(wait, guardFreshPatience)
+		wait = max(wait, guard.FreshPatience)
 		if dl, ok := wctx.Deadline(); ok {
 			// leave the first look half of what StartTimeout has left
 			wait = min(wait, max(100*time.Millisecond, set.NodeTimeout, time.Until(dl)/2))
@@ -188,8 +209,8 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	if tl.Enough(ready) && c.guard != nil {
 		// The first look arms a fresh deployment and primes the horizon
 		// for DefaultTTL, so the first acquire waits for nothing.
-		c.guard.tick(wctx, true)
-		c.rnGo(c.guard.run)
+		c.guard.Start(wctx)
+		c.rnGo(func() { c.guard.Run(c.closing) })
 	}
 	if !tl.Enough(ready) {
 		errs := fatal
@@ -307,7 +328,7 @@ func (c *Engine) Nodes() []nodeactor.Status {
 }
 
 // GuardState returns node i's node guard state (zero when the guard is off).
-func (c *Engine) GuardState(i int) GuardState { return c.guard.state(i) }
+func (c *Engine) GuardState(i int) guard.State { return c.guard.NodeState(i) }
 
 // NodeIsCluster reports whether node i was configured as a Redis Cluster
 // (by its ?addr= seeds).

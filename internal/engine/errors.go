@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/redlock-go/redlock/internal/guard"
 	"strings"
 	"time"
 
@@ -49,7 +50,7 @@ func Invalid(format string, args ...any) error {
 // TTL bounds and resource-name limits (re-exported by coordinator).
 const (
 	MinTTL     = 100 * time.Millisecond
-	MaxTTL     = 24 * time.Hour
+	MaxTTL     = guard.MaxTTL
 	MaxNameLen = 512
 )
 

@@ -68,7 +68,7 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := h.endedErr(); err != nil {
 		return err
 	}
-	h.c.guard.ensure(ctx, ttl+h.spec.Linger)
+	h.c.guard.Ensure(ctx, ttl+h.spec.Linger)
 	if !h.startRound() {
 		return h.Err()
 	}
@@ -204,7 +204,7 @@ func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Roun
 // (docs/lock.md, "Node guard").
 func (c *Engine) renewOutcome(i int, rep nodeactor.Reply, start time.Time, ttl time.Duration) Outcome {
 	o := RenewOutcome(rep)
-	if o == OutcomeOK && !c.guard.covers(i, start, ttl) {
+	if o == OutcomeOK && !c.guard.Covers(i, start, ttl) {
 		return OutcomeError
 	}
 	return o

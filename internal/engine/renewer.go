@@ -318,7 +318,7 @@ func (r *renewer) renewRound(due []*Hold) {
 	for _, p := range ps {
 		longest = max(longest, p.ttl+p.h.spec.Linger)
 	}
-	c.guard.ensure(ctx, longest)
+	c.guard.Ensure(ctx, longest)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	live := make([]bool, len(ps))

@@ -1,4 +1,4 @@
-package engine
+package guard
 
 import (
 	"context"
@@ -18,16 +18,16 @@ import (
 // to (miniredis, a server without INFO) gives its horizon by a plain PTTL
 // read. The first tick (New's) raises nothing: its looks must find a
 // fresh deployment fresh, and no TTL is in use yet.
-func (g *guard) tick(ctx context.Context, first bool) {
+func (g *Guard) tick(ctx context.Context, first bool) {
 	n := len(g.gns)
 	looks := make([]nodeactor.Look, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	if ttl := g.inUse(time.Now()); !first && ttl > 0 {
 		// only for the TTLs in use: an idle deployment keeps no horizon
-		wg.Go(func() { g.raise(ctx, ttl, max(guardWait, g.c.set.NodeTimeout), false, -1) })
+		wg.Go(func() { g.raise(ctx, ttl, max(guardWait, g.cfg.NodeTimeout), false, -1) })
 	}
-	wait := max(g.c.set.NodeTimeout, 500*time.Millisecond)
+	wait := max(g.cfg.NodeTimeout, 500*time.Millisecond)
 	var guarded, plain []int
 	for i, gn := range g.gns {
 		if gn == nil || !gn.Guarded() {
@@ -49,9 +49,9 @@ func (g *guard) tick(ctx context.Context, first bool) {
 		// and the armings need (an adversarial review: a hung look took
 		// all of a short StartTimeout, and the healthy nodes were left
 		// unarmed).
-		by = time.Now().Add(max(wait, guardFreshPatience))
+		by = time.Now().Add(max(wait, FreshPatience))
 		if dl, ok := ctx.Deadline(); ok {
-			by = minTime(by, maxTime(dl.Add(-wait-max(g.c.set.NodeTimeout, time.Second)), time.Now().Add(wait)))
+			by = minTime(by, maxTime(dl.Add(-wait-max(g.cfg.NodeTimeout, time.Second)), time.Now().Add(wait)))
 		}
 	}
 	g.look(ctx, guarded, by, wait, first, looks, errs)
@@ -100,7 +100,7 @@ func (g *guard) tick(ctx context.Context, first bool) {
 // node whose look failed (or one of whose cluster masters' did) is looked
 // at again while it is up and a whole look's time (wait) is left; a
 // cluster master's look that answered is kept from an earlier try.
-func (g *guard) look(ctx context.Context, idx []int, by time.Time, wait time.Duration, again bool, looks []nodeactor.Look, errs []error) {
+func (g *Guard) look(ctx context.Context, idx []int, by time.Time, wait time.Duration, again bool, looks []nodeactor.Look, errs []error) {
 	for len(idx) > 0 {
 		var wg sync.WaitGroup
 		for _, i := range idx {
@@ -117,7 +117,7 @@ func (g *guard) look(ctx context.Context, idx []int, by time.Time, wait time.Dur
 		wg.Wait()
 		failed := idx[:0:0]
 		for _, i := range idx {
-			if errors.Is(errs[i], nodeactor.ErrNodeDown) || !g.c.nodes[i].Status().Up {
+			if errors.Is(errs[i], nodeactor.ErrNodeDown) || !g.nodes[i].Status().Up {
 				continue
 			}
 			if errs[i] != nil || slices.ContainsFunc(looks[i].Masters, func(ml nodeactor.Look) bool { return ml.Identity == "" }) {
@@ -185,9 +185,9 @@ func unarmedIn(looks []nodeactor.Look, errs []error, idx []int) bool {
 
 // readPlain reads the horizon of the nodes idx by a plain PTTL: the nodes
 // the guard does not apply to, and every node's after the looks.
-func (g *guard) readPlain(ctx context.Context, idx []int, wait time.Duration, looks []nodeactor.Look, errs []error) {
+func (g *Guard) readPlain(ctx context.Context, idx []int, wait time.Duration, looks []nodeactor.Look, errs []error) {
 	call := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
-	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
+	r := g.cfg.Fanout(ctx, wait, nodeactor.Urgent, func(int) nodeactor.Call { return call }, nil, nil)
 	for _, i := range idx {
 		errs[i] = r.Replies[i].Err
 		if !r.Answered[i] {
@@ -205,7 +205,7 @@ func (g *guard) readPlain(ctx context.Context, idx []int, wait time.Duration, lo
 
 // keepMasters records cluster node x's look and drops the state of
 // masters no longer in its slot map.
-func (g *guard) keepMasters(x int, lk nodeactor.Look) {
+func (g *Guard) keepMasters(x int, lk nodeactor.Look) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st[x].looked, g.st[x].identity = true, lk.Identity
@@ -229,7 +229,7 @@ func (g *guard) keepMasters(x int, lk nodeactor.Look) {
 // the other nodes' horizons before a second fault can hide them
 // (docs/lock.md, "Held out exactly as long as needed"). Once per failure:
 // a node that stays down is looked at each second.
-func (g *guard) retryFailed(idx []int, errs []error) {
+func (g *Guard) retryFailed(idx []int, errs []error) {
 	again := false
 	for _, i := range idx {
 		failed := errs[i] != nil

@@ -1,8 +1,19 @@
-package engine
+// Package guard is the node guard (docs/lock.md, "Node guard"): it tells
+// when a node forgot keys it acknowledged, holds such a node out until
+// every lease it may have forgotten has ended, and arms it again. Users
+// need not import it: the coordinator runs one Guard per Engine.
+//
+// One loop per Guard looks at every node about once a second, decides,
+// arms, and raises the horizon key. Acquires run armed scripts; a grant or
+// a renewal counts only under a confirmed horizon (Covers). The guard
+// reaches the nodes only through Node and Config.Fanout, so its decisions
+// run against simulated nodes in tests (sim_test.go).
+package guard
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,11 +21,6 @@ import (
 	"github.com/redlock-go/redlock/internal/guardstat"
 	"github.com/redlock-go/redlock/nodeactor"
 )
-
-// The node guard (docs/lock.md, "Node guard"). One loop per engine looks
-// at every node about once a second, decides, arms, and raises the
-// horizon key. Acquires run armed scripts; a grant or a renewal counts
-// only under a confirmed horizon (covers).
 
 // Guard timing.
 const (
@@ -29,14 +35,17 @@ const (
 	// reach for an acquire not to raise first: the attempt's own start
 	// comes a little later.
 	guardCoverSlack = 100 * time.Millisecond
-	// guardFreshPatience is how long New waits for every node to connect
+	// FreshPatience is how long New waits for every node to connect
 	// before the guard's first look, which may take the deployment as fresh.
-	guardFreshPatience = 3 * time.Second
+	FreshPatience = 3 * time.Second
 	// guardWait bounds the wait for a periodic raise's replies: a reply
 	// later than NodeTimeout still confirms (from the send time). It is the
 	// node actor's own wait for an urgent batch, so a raise holds no lane
 	// longer than a release does.
 	guardWait = time.Second
+	// MaxTTL is the longest TTL any process may use: the bound of last
+	// resort.
+	MaxTTL = 24 * time.Hour
 )
 
 // checkScript is run armed on a direct grant's nodes: NOSCRIPT there
@@ -45,40 +54,76 @@ var checkScript = nodeactor.NewScript("guard-check", `return 1`)
 
 func countGuardRun(addr string) { guardstat.Count(addr) }
 
-// GuardScriptsRun returns how many scripts the node guards of this process
+// ScriptsRun returns how many scripts the node guards of this process
 // ran on the node at addr (its looks included). Tests that count a node's
 // scripts subtract it.
-func GuardScriptsRun(addr string) int64 { return guardstat.Runs(addr) }
+func ScriptsRun(addr string) int64 { return guardstat.Runs(addr) }
 
-// DirectGrantChecksRun returns how many armed confirmation checks of
-// direct grants this process sent to the node at addr (also counted in
-// GuardScriptsRun).
-func DirectGrantChecksRun(addr string) int64 { return guardstat.Runs(checkPrefix + addr) }
+// ChecksRun returns how many armed confirmation checks of direct grants
+// this process sent to the node at addr (also counted in ScriptsRun).
+func ChecksRun(addr string) int64 { return guardstat.Runs(checkPrefix + addr) }
 
 // checkPrefix keys the confirmation checks' own count in guardstat.
 const checkPrefix = "check "
 
-// guardable is what the guard needs of a node: a *nodeactor.Actor. Fake
-// nodes lack it and stay unguarded.
+// Node is a node as the guard reaches it: a *nodeactor.Actor, or a fake.
+type Node interface {
+	Addr() string
+	Status() nodeactor.Status
+}
+
+// guardable is what the guard needs of a node it applies to: a
+// *nodeactor.Actor. Nodes without it stay unguarded.
 type guardable interface {
+	Node
 	Guarded() bool
 	Look(ctx context.Context, horizonKey string) (nodeactor.Look, error)
 	Arm(ctx context.Context, master, want string) error
 	Adopt(master, identity string)
 	Disarm(ctx context.Context) error
+	ArmedAs() string
 }
 
-// GuardState is one node's guard state, for NodeStatus.
-type GuardState struct {
+// Round is one request per node and the replies that came, as Config's
+// Fanout gives them: Replies[i] counts only where Answered[i].
+type Round struct {
+	Start    time.Time // when the first request was sent
+	Replies  []nodeactor.Reply
+	Answered []bool
+}
+
+// Fanout sends call(i) to every node i on lane and waits up to wait, or
+// until decide (if not nil) returns true after a reply. late (if not nil)
+// gets each reply, also one after the round returned.
+type Fanout func(ctx context.Context, wait time.Duration, lane nodeactor.Lane, call func(node int) nodeactor.Call,
+	decide func(*Round) bool, late func(nodeactor.Reply)) *Round
+
+// Config is what a Guard needs of its engine.
+type Config struct {
+	Nodes       []Node
+	Quorum      int
+	Fanout      Fanout
+	KeyPrefix   string
+	DriftFactor float64
+	MaxTTL      time.Duration
+	NodeTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// State is one node's guard state, for NodeStatus.
+type State struct {
 	Guarded  bool
 	Until    time.Time
 	Identity string
 }
 
-type guard struct {
-	c    *Engine
-	base time.Time    // the origin of horizon
-	ttl  atomic.Int64 // the longest TTL in use, which the loop raises the horizon for (ns); 0: none
+// Guard is the node guard of one engine. It is safe for concurrent use;
+// its loop (Run) ends with Run's ctx.
+type Guard struct {
+	cfg   Config
+	nodes []Node
+	base  time.Time    // the origin of horizon
+	ttl   atomic.Int64 // the longest TTL in use, which the loop raises the horizon for (ns); 0: none
 	// used is the longest TTL used in this window (ns); usedBefore, in
 	// the one before (the loop's alone). ttl is their max.
 	used       atomic.Int64
@@ -106,7 +151,7 @@ type guard struct {
 	ms []map[string]*nodeGuard
 }
 
-// nodeGuard is the guard's view of one node; under guard.mu.
+// nodeGuard is the guard's view of one node; under Guard.mu.
 type nodeGuard struct {
 	looked    bool      // a look answered
 	armed     bool      // the last look found the marker, or no NOSCRIPT since
@@ -131,25 +176,37 @@ type nodeGuard struct {
 	lost string
 }
 
-func newGuard(c *Engine) *guard {
-	g := &guard{c: c, base: time.Now(), horizon: make([]atomic.Int64, len(c.nodes)),
-		local: make([]atomic.Int64, len(c.nodes)),
-		gns:   make([]guardable, len(c.nodes)), kick: make(chan struct{}, 1), st: make([]nodeGuard, len(c.nodes)),
-		failed: make([]bool, len(c.nodes)),
-		ms:     make([]map[string]*nodeGuard, len(c.nodes))}
-	for i, n := range c.nodes {
-		if gn, ok := n.(guardable); ok {
+// New returns the guard of cfg.Nodes. Nothing runs until Start.
+func New(cfg Config) *Guard {
+	n := len(cfg.Nodes)
+	g := &Guard{cfg: cfg, nodes: cfg.Nodes, base: time.Now(), horizon: make([]atomic.Int64, n),
+		local: make([]atomic.Int64, n), gns: make([]guardable, n), kick: make(chan struct{}, 1),
+		st: make([]nodeGuard, n), failed: make([]bool, n), ms: make([]map[string]*nodeGuard, n)}
+	for i, nd := range cfg.Nodes {
+		if gn, ok := nd.(guardable); ok {
 			g.gns[i] = gn
 		}
 	}
-	g.maxTTL.Store(int64(c.set.MaxTTL))
+	g.maxTTL.Store(int64(cfg.MaxTTL))
 	return g
 }
+
+// drift is the clock-rate drift over d, plus 2 ms (the Redlock spec's).
+func (g *Guard) drift(d time.Duration) time.Duration {
+	return time.Duration(float64(d)*g.cfg.DriftFactor) + 2*time.Millisecond
+}
+
+// enough reports whether k nodes make a quorum.
+func (g *Guard) enough(k int) bool { return k >= g.cfg.Quorum }
+
+// Start takes New's first look: it arms a fresh deployment, so the first
+// acquire waits for nothing. ctx bounds it.
+func (g *Guard) Start(ctx context.Context) { g.tick(ctx, true) }
 
 // learnMaxTTL keeps the largest MaxTTL read on the nodes, and warns the
 // first time it exceeds this process's own (docs/lock.md, "MaxTTL is the
 // same in every process").
-func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
+func (g *Guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
 	for i, lk := range looks {
 		if errs[i] != nil || lk.MaxTTL <= 0 {
 			continue
@@ -177,9 +234,9 @@ func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
 					}
 				}
 				g.mu.Unlock()
-				if old == int64(g.c.set.MaxTTL) {
-					g.c.set.Logger.Warn("redlock: another process uses a larger MaxTTL; the node guard goes by it. Give every process the same MaxTTL",
-						"own", g.c.set.MaxTTL, "other", lk.MaxTTL, "node", g.c.nodes[i].Addr())
+				if old == int64(g.cfg.MaxTTL) {
+					g.cfg.Logger.Warn("redlock: another process uses a larger MaxTTL; the node guard goes by it. Give every process the same MaxTTL",
+						"own", g.cfg.MaxTTL, "other", lk.MaxTTL, "node", g.nodes[i].Addr())
 				}
 				break
 			}
@@ -187,8 +244,9 @@ func (g *guard) learnMaxTTL(looks []nodeactor.Look, errs []error) {
 	}
 }
 
-// onGuarded is the actors' OnGuarded: it must not block.
-func (g *guard) onGuarded(node int) {
+// OnGuarded is the actors' OnGuarded: an armed call on node found it
+// forgot. It does not block.
+func (g *Guard) OnGuarded(node int) {
 	g.mu.Lock()
 	g.st[node].armed = false
 	g.mu.Unlock()
@@ -198,21 +256,21 @@ func (g *guard) onGuarded(node int) {
 	}
 }
 
-// run is the guard loop; it returns when the engine closes.
-func (g *guard) run() {
+// Run is the guard loop; it returns when ctx ends.
+func (g *Guard) Run(ctx context.Context) {
 	t := time.NewTicker(guardEvery)
 	defer t.Stop()
 	last := time.Now()
 	for {
 		select {
-		case <-g.c.done:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-g.kick:
 			if d := guardMinEvery - time.Since(last); d > 0 {
 				w := time.NewTimer(d)
 				select {
-				case <-g.c.done:
+				case <-ctx.Done():
 					w.Stop()
 					return
 				case <-w.C:
@@ -220,13 +278,13 @@ func (g *guard) run() {
 			}
 		}
 		last = time.Now()
-		g.tick(g.c.closing, false)
+		g.tick(ctx, false)
 	}
 }
 
 // unit returns the state of node x, or of its master on a cluster node;
 // under g.mu.
-func (g *guard) unit(x int, master string) *nodeGuard {
+func (g *Guard) unit(x int, master string) *nodeGuard {
 	if master == "" {
 		return &g.st[x]
 	}
@@ -242,7 +300,7 @@ func (g *guard) unit(x int, master string) *nodeGuard {
 // its look lk, and arms it when its guard has run out: by armBy if set
 // (New's first tick), else within the usual wait. hs are every node's
 // horizons, read after lk (errs: which failed).
-func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.Look, hs []nodeactor.Look, errs []error, armBy time.Time) {
+func (g *Guard) decide(ctx context.Context, x int, master string, lk nodeactor.Look, hs []nodeactor.Look, errs []error, armBy time.Time) {
 	now := time.Now()
 	g.mu.Lock()
 	st := g.unit(x, master)
@@ -261,11 +319,11 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		// unarmed and takes a bound as after a flush.
 		st.armed, st.evaluated, st.token, st.until = false, "", "", time.Time{}
 		g.mu.Unlock()
-		g.c.set.Logger.Warn("redlock: node guarded: it may have lost keys", "node", g.c.nodes[x].Addr(), "why", lost)
-		dctx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
+		g.cfg.Logger.Warn("redlock: node guarded: it may have lost keys", "node", g.nodes[x].Addr(), "why", lost)
+		dctx, cancel := context.WithTimeout(ctx, max(g.cfg.NodeTimeout, time.Second))
 		if err := g.gns[x].Disarm(dctx); err != nil {
 			// st.lost stays: the next look that finds it armed tries again
-			g.c.set.Logger.Warn("redlock: node guard: disarming failed; the next look tries again", "node", g.c.nodes[x].Addr(), "err", err)
+			g.cfg.Logger.Warn("redlock: node guard: disarming failed; the next look tries again", "node", g.nodes[x].Addr(), "err", err)
 		}
 		cancel()
 		select {
@@ -298,7 +356,7 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		}
 		g.gns[x].Adopt(master, lk.Identity) // after the local bound above
 		if !st.armed && st.evaluated != "" {
-			g.c.set.Logger.Info("redlock: node guard lifted", "node", g.c.nodes[x].Addr(), "master", master)
+			g.cfg.Logger.Info("redlock: node guard lifted", "node", g.nodes[x].Addr(), "master", master)
 		}
 		st.armed, st.seen, st.evaluated, st.token, st.until = true, lk.Identity, "", "", time.Time{}
 		g.mu.Unlock()
@@ -323,7 +381,7 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 			}
 			if master == "" {
 				// The key those confirmations read is gone or lost
-				// time: none counts a grant there again (covers), nor
+				// time: none counts a grant there again (Covers), nor
 				// tells a later raise's read that the new key lost
 				// time (raise).
 				g.horizon[x].Store(0)
@@ -337,8 +395,8 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 			st.until = b
 		}
 		if fresh && now.Before(st.until) {
-			g.c.set.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
-				"node", g.c.nodes[x].Addr(), "master", master, "identity", lk.Identity, "until", st.until)
+			g.cfg.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
+				"node", g.nodes[x].Addr(), "master", master, "identity", lk.Identity, "until", st.until)
 		}
 		if now.Before(st.until) || lk.Evicts != "" {
 			// (a policy that may evict: not armed until it is noeviction)
@@ -348,7 +406,7 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		want = st.evaluated
 	}
 	g.mu.Unlock()
-	if by := time.Now().Add(max(g.c.set.NodeTimeout, time.Second)); by.After(armBy) {
+	if by := time.Now().Add(max(g.cfg.NodeTimeout, time.Second)); by.After(armBy) {
 		armBy = by
 	}
 	actx, cancel := context.WithDeadline(ctx, armBy)
@@ -358,12 +416,12 @@ func (g *guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		// The horizon there for the TTLs in use before this process
 		// counts the node (its confirmed horizon was dropped when it
 		// forgot): else its first grants would not count.
-		rctx, cancel := context.WithTimeout(ctx, max(g.c.set.NodeTimeout, time.Second))
-		g.raise(rctx, ttl, g.c.set.NodeTimeout, false, x)
+		rctx, cancel := context.WithTimeout(ctx, max(g.cfg.NodeTimeout, time.Second))
+		g.raise(rctx, ttl, g.cfg.NodeTimeout, false, x)
 		cancel()
 	}
 	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
-		countGuardRun(g.c.nodes[x].Addr()) // the arm key's EVAL
+		countGuardRun(g.nodes[x].Addr()) // the arm key's EVAL
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -389,15 +447,15 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// state returns node i's guard state.
-func (g *guard) state(i int) GuardState {
+// NodeState returns node i's guard state.
+func (g *Guard) NodeState(i int) State {
 	if g == nil {
-		return GuardState{}
+		return State{}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st[i]
-	gs := GuardState{Identity: st.identity}
+	gs := State{Identity: st.identity}
 	if g.gns[i] == nil || !g.gns[i].Guarded() || !st.looked {
 		return gs
 	}
@@ -414,20 +472,20 @@ func (g *guard) state(i int) GuardState {
 	return gs
 }
 
-// confirmGrants says which of the granting nodes count for the guard: a
+// ConfirmGrants says which of the granting nodes count for the guard: a
 // node whose grant was marked (marked, as nodes) under the identity its
 // actor is armed under, and, by the armed check (confirmArmed), the rest.
-func (g *guard) confirmGrants(ctx context.Context, nodes []int, marked []string, key string) map[int]bool {
+func (g *Guard) ConfirmGrants(ctx context.Context, nodes []int, marked []string, key string) map[int]bool {
 	ok := map[int]bool{}
 	var rest []int
 	for j, i := range nodes {
-		if a, armable := g.c.nodes[i].(interface{ ArmedAs() string }); armable && j < len(marked) && marked[j] != "" && marked[j] == a.ArmedAs() {
+		if a := g.gns[i]; a != nil && j < len(marked) && marked[j] != "" && marked[j] == a.ArmedAs() {
 			ok[i] = true
 		} else {
 			rest = append(rest, i)
 		}
 	}
-	if len(rest) == 0 || g.c.NewTally().Enough(len(ok)) {
+	if len(rest) == 0 || g.enough(len(ok)) {
 		return ok
 	}
 	for i := range g.confirmArmed(ctx, rest, len(ok), key) {
@@ -441,7 +499,7 @@ func (g *guard) confirmGrants(ctx context.Context, nodes []int, marked []string,
 // from an armed process, or every one of them answered, and returns which
 // did. key is a key of the granted name: a cluster node runs the check on
 // the master that owns it.
-func (g *guard) confirmArmed(ctx context.Context, nodes []int, pre int, key string) map[int]bool {
+func (g *Guard) confirmArmed(ctx context.Context, nodes []int, pre int, key string) map[int]bool {
 	call := nodeactor.Call{Script: checkScript, Armed: true}
 	if key != "" {
 		call.Keys = []string{key}
@@ -460,13 +518,13 @@ func (g *guard) confirmArmed(ctx context.Context, nodes []int, pre int, key stri
 		}
 		return yes, done
 	}
-	r := g.c.Fanout(ctx, nodeactor.Normal, func(i int) nodeactor.Call {
-		countGuardRun(g.c.nodes[i].Addr())
-		countGuardRun(checkPrefix + g.c.nodes[i].Addr())
+	r := g.cfg.Fanout(ctx, g.cfg.NodeTimeout, nodeactor.Normal, func(i int) nodeactor.Call {
+		countGuardRun(g.nodes[i].Addr())
+		countGuardRun(checkPrefix + g.nodes[i].Addr())
 		return call
 	}, func(r *Round) bool {
 		yes, done := count(r)
-		return g.c.NewTally().Enough(pre+yes) || done == len(nodes)
+		return g.enough(pre+yes) || done == len(nodes)
 	}, nil)
 	count(r)
 	return ok
@@ -477,7 +535,7 @@ func (g *guard) confirmArmed(ctx context.Context, nodes []int, pre int, key stri
 // that answered, with a quorum answering: a fresh deployment, nothing to
 // wait for. Else the latest horizon read, if any. Else the largest
 // MaxTTL known (this process's, or one read on the nodes) from lk.
-func (g *guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
+func (g *Guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []error, now time.Time) time.Time {
 	unanswered := 0
 	var h, others time.Time // others: on the nodes but x
 	for j := range looks {
@@ -490,7 +548,7 @@ func (g *guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []e
 			// after the node read it, which was before Recv: a bound from
 			// the send time would fall short by the look's latency.
 			d := looks[j].Horizon
-			e := looks[j].Recv.Add(d + g.c.Drift(d))
+			e := looks[j].Recv.Add(d + g.drift(d))
 			h = maxTime(h, e)
 			if j != x {
 				others = maxTime(others, e)
@@ -498,9 +556,9 @@ func (g *guard) bound(x int, lk nodeactor.Look, looks []nodeactor.Look, errs []e
 		}
 	}
 	switch {
-	case h.IsZero() && g.c.NewTally().Enough(len(looks)-unanswered):
+	case h.IsZero() && g.enough(len(looks)-unanswered):
 		return now
-	case !h.IsZero() && (len(looks) == 1 || unanswered < g.c.quorum-1 || !others.IsZero()):
+	case !h.IsZero() && (len(looks) == 1 || unanswered < g.cfg.Quorum-1 || !others.IsZero()):
 		// One of every forgotten lease's quorum answered (fewer than
 		// Q-1 others did not), or another node answered with a horizon:
 		// it got a raise of that lease's process, which raises every

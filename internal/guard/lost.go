@@ -1,4 +1,4 @@
-package engine
+package guard
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 // its policy may evict, it evicted keys, or its wall clock stepped
 // forward (keys expired early). A step back loses nothing: logged. Under
 // g.mu; it records lk for the next look.
-func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
+func (g *Guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 	why := lk.Evicts
 	if st.clkID != "" && st.clkID == lk.Identity {
 		switch {
@@ -28,7 +28,7 @@ func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 			// The horizon key expires no later than high by this look.
 			high := lk.Recv
 			if lk.Horizon >= 0 {
-				high = lk.Recv.Add(lk.Horizon + g.c.Drift(lk.Horizon))
+				high = lk.Recv.Add(lk.Horizon + g.drift(lk.Horizon))
 			}
 			if high.Before(st.hzLow) {
 				why = fmt.Sprintf("its horizon key lost %v since the last look (a clock step, an eviction or a delete)", st.hzLow.Sub(high).Round(time.Millisecond))
@@ -41,30 +41,30 @@ func (g *guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 			// Sent, give or take the clock-rate drift.
 			d := time.Duration(lk.ServerUs-st.clkUs) * time.Microsecond
 			hi, lo := lk.Recv.Sub(st.clkSent), lk.Sent.Sub(st.clkRecv)
-			if step := d - hi - g.c.Drift(hi); step > 0 && why == "" {
+			if step := d - hi - g.drift(hi); step > 0 && why == "" {
 				why = fmt.Sprintf("its wall clock stepped forward by at least %v (keys expired early)", step.Round(time.Millisecond))
-			} else if back := lo - g.c.Drift(lo) - d; back > 0 {
-				g.c.set.Logger.Warn("redlock: a node's wall clock stepped back: its keys live longer (safe; a dead holder blocks its names longer)",
-					"node", g.c.nodes[x].Addr(), "step", back.Round(time.Millisecond))
+			} else if back := lo - g.drift(lo) - d; back > 0 {
+				g.cfg.Logger.Warn("redlock: a node's wall clock stepped back: its keys live longer (safe; a dead holder blocks its names longer)",
+					"node", g.nodes[x].Addr(), "step", back.Round(time.Millisecond))
 			}
 		}
 	}
 	st.clkID, st.clkUs, st.clkSent, st.clkRecv, st.evicted = lk.Identity, lk.ServerUs, lk.Sent, lk.Recv, lk.Evicted
 	st.hzLow = time.Time{}
 	if lk.Horizon >= 0 {
-		st.hzLow = lk.Sent.Add(lk.Horizon - g.c.Drift(lk.Horizon))
+		st.hzLow = lk.Sent.Add(lk.Horizon - g.drift(lk.Horizon))
 	}
 	return why
 }
 
-// until adds to err, a reply of node i that wraps ErrNodeGuarded, until
+// Until adds to err, a reply of node i that wraps ErrNodeGuarded, until
 // when this process holds the node out ("not yet decided" before its
 // next look). Other errors are returned as they are.
-func (g *guard) until(i int, err error) error {
+func (g *Guard) Until(i int, err error) error {
 	if g == nil || err == nil || !errors.Is(err, nodeactor.ErrNodeGuarded) {
 		return err
 	}
-	st := g.state(i)
+	st := g.NodeState(i)
 	switch {
 	case !st.Guarded || st.Until.IsZero():
 		return fmt.Errorf("%w (held out until the guard's next look decides)", err)

@@ -1,4 +1,4 @@
-package engine
+package guard
 
 import (
 	"context"
@@ -30,11 +30,11 @@ if mine > (tonumber(redis.call('GET', KEYS[1])) or 0) then redis.call('SET', KEY
 elseif raise then redis.call('PEXPIRE', KEYS[1], p) end
 return {p, was}`)
 
-func (g *guard) key() string { return g.c.set.KeyPrefix + "{guard}:horizon" }
+func (g *Guard) key() string { return g.cfg.KeyPrefix + "{guard}:horizon" }
 
-// covers reports whether node i's confirmed horizon covers start+ttl, or
+// Covers reports whether node i's confirmed horizon covers start+ttl, or
 // the guard does not apply to it. A local comparison.
-func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
+func (g *Guard) Covers(i int, start time.Time, ttl time.Duration) bool {
 	if g == nil || g.gns[i] == nil || !g.gns[i].Guarded() {
 		return true
 	}
@@ -44,11 +44,11 @@ func (g *guard) covers(i int, start time.Time, ttl time.Duration) bool {
 	return int64(start.Add(ttl).Sub(g.base)) <= g.horizon[i].Load()
 }
 
-// ensure marks ttl in use, and raises the horizon for it with one
+// Ensure marks ttl in use, and raises the horizon for it with one
 // synchronous round when it is longer than the TTL in use so far, or
 // when fewer than a quorum of nodes have a confirmed horizon that covers
 // it now (a loop raise held up by a slow node, a TTL just out of use).
-func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
+func (g *Guard) Ensure(ctx context.Context, ttl time.Duration) {
 	if g == nil {
 		return
 	}
@@ -64,15 +64,15 @@ func (g *guard) ensure(ctx context.Context, ttl time.Duration) {
 	// NodeTimeout, as the acquire or renewal that follows, and no longer
 	// than a quorum's answers: a node that answers later is not covered
 	// for ttl until its reply or the loop's next raise, which only costs
-	// its grant there (covers), not the caller's lease.
-	g.raise(ctx, ttl, g.c.set.NodeTimeout, true, -1)
+	// its grant there (Covers), not the caller's lease.
+	g.raise(ctx, ttl, g.cfg.NodeTimeout, true, -1)
 	storeMax(&g.ttl, int64(ttl))
 }
 
 // coveredOnQuorum reports whether a quorum of nodes have a confirmed
 // horizon that covers an attempt of ttl starting about now (a node the
 // guard does not apply to counts). A local check: atomic loads.
-func (g *guard) coveredOnQuorum(ttl time.Duration) bool {
+func (g *Guard) coveredOnQuorum(ttl time.Duration) bool {
 	end := int64(time.Since(g.base) + ttl + guardCoverSlack)
 	n := 0
 	for i, gn := range g.gns {
@@ -80,13 +80,13 @@ func (g *guard) coveredOnQuorum(ttl time.Duration) bool {
 			n++
 		}
 	}
-	return g.c.NewTally().Enough(n)
+	return g.enough(n)
 }
 
 // inUse returns the TTL the loop raises the horizon for now: the longest
 // used in this window or the one before. A window ends every
 // guardUseWindow. Only the guard loop calls it.
-func (g *guard) inUse(now time.Time) time.Duration {
+func (g *Guard) inUse(now time.Time) time.Duration {
 	if g.window.IsZero() {
 		g.window = now
 	}
@@ -116,8 +116,8 @@ func storeMax(v *atomic.Int64, x int64) {
 // horizon is the reply's PTTL minus its drift). A fixed margin fell below
 // the drift of a TTL over about 5 minutes, and such leases were never
 // counted.
-func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
-	px := time.Duration(float64(ttl+guardMargin+2*time.Millisecond) / (1 - g.c.set.DriftFactor))
+func (g *Guard) horizonPTTL(ttl time.Duration) time.Duration {
+	px := time.Duration(float64(ttl+guardMargin+2*time.Millisecond) / (1 - g.cfg.DriftFactor))
 	return px.Round(time.Millisecond) + time.Millisecond
 }
 
@@ -130,12 +130,12 @@ func (g *guard) horizonPTTL(ttl time.Duration) time.Duration {
 //
 // With only >= 0, it raises on that node alone (the others have their
 // PTTL read): the arming that just ended there (decide).
-func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, only int) bool {
+func (g *Guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, only int) bool {
 	if !g.anyGuarded() {
 		return true // no guarded node (miniredis, no INFO): no key to leave
 	}
 	px := g.horizonPTTL(ttl)
-	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.c.set.MaxTTL)}}
+	call := nodeactor.Call{Script: horizonScript, Keys: []string{g.key()}, Args: []string{scripts.Ms(px), scripts.Ms(g.cfg.MaxTTL)}}
 	read := nodeactor.Call{Keys: []string{g.key()}, Args: []string{"PTTL"}}
 	// The node read the PTTL after start: its key lives at least that
 	// long from start, less the drift. Every horizon confirmed before
@@ -163,14 +163,14 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, 
 		high := time.Since(g.base)
 		if was >= 0 {
 			w := time.Duration(was) * time.Millisecond
-			high += w + g.c.Drift(w)
+			high += w + g.drift(w)
 		}
 		if int64(high) < prior[rep.Node] {
 			g.lostTime(rep.Node, time.Duration(prior[rep.Node])-high)
 		}
 		if ms > 0 {
 			d := time.Duration(ms) * time.Millisecond
-			storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.c.Drift(d)).Sub(g.base)))
+			storeMax(&g.horizon[rep.Node], int64(start.Add(d-g.drift(d)).Sub(g.base)))
 		}
 	}
 	seen := make([]bool, len(g.horizon)) // each reply recorded once
@@ -187,11 +187,11 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, 
 	if early {
 		decide = covered
 	}
-	r := g.c.fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
+	r := g.cfg.Fanout(ctx, wait, nodeactor.Urgent, func(i int) nodeactor.Call {
 		if only >= 0 && i != only {
 			return read
 		}
-		countGuardRun(g.c.nodes[i].Addr()) // counted when sent: tests subtract it
+		countGuardRun(g.nodes[i].Addr()) // counted when sent: tests subtract it
 		return call
 	}, decide, record)
 	return covered(r)
@@ -200,7 +200,7 @@ func (g *guard) raise(ctx context.Context, ttl, wait time.Duration, early bool, 
 // lostTime records that node i's horizon key lost d since a read this
 // process confirmed: a clock step, an eviction or a delete. The next
 // look disarms the node if it finds it armed (decide).
-func (g *guard) lostTime(i int, d time.Duration) {
+func (g *Guard) lostTime(i int, d time.Duration) {
 	g.mu.Lock()
 	if g.ms[i] == nil {
 		g.st[i].lost = fmt.Sprintf("its horizon key lost %v since a read (a clock step, an eviction or a delete)", d.Round(time.Millisecond))
@@ -215,17 +215,17 @@ func (g *guard) lostTime(i int, d time.Duration) {
 // confirm records the horizons the looks read: a node's key lives at
 // least its PTTL from the look's send time, less the drift, whoever
 // raised it (another process's raise confirms this one's horizon too).
-func (g *guard) confirm(looks []nodeactor.Look, errs []error) {
+func (g *Guard) confirm(looks []nodeactor.Look, errs []error) {
 	for i, lk := range looks {
 		if errs[i] != nil || lk.Masters != nil || lk.Horizon < 0 || lk.Sent.IsZero() {
 			continue
 		}
-		storeMax(&g.horizon[i], int64(lk.Sent.Add(lk.Horizon-g.c.Drift(lk.Horizon)).Sub(g.base)))
+		storeMax(&g.horizon[i], int64(lk.Sent.Add(lk.Horizon-g.drift(lk.Horizon)).Sub(g.base)))
 	}
 }
 
 // anyGuarded reports whether the guard applies to some node.
-func (g *guard) anyGuarded() bool {
+func (g *Guard) anyGuarded() bool {
 	for _, gn := range g.gns {
 		if gn != nil && gn.Guarded() {
 			return true
