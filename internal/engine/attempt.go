@@ -87,11 +87,16 @@ type Result struct {
 
 // Attempt makes one quorum attempt. It fans the op's acquire out, decides
 // as soon as its Tally's verdict is known, and checks validity. Then it
-// decides the fence by the fencing rule and registers the hold. A refused round is a *NotAcquiredError with the
-// holder's TTL; ErrQuorumUnavailable means fewer than a quorum answered and
-// their refusals did not veto it. A failed attempt rolls back by the one
-// rule of rollbackAttempt, and grants that arrive after the decision are
-// rolled back unless the attempt produced a hold that is still valid.
+// decides the fence by the fencing rule and registers the hold. A refused
+// round is a *NotAcquiredError with the holder's TTL; ErrQuorumUnavailable
+// means fewer than a quorum answered and their refusals did not veto it. A
+// failed attempt rolls back by the one rule of rollbackAttempt, and grants
+// that arrive after the decision are rolled back unless the attempt
+// produced a hold that is still valid.
+//
+// The steps: round (the fan-out, which stops at a verdict), tally (each
+// reply read once), decide (won, refused or unavailable), settle (the
+// fence, the hold, and what becomes of late grants).
 func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 	if err := ctx.Err(); err != nil {
 		return Result{Err: err}
@@ -116,212 +121,286 @@ func (c *Engine) Attempt(ctx context.Context, s AttemptSpec) Result {
 		}
 	}
 	defer sent()
-	n := len(c.nodes)
+	a := c.newAttempt(s)
 	acquire := s.Op.Acquire
 	if c.guard != nil {
-		c.guard.Ensure(ctx, max(s.TTL, s.Life))
-		acquire = func(i int) nodeactor.Call {
-			call := s.Op.Acquire(i)
-			call.Armed = true
-			return call
-		}
+		c.guard.Ensure(ctx, a.life)
+		acquire = a.armed
 	}
-	mayHold := func(rep nodeactor.Reply) bool {
-		if rep.Err != nil {
-			return !errors.Is(rep.Err, nodeactor.ErrNotSent)
-		}
-		v, err := s.Op.Vote(rep)
-		return err != nil || v.Granted
+	a.r = c.fanoutSent(ctx, c.set.NodeTimeout, nodeactor.Normal, acquire, a.enough, a.late, sent)
+	c.ins.Attempts.Add(ctx, 1)
+	a.tally()
+	if err := a.decide(ctx); err != nil {
+		return a.fail(ctx, err)
 	}
-	// Each reply is classified once: the decide function runs after every
-	// reply, and the tally below reads them all again.
-	votes := make([]Vote, n)
-	verrs := make([]error, n)
-	classified := make([]bool, n)
-	vote := func(r *Round, i int) (Vote, error) {
-		if !classified[i] {
-			votes[i], verrs[i] = s.Op.Vote(r.Replies[i])
-			if verrs[i] == nil && votes[i].Granted && !c.guard.Covers(i, r.Start, max(s.TTL, s.Life)) {
-				// no confirmed horizon outlives this grant there: neither a
-				// grant nor a holder, and rolled back (mayHold)
-				verrs[i] = &nodeactor.NodeError{Addr: c.nodes[i].Addr(),
-					Err: fmt.Errorf("%w: its horizon does not cover the TTL yet", nodeactor.ErrNodeGuarded)}
-			}
-			verrs[i] = c.guard.Until(i, verrs[i])
-			classified[i] = true
-		}
-		return votes[i], verrs[i]
-	}
-	// Grants that arrive after the attempt stopped waiting for them are kept
-	// while it is undecided. Then they are rolled back, unless the attempt
-	// produced a hold that is still valid or being released. Its Release
-	// covers every node, after the grant, and a late grant under a live hold
-	// is simply ours. A rollback is per token and safe to repeat.
-	lg := NewPending(func(node int) { c.SendLate(node, s.Op.Rollback(node)) })
+	return a.settle(ctx)
+}
+
+// attempt is one Attempt's state: the round, each reply's vote (read
+// once), the counts, and the bookkeeping of grants that come late. Up to
+// 5 nodes its slices point into its own arrays: one allocation.
+type attempt struct {
+	c    *Engine
+	s    AttemptSpec
+	life time.Duration // max(TTL, Life): what the guard's horizon must cover
+	r    *Round
+	res  Result
+
+	votes      []Vote
+	verrs      []error
+	classified []bool
+	grants     []Vote
+	granted    int
+	refused    int
+	abstained  int
+	abstain    error
+	fails      failures
+
+	// Grants that arrive after the attempt stopped waiting for them are
+	// kept while it is undecided (lg). Then they are rolled back, unless
+	// the attempt produced a hold that is still valid or being released.
+	// Its Release covers every node, after the grant, and a late grant
+	// under a live hold is simply ours. A rollback is per token and safe
+	// to repeat.
+	lg *Pending
 	// A late grant under a live hold may answer another fence. Its node
-	// gets the hold's fence written back, and its counter is raised if
-	// lower. An owner's epoch fence, which later reentrant holds return,
-	// becomes the hold's. So every hold of one owner has one fence.
-	lf := &lateFences{}
-	fw := NewPending(func(node int) {
-		if f, ok := lf.differs(node); ok {
+	// gets the hold's fence written back (fw), and its counter is raised
+	// if lower. An owner's epoch fence, which later reentrant holds
+	// return, becomes the hold's. So every hold of one owner has one fence.
+	lf *lateFences
+	fw *Pending
+
+	voteBuf  [5]Vote
+	errBuf   [5]error
+	clsBuf   [5]bool
+	grantBuf [5]Vote
+}
+
+func (c *Engine) newAttempt(s AttemptSpec) *attempt {
+	n := len(c.nodes)
+	a := &attempt{c: c, s: s, life: max(s.TTL, s.Life), lf: &lateFences{}}
+	if n <= len(a.voteBuf) {
+		a.votes, a.verrs, a.classified, a.grants = a.voteBuf[:n], a.errBuf[:n], a.clsBuf[:n], a.grantBuf[:0]
+	} else {
+		a.votes, a.verrs, a.classified = make([]Vote, n), make([]error, n), make([]bool, n)
+	}
+	a.lg = NewPending(func(node int) { c.SendLate(node, s.Op.Rollback(node)) })
+	a.fw = NewPending(func(node int) {
+		if f, ok := a.lf.differs(node); ok {
 			c.SendLate(node, s.Op.Fence(f, node))
 		}
 	})
-	late := func(rep nodeactor.Reply) {
-		if mayHold(rep) {
-			lg.Add(rep.Node)
-			v, err := s.Op.Vote(rep)
-			if err == nil && v.Granted {
-				lf.add(rep.Node, v.Fence)
-				fw.Add(rep.Node)
-			}
-			if IsWrongType(err) {
-				c.warnWrongType(err)
-			}
+	return a
+}
+
+// armed is the op's acquire as an armed call (the node guard's check).
+func (a *attempt) armed(i int) nodeactor.Call {
+	call := a.s.Op.Acquire(i)
+	call.Armed = true
+	return call
+}
+
+// mayHold reports whether node's reply may leave something held there:
+// a grant, an error or a malformed reply (rollbackAttempt).
+func (a *attempt) mayHold(rep nodeactor.Reply) bool {
+	if rep.Err != nil {
+		return !errors.Is(rep.Err, nodeactor.ErrNotSent)
+	}
+	v, err := a.s.Op.Vote(rep)
+	return err != nil || v.Granted
+}
+
+// vote reads node i's reply once: the decide function runs after every
+// reply, and the tally reads them all again. A grant not under a
+// confirmed horizon of the guard is neither a grant nor a holder, and it
+// is rolled back (mayHold).
+func (a *attempt) vote(r *Round, i int) (Vote, error) {
+	if !a.classified[i] {
+		c := a.c
+		a.votes[i], a.verrs[i] = a.s.Op.Vote(r.Replies[i])
+		if a.verrs[i] == nil && a.votes[i].Granted && !c.guard.Covers(i, r.Start, a.life) {
+			a.verrs[i] = &nodeactor.NodeError{Addr: c.nodes[i].Addr(),
+				Err: fmt.Errorf("%w: its horizon does not cover the TTL yet", nodeactor.ErrNodeGuarded)}
 		}
-		if s.Late != nil {
-			s.Late(rep)
+		a.verrs[i] = c.guard.Until(i, a.verrs[i])
+		a.classified[i] = true
+	}
+	return a.votes[i], a.verrs[i]
+}
+
+// late handles a reply that came after the round stopped waiting for it.
+func (a *attempt) late(rep nodeactor.Reply) {
+	if a.mayHold(rep) {
+		a.lg.Add(rep.Node)
+		v, err := a.s.Op.Vote(rep)
+		if err == nil && v.Granted {
+			a.lf.add(rep.Node, v.Fence)
+			a.fw.Add(rep.Node)
+		}
+		if IsWrongType(err) {
+			a.c.warnWrongType(err)
 		}
 	}
-	r := c.fanoutSent(ctx, c.set.NodeTimeout, nodeactor.Normal, acquire, func(r *Round) bool {
-		t, wrong := c.NewTally(), false
-		for i := range r.Replies {
-			if r.Answered[i] {
-				v, err := vote(r, i)
-				t.addVote(v, err)
-				wrong = wrong || IsWrongType(err)
-			}
+	if a.s.Late != nil {
+		a.s.Late(rep)
+	}
+}
+
+// enough is the round's decide function: whether the replies so far
+// settle it.
+func (a *attempt) enough(r *Round) bool {
+	t, wrong := a.c.NewTally(), false
+	for i := range r.Replies {
+		if r.Answered[i] {
+			v, err := a.vote(r, i)
+			t.addVote(v, err)
+			wrong = wrong || IsWrongType(err)
 		}
-		// A round that saw a WRONGTYPE and is not won hears every node
-		// out: the answer (ErrWrongType, or that node left out) must not
-		// depend on which replies came first.
-		switch v := t.Verdict(); {
-		case t.Won():
-			return true
-		case v == Undecided && !wrong && !s.Queue && t.Yes > 0 && t.No > 0 && r.Cut.IsZero():
-			// A split: our grants hold their nodes, which another
-			// party's refusals need, and only the pending nodes can
-			// decide. They get as long as they take to answer, not
-			// NodeTimeout: behind a silent node both parties would hold
-			// their grants that long, and every newcomer that takes a
-			// free node joins them (splitWait). A queued waiter's split
-			// is a handoff under way or is settled by the queues, where
-			// every node reserves for the same first waiter: it waits.
-			r.Cut = time.Now().Add(c.splitWait(r))
-			return false
-		case v == Undecided || wrong:
-			return false
-		case v == Refused:
-			// Two parties seen, and nodes still to answer: a split or a
-			// holder, which the last answers tell.
-			return !s.Splits || r.NAnswered == n || parties(r, votes, verrs, t.Yes) < 2
-		}
+	}
+	// A round that saw a WRONGTYPE and is not won hears every node
+	// out: the answer (ErrWrongType, or that node left out) must not
+	// depend on which replies came first.
+	switch v := t.Verdict(); {
+	case t.Won():
 		return true
-	}, late, sent)
-	c.ins.Attempts.Add(ctx, 1)
-	var (
-		granted, refused, abstained int
-		grantBuf                    [5]Vote
-		grants                      = grantBuf[:0] // on the stack up to 5 nodes
-		fails                       failures
-		abstain                     error
-	)
-	res := Result{Round: r}
+	case v == Undecided && !wrong && !a.s.Queue && t.Yes > 0 && t.No > 0 && r.Cut.IsZero():
+		// A split: our grants hold their nodes, which another
+		// party's refusals need, and only the pending nodes can
+		// decide. They get as long as they take to answer, not
+		// NodeTimeout: behind a silent node both parties would hold
+		// their grants that long, and every newcomer that takes a
+		// free node joins them (splitWait). A queued waiter's split
+		// is a handoff under way or is settled by the queues, where
+		// every node reserves for the same first waiter: it waits.
+		r.Cut = time.Now().Add(a.c.splitWait(r))
+		return false
+	case v == Undecided || wrong:
+		return false
+	case v == Refused:
+		// Two parties seen, and nodes still to answer: a split or a
+		// holder, which the last answers tell.
+		return !a.s.Splits || r.NAnswered == len(r.Replies) || parties(r, a.votes, a.verrs, t.Yes) < 2
+	}
+	return true
+}
+
+// tally reads every reply of the round once, into the attempt's counts.
+func (a *attempt) tally() {
+	r := a.r
+	a.res = Result{Round: r}
 	for i, rep := range r.Replies {
 		if !r.Answered[i] {
-			fails.errs = append(fails.errs, rep.Err)
+			a.fails.errs = append(a.fails.errs, rep.Err)
 			continue
 		}
-		v, err := vote(r, i)
+		v, err := a.vote(r, i)
 		switch {
 		case err != nil:
-			fails.add(err)
+			a.fails.add(err)
 		case v.Granted:
-			granted++
-			grants = append(grants, v)
-			c.ObserveServerTime(v.Now)
+			a.granted++
+			a.grants = append(a.grants, v)
+			a.c.ObserveServerTime(v.Now)
 		case v.Abstain != nil:
-			abstained++
-			abstain = v.Abstain
+			a.abstained++
+			a.abstain = v.Abstain
 		default:
-			refused++
-			res.Hint = max(res.Hint, v.Hint)
-			c.ObserveServerTime(v.Now)
-			res.Now = max(res.Now, v.Now)
+			a.refused++
+			a.res.Hint = max(a.res.Hint, v.Hint)
+			a.c.ObserveServerTime(v.Now)
+			a.res.Now = max(a.res.Now, v.Now)
 		}
 	}
-	fail := func(err error) Result {
-		lg.Settle(Always)
-		fw.Settle(never)
-		c.rollbackAttempt(ctx, r, s.Op.Rollback, mayHold, s.Queue)
-		res.Err = err
-		return res
+}
+
+// decide returns why the attempt failed, or nil when it won a valid
+// quorum. Every node not counted did not answer in time (or at all).
+func (a *attempt) decide(ctx context.Context) error {
+	n := len(a.votes)
+	t := a.c.NewTally()
+	t.Yes, t.No, t.Other = a.granted, a.refused, n-a.granted-a.refused
+	if t.Veto(a.fails.wrongs) {
+		return a.fails.fatal(t)
 	}
-	// Every node not counted did not answer in time (or at all).
-	t := c.NewTally()
-	t.Yes, t.No, t.Other = granted, refused, n-granted-refused
-	if t.Veto(fails.wrongs) {
-		return fail(fails.fatal(t))
+	if a.fails.wrong != nil {
+		a.c.warnWrongType(a.fails.wrong)
 	}
-	if fails.wrong != nil {
-		c.warnWrongType(fails.wrong)
+	if t.Won() {
+		if !a.valid() {
+			a.res.Split = true
+			return fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(a.r.Start))
+		}
+		return nil
 	}
-	if !t.Won() {
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
-		if t.Veto(abstained) {
-			return fail(abstain)
-		}
-		if err := fails.fatal(t); err != nil {
-			return fail(err)
-		}
-		if t.Verdict() == Refused {
-			// Refusals veto it, or a quorum answered without granting. A
-			// split vote is one no contender can win without the others
-			// backing off; a quorum that refused is a holder: sleep on it.
-			res.Split = granted > 0 && !t.Enough(refused)
-			res.Contended = contended(r, votes, verrs, t, granted)
-			return fail(&NotAcquiredError{TTL: res.Hint})
-		}
-		// Too few answers to decide; a refusal among them still means the
-		// resource is held or reserved: a waiter sleeps on its messages.
-		if abstain != nil {
-			fails.errs = append(fails.errs, abstain)
-		}
-		res.Split, res.Held = granted > 0, refused > 0
-		return fail(fmt.Errorf("%w: %d of %d nodes answered: %w",
-			ErrQuorumUnavailable, granted+refused, n, errors.Join(fails.errs...)))
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	valid := func() bool { return s.TTL-time.Since(r.Start)-c.Drift(s.TTL) > 0 }
-	if !valid() {
-		res.Split = true
-		return fail(fmt.Errorf("%w: validity exhausted after %s", ErrQuorumUnavailable, time.Since(r.Start)))
+	if t.Veto(a.abstained) {
+		return a.abstain
 	}
-	fence, err := c.decideFence(ctx, s.Op, grants)
+	if err := a.fails.fatal(t); err != nil {
+		return err
+	}
+	if t.Verdict() == Refused {
+		// Refusals veto it, or a quorum answered without granting. A
+		// split vote is one no contender can win without the others
+		// backing off; a quorum that refused is a holder: sleep on it.
+		a.res.Split = a.granted > 0 && !t.Enough(a.refused)
+		a.res.Contended = contended(a.r, a.votes, a.verrs, t, a.granted)
+		return &NotAcquiredError{TTL: a.res.Hint}
+	}
+	// Too few answers to decide; a refusal among them still means the
+	// resource is held or reserved: a waiter sleeps on its messages.
+	if a.abstain != nil {
+		a.fails.errs = append(a.fails.errs, a.abstain)
+	}
+	a.res.Split, a.res.Held = a.granted > 0, a.refused > 0
+	return fmt.Errorf("%w: %d of %d nodes answered: %w",
+		ErrQuorumUnavailable, a.granted+a.refused, n, errors.Join(a.fails.errs...))
+}
+
+// valid reports whether the won round leaves validity: TTL less the time
+// since its start and the drift.
+func (a *attempt) valid() bool {
+	return a.s.TTL-time.Since(a.r.Start)-a.c.Drift(a.s.TTL) > 0
+}
+
+// fail ends a failed attempt: late grants are rolled back, nothing is
+// left where a reply may hold something (rollbackAttempt).
+func (a *attempt) fail(ctx context.Context, err error) Result {
+	a.lg.Settle(Always)
+	a.fw.Settle(never)
+	a.c.rollbackAttempt(ctx, a.r, a.s.Op.Rollback, a.mayHold, a.s.Queue)
+	a.res.Err = err
+	return a.res
+}
+
+// settle ends a won attempt: the fence, then the hold, and late grants
+// follow the hold.
+func (a *attempt) settle(ctx context.Context) Result {
+	fence, err := a.c.decideFence(ctx, a.s.Op, a.grants)
 	if err != nil {
-		return fail(err)
+		return a.fail(ctx, err)
 	}
-	if !valid() {
+	if !a.valid() {
 		// The fence write-back took the rest of the validity: a hold
 		// returned now would already be past its Deadline.
-		res.Split = true
-		return fail(fmt.Errorf("%w: validity exhausted after the fence round, %s", ErrQuorumUnavailable, time.Since(r.Start)))
+		a.res.Split = true
+		return a.fail(ctx, fmt.Errorf("%w: validity exhausted after the fence round, %s", ErrQuorumUnavailable, time.Since(a.r.Start)))
 	}
-	h, err := c.holdOf(s.Op, fence, r.Start)
+	h, err := a.c.holdOf(a.s.Op, fence, a.r.Start)
 	if err != nil {
 		// Only a closed engine refuses a hold, and it released the keys.
-		lg.Settle(Always)
-		fw.Settle(never)
-		res.Err = err
-		return res
+		a.lg.Settle(Always)
+		a.fw.Settle(never)
+		a.res.Err = err
+		return a.res
 	}
-	lg.Settle(h.lateGrantNeedsRollback)
-	lf.decide(int64(fence))
-	fw.Settle(h.Valid)
-	res.Hold = h
-	return res
+	a.lg.Settle(h.lateGrantNeedsRollback)
+	a.lf.decide(int64(fence))
+	a.fw.Settle(h.Valid)
+	a.res.Hold = h
+	return a.res
 }
 
 // contended reports whether a refused round r was a split vote: it saw two
