@@ -57,22 +57,19 @@ type waitSpec struct {
 // nodes next to nothing. Split votes back off with jitter. When ctx ends,
 // leave removes the waiter's queue entry on every node.
 func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error) {
-	refused := time.Now()
-	var last attemptResult // the latest attempt, for the ctx exit's error
-	lastAt := refused
-	cfg := c.Settings()
-	var untraced acquireTrace // counts what nobody reads
-	tr := w.tr
-	if tr == nil {
-		tr = &untraced
+	wt := &blockedAcquire{c: c, w: w, cfg: c.Settings(), tr: w.tr, pass: func() {}, leave: func() {}}
+	if wt.tr == nil {
+		wt.tr = &acquireTrace{} // counts what nobody reads
 	}
-	if !w.queued || cfg.Polling {
-		tr.attempts++
+	refused := time.Now()
+	wt.lastAt = refused
+	if !w.queued || wt.cfg.Polling {
+		wt.tr.attempts++
 		res := w.try(false)
 		if res.lease != nil || !retryable(res.err) {
 			return res.lease, res.err
 		}
-		refused, last, lastAt = time.Now(), res, time.Now()
+		refused, wt.last, wt.lastAt = time.Now(), res, time.Now()
 	}
 	defer func() {
 		c.Instruments().WaitTime.Record(context.Background(), time.Since(refused).Seconds())
@@ -81,8 +78,8 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		c.Instruments().AddWaiting(w.kind, 1)
 		defer c.Instruments().AddWaiting(w.kind, -1)
 	}
-	if tr.link != nil {
-		tr.link(ctx)
+	if wt.tr.link != nil {
+		wt.tr.link(ctx)
 	}
 	// Close wakes the waiter (ctx then ends with cause ErrClosed) and waits
 	// for it to leave the queues.
@@ -91,134 +88,190 @@ func waitLoop(ctx context.Context, c *engine.Engine, w waitSpec) (*Lease, error)
 		return nil, err
 	}
 	defer stop()
-	push := !cfg.Polling
-	recheckMax := w.recheckMax
-	if recheckMax <= 0 {
-		recheckMax = recheckCap
+	if wt.push = !wt.cfg.Polling; wt.push {
+		defer wt.register(ctx)()
 	}
-	var (
-		wake   <-chan struct{}
-		pass   = func() {}
-		woken  bool // the last sleep ended by a message
-		grants = func() []notify.Grant { return nil }
-	)
-	if push {
-		rw := c.Router().RegisterAll(w.token, w.topics...)
-		pass, grants = rw.Pass, rw.Grants
-		defer rw.Close()
-		wake = rw.C()
-		t := time.NewTimer(2 * cfg.NodeTimeout)
-		select {
-		case <-rw.Ready():
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-	// Once an attempt failed, the waiter may hold queue entries: a first
-	// try of some primitives enqueues too. So it leaves on every way out
-	// but success. It leaves once more after NodeTimeout, when an attempt
-	// still in flight, which may enqueue again, has run or been dropped.
-	leave := func() {}
 	if w.leave != nil {
-		leave = func() {
+		wt.leave = func() {
 			w.leave()
-			c.Later(cfg.NodeTimeout+10*time.Millisecond, w.leave)
+			c.Later(wt.cfg.NodeTimeout+10*time.Millisecond, w.leave)
 		}
 	}
-	backoff := cfg.RetryDelay
+	wt.backoff = wt.cfg.RetryDelay
 	for {
 		if err := ctx.Err(); err != nil {
-			leave()
-			if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
-				return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, cause)
-			}
-			return nil, ctxExit(w.topics, err, last, lastAt)
+			return nil, wt.exit(ctx, err)
 		}
 		if w.direct != nil {
-			lease, wait := w.direct(grants())
+			lease, again := wt.directGrants(ctx)
 			if lease != nil {
-				tr.wokenBy = engine.WokenDirect
 				return lease, nil
 			}
-			if wait > 0 {
-				// Some nodes granted our latest attempt: the others' grants
-				// are on their way (a release runs on every node at once).
-				t := time.NewTimer(wait)
-				select {
-				case <-wake:
-				case <-t.C:
-				case <-ctx.Done():
-				}
-				t.Stop()
+			if again {
 				continue
 			}
 		}
-		tr.attempts++
+		wt.tr.attempts++
 		tried := time.Now()
-		res := w.try(push)
+		res := w.try(wt.push)
 		if res.lease != nil {
 			return res.lease, nil
 		}
 		if !retryable(res.err) {
-			if ctx.Err() != nil {
-				if errors.Is(res.err, ErrBusy) && !errors.Is(context.Cause(ctx), ErrClosed) {
-					// ended while it waited its turn: say so
-					leave()
-					return nil, fmt.Errorf("redlock: acquire %v: %w", w.topics, res.err)
-				}
-				continue // ended by ctx or Close: the check above says which
+			if err := wt.final(ctx, res.err); err != nil {
+				return nil, err
 			}
-			leave()
-			return nil, res.err
+			continue // ended by ctx or Close: the check above says which
 		}
-		last, lastAt = res, time.Now()
-		if woken {
+		wt.last, wt.lastAt = res, time.Now()
+		if wt.woken {
 			// A message woke us and we cannot progress: if it was a
 			// re-check meant for one waiter of this process, the next
 			// waiter may be the one that can.
-			pass()
-			woken = false
+			wt.pass()
+			wt.woken = false
 		}
-		var d time.Duration
-		wc := wake // nil in polling mode: never fires
-		if !push || res.split || !(res.held || errors.Is(res.err, ErrNotAcquired)) {
-			// Split vote or lost quorum with no refusal: back off with
-			// jitter so contenders converge; nothing will send a message.
-			d = backoff
-			if took := time.Since(tried); res.split && took > d {
-				// A split attempt holds its grants until it fails, up to
-				// NodeTimeout behind a slow node. A retry much sooner
-				// meets the other party's grants of its next attempt: two
-				// contenders stay in anti-phase. The jitter spans at least
-				// the failed attempt's time.
-				d = took
-			}
-			d = jitter(d)
-			backoff = min(2*backoff, cfg.MaxRetryDelay)
-			wc = nil
-		} else {
-			backoff = cfg.RetryDelay
-			limit := recheckMax
-			if !c.NewTally().Enough(upNodes(c)) {
-				limit = min(limit, recheckCap)
-			}
-			d = limit // a message wakes us; the timer is the safety net
-			if res.hint > 0 {
-				d = min(res.hint+time.Millisecond, limit)
-			}
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-wc:
-			woken = true
-			tr.wokenBy = engine.WokenPush
-		case <-t.C:
-			tr.wokenBy = engine.WokenTimer
-		case <-ctx.Done():
-		}
-		t.Stop()
+		wt.sleep(ctx, res, tried)
 	}
+}
+
+// blockedAcquire is one waitLoop's state between its attempts.
+type blockedAcquire struct {
+	c   *engine.Engine
+	w   waitSpec
+	cfg engine.Settings
+	tr  *acquireTrace
+
+	push   bool            // woken by push messages (not WaitPolling)
+	wake   <-chan struct{} // the router's wake-ups (nil when polling: never fires)
+	pass   func()          // hands a wake-up it cannot use to the next waiter
+	grants func() []notify.Grant
+	woken  bool // the last sleep ended by a message
+	// leave removes the waiter's queue entries (a no-op if it has none).
+	// Once an attempt failed, the waiter may hold queue entries: a first
+	// try of some primitives enqueues too. So it leaves on every way out
+	// but success. It leaves once more after NodeTimeout, when an attempt
+	// still in flight, which may enqueue again, has run or been dropped.
+	leave   func()
+	backoff time.Duration
+
+	last   attemptResult // the latest attempt, for the ctx exit's error
+	lastAt time.Time
+}
+
+// register subscribes the waiter to its topics and waits (at most twice
+// NodeTimeout) until the subscriptions are confirmed. It returns the
+// unregistering.
+func (wt *blockedAcquire) register(ctx context.Context) func() {
+	rw := wt.c.Router().RegisterAll(wt.w.token, wt.w.topics...)
+	wt.pass, wt.grants, wt.wake = rw.Pass, rw.Grants, rw.C()
+	t := time.NewTimer(2 * wt.cfg.NodeTimeout)
+	select {
+	case <-rw.Ready():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	return rw.Close
+}
+
+// final returns the error of an attempt that failed for good (err), the
+// waiter out of the queues; nil when ctx ended meanwhile, so the loop's
+// check says whether by ctx or by Close.
+func (wt *blockedAcquire) final(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if !errors.Is(err, ErrBusy) || errors.Is(context.Cause(ctx), ErrClosed) {
+			return nil
+		}
+		// ended while it waited its turn: say so
+		wt.leave()
+		return fmt.Errorf("redlock: acquire %v: %w", wt.w.topics, err)
+	}
+	wt.leave()
+	return err
+}
+
+// exit is the error of a wait whose ctx ended (err): the waiter leaves
+// the queues first.
+func (wt *blockedAcquire) exit(ctx context.Context, err error) error {
+	wt.leave()
+	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+		return fmt.Errorf("redlock: acquire %v: %w", wt.w.topics, cause)
+	}
+	return ctxExit(wt.w.topics, err, wt.last, wt.lastAt)
+}
+
+// directGrants offers the direct grants received to w.direct. It returns
+// the lease they make, or, with again, that it waited for more of them:
+// some nodes granted the latest attempt, and the others' grants are on
+// their way (a release runs on every node at once).
+func (wt *blockedAcquire) directGrants(ctx context.Context) (lease *Lease, again bool) {
+	var gs []notify.Grant
+	if wt.grants != nil {
+		gs = wt.grants()
+	}
+	lease, wait := wt.w.direct(gs)
+	if lease != nil {
+		wt.tr.wokenBy = engine.WokenDirect
+		return lease, false
+	}
+	if wait <= 0 {
+		return nil, false
+	}
+	t := time.NewTimer(wait)
+	select {
+	case <-wt.wake:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	return nil, true
+}
+
+// sleep waits after the refused attempt res (sent at tried) until a
+// message for the waiter, the holder's remaining TTL, or the end of ctx.
+func (wt *blockedAcquire) sleep(ctx context.Context, res attemptResult, tried time.Time) {
+	var d time.Duration
+	wc := wt.wake
+	if !wt.push || res.split || !(res.held || errors.Is(res.err, ErrNotAcquired)) {
+		// Split vote or lost quorum with no refusal: back off with
+		// jitter so contenders converge; nothing will send a message.
+		d = wt.backoff
+		if took := time.Since(tried); res.split && took > d {
+			// A split attempt holds its grants until it fails, up to
+			// NodeTimeout behind a slow node. A retry much sooner
+			// meets the other party's grants of its next attempt: two
+			// contenders stay in anti-phase. The jitter spans at least
+			// the failed attempt's time.
+			d = took
+		}
+		d = jitter(d)
+		wt.backoff = min(2*wt.backoff, wt.cfg.MaxRetryDelay)
+		wc = nil
+	} else {
+		wt.backoff = wt.cfg.RetryDelay
+		limit := wt.w.recheckMax
+		if limit <= 0 {
+			limit = recheckCap
+		}
+		if !wt.c.NewTally().Enough(upNodes(wt.c)) {
+			limit = min(limit, recheckCap)
+		}
+		d = limit // a message wakes us; the timer is the safety net
+		if res.hint > 0 {
+			d = min(res.hint+time.Millisecond, limit)
+		}
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-wc:
+		wt.woken = true
+		wt.tr.wokenBy = engine.WokenPush
+	case <-t.C:
+		wt.tr.wokenBy = engine.WokenTimer
+	case <-ctx.Done():
+	}
+	t.Stop()
 }
 
 // ctxExit is the error of a blocking acquire that its ctx ended. When the

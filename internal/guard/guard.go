@@ -314,98 +314,114 @@ func (g *Guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		st.lost = "" // disarmed (by any process), flushed or restarted since
 	}
 	if lost := st.lost; lost != "" {
-		// Lost keys without a restart: disarm the node for every process
-		// (docs/lock.md, "When a node forgot"); the next look finds it
-		// unarmed and takes a bound as after a flush.
 		st.armed, st.evaluated, st.token, st.until = false, "", "", time.Time{}
 		g.mu.Unlock()
-		g.cfg.Logger.Warn("redlock: node guarded: it may have lost keys", "node", g.nodes[x].Addr(), "why", lost)
-		dctx, cancel := context.WithTimeout(ctx, max(g.cfg.NodeTimeout, time.Second))
-		if err := g.gns[x].Disarm(dctx); err != nil {
-			// st.lost stays: the next look that finds it armed tries again
-			g.cfg.Logger.Warn("redlock: node guard: disarming failed; the next look tries again", "node", g.nodes[x].Addr(), "err", err)
-		}
-		cancel()
-		select {
-		case g.kick <- struct{}{}:
-		default:
-		}
+		g.disarm(ctx, x, lost)
 		return
 	}
 	if lk.Marked && lk.Missing == 0 {
-		mem := st.mem
-		if st.seen != "" && st.seen != lk.Identity {
-			// another process armed the node under a new identity before
-			// this one looked at it forgotten (an armed call's NOSCRIPT
-			// may have told it first): what this one confirmed there (a
-			// raise since only adds) is its memory
-			if h := g.base.Add(time.Duration(g.horizon[x].Load())); h.After(mem) {
-				mem = h
-			}
-		}
-		if st.seen != "" && st.seen != lk.Identity && mem.After(now) {
-			// another process armed the node under a new identity before
-			// this one's memory of it ran out: keep that memory here
-			m := int64(mem.Sub(g.base))
-			for {
-				old := g.local[x].Load()
-				if m <= old || g.local[x].CompareAndSwap(old, m) {
-					break
-				}
-			}
-		}
-		g.gns[x].Adopt(master, lk.Identity) // after the local bound above
-		if !st.armed && st.evaluated != "" {
-			g.cfg.Logger.Info("redlock: node guard lifted", "node", g.nodes[x].Addr(), "master", master)
-		}
-		st.armed, st.seen, st.evaluated, st.token, st.until = true, lk.Identity, "", "", time.Time{}
+		g.adopt(x, master, st, lk, now)
 		g.mu.Unlock()
 		return
 	}
-	want := ""
-	if lk.Marked {
-		// Armed by some guard; a script is new since: load it, vouched by
-		// the identity the look read with the marker.
-		want = lk.Identity
-	} else {
-		// Another token than the recorded one: the node was armed, and
-		// perhaps forgot again, since (by any process): this process's
-		// state is stale, a new bound from this look.
-		fresh := st.armed || st.evaluated != lk.Identity || st.token != lk.Token
-		if fresh {
-			st.armed, st.evaluated, st.token, st.until = false, lk.Identity, lk.Token, time.Time{}
-			if st.seen != "" {
-				// what this process confirmed there, perhaps under the
-				// identity it had before (a raise since only adds)
-				st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
-			}
-			if master == "" {
-				// The key those confirmations read is gone or lost
-				// time: none counts a grant there again (Covers), nor
-				// tells a later raise's read that the new key lost
-				// time (raise).
-				g.horizon[x].Store(0)
-			}
-		}
-		b := g.bound(x, lk, hs, errs, now)
-		if st.seen != "" && st.seen != lk.Identity && st.mem.After(b) {
-			b = st.mem
-		}
-		if st.until.IsZero() || b.Before(st.until) {
-			st.until = b
-		}
-		if fresh && now.Before(st.until) {
-			g.cfg.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
-				"node", g.nodes[x].Addr(), "master", master, "identity", lk.Identity, "until", st.until)
-		}
-		if now.Before(st.until) || lk.Evicts != "" {
-			// (a policy that may evict: not armed until it is noeviction)
+	want := lk.Identity // armed by some guard; a script is new since
+	if !lk.Marked {
+		if !g.holdOut(x, master, st, lk, hs, errs, now) {
 			g.mu.Unlock()
 			return
 		}
 		want = st.evaluated
 	}
 	g.mu.Unlock()
+	g.arm(ctx, x, master, st, want, armBy)
+}
+
+// disarm deletes node x's arm key: it lost keys without a restart, so
+// every process's armed calls refuse there from now on (docs/lock.md,
+// "When a node forgot"). The next look finds it unarmed and takes a bound
+// as after a flush.
+func (g *Guard) disarm(ctx context.Context, x int, lost string) {
+	g.cfg.Logger.Warn("redlock: node guarded: it may have lost keys", "node", g.nodes[x].Addr(), "why", lost)
+	dctx, cancel := context.WithTimeout(ctx, max(g.cfg.NodeTimeout, time.Second))
+	if err := g.gns[x].Disarm(dctx); err != nil {
+		// st.lost stays: the next look that finds it armed tries again
+		g.cfg.Logger.Warn("redlock: node guard: disarming failed; the next look tries again", "node", g.nodes[x].Addr(), "err", err)
+	}
+	cancel()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// adopt takes node x (its master) as armed under lk's identity, keeping
+// this process's memory of a horizon it confirmed there under an identity
+// the node no longer has; under g.mu.
+func (g *Guard) adopt(x int, master string, st *nodeGuard, lk nodeactor.Look, now time.Time) {
+	mem := st.mem
+	if st.seen != "" && st.seen != lk.Identity {
+		// another process armed the node under a new identity before
+		// this one looked at it forgotten (an armed call's NOSCRIPT
+		// may have told it first): what this one confirmed there (a
+		// raise since only adds) is its memory
+		if h := g.base.Add(time.Duration(g.horizon[x].Load())); h.After(mem) {
+			mem = h
+		}
+	}
+	if st.seen != "" && st.seen != lk.Identity && mem.After(now) {
+		// another process armed the node under a new identity before
+		// this one's memory of it ran out: keep that memory here
+		storeMax(&g.local[x], int64(mem.Sub(g.base)))
+	}
+	g.gns[x].Adopt(master, lk.Identity) // after the local bound above
+	if !st.armed && st.evaluated != "" {
+		g.cfg.Logger.Info("redlock: node guard lifted", "node", g.nodes[x].Addr(), "master", master)
+	}
+	st.armed, st.seen, st.evaluated, st.token, st.until = true, lk.Identity, "", "", time.Time{}
+}
+
+// holdOut takes the bound of node x (its master), found unarmed by lk,
+// and reports whether it has run out, so the node may be armed; under
+// g.mu.
+func (g *Guard) holdOut(x int, master string, st *nodeGuard, lk nodeactor.Look, hs []nodeactor.Look, errs []error, now time.Time) bool {
+	// Another token than the recorded one: the node was armed, and
+	// perhaps forgot again, since (by any process): this process's
+	// state is stale, a new bound from this look.
+	fresh := st.armed || st.evaluated != lk.Identity || st.token != lk.Token
+	if fresh {
+		st.armed, st.evaluated, st.token, st.until = false, lk.Identity, lk.Token, time.Time{}
+		if st.seen != "" {
+			// what this process confirmed there, perhaps under the
+			// identity it had before (a raise since only adds)
+			st.mem = g.base.Add(time.Duration(g.horizon[x].Load()))
+		}
+		if master == "" {
+			// The key those confirmations read is gone or lost
+			// time: none counts a grant there again (Covers), nor
+			// tells a later raise's read that the new key lost
+			// time (raise).
+			g.horizon[x].Store(0)
+		}
+	}
+	b := g.bound(x, lk, hs, errs, now)
+	if st.seen != "" && st.seen != lk.Identity && st.mem.After(b) {
+		b = st.mem
+	}
+	if st.until.IsZero() || b.Before(st.until) {
+		st.until = b
+	}
+	if fresh && now.Before(st.until) {
+		g.cfg.Logger.Warn("redlock: node guarded: it forgot its armed scripts (restart, failover or flush)",
+			"node", g.nodes[x].Addr(), "master", master, "identity", lk.Identity, "until", st.until)
+	}
+	// (a policy that may evict: not armed until it is noeviction)
+	return !now.Before(st.until) && lk.Evicts == ""
+}
+
+// arm loads the armed scripts on node x (its master) under identity
+// want, by armBy at the latest, then raises the horizon there for the
+// TTLs in use, and records the outcome.
+func (g *Guard) arm(ctx context.Context, x int, master string, st *nodeGuard, want string, armBy time.Time) {
 	if by := time.Now().Add(max(g.cfg.NodeTimeout, time.Second)); by.After(armBy) {
 		armBy = by
 	}
