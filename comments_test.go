@@ -37,7 +37,6 @@ var longFuncsLeft = []string{
 	"nodeactor.Actor.exec",
 	"notify.Router.run",
 	"internal/engine.renewer.renewRound",
-	"internal/engine.New",
 	"nodeactor.Actor.look",
 	"nodeactor.Actor.lookMaster",
 	"nodeactor.Actor.keeper",

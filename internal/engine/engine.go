@@ -122,16 +122,39 @@ type Settings struct {
 // each node that did not answer and why.
 func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	c := newEngine(set, specs)
+	c.addNodes(specs)
+	c.start()
+	wctx, cancel := context.WithTimeout(ctx, set.StartTimeout)
+	defer cancel()
+	ready, fatal := c.awaitNodes(wctx)
+	if tl := c.NewTally(); !tl.Enough(ready) {
+		err := c.startError(ctx, ready, fatal)
+		c.Close()
+		return nil, err
+	}
+	if c.guard != nil {
+		// The first look arms a fresh deployment, so the first acquire
+		// waits for nothing.
+		c.guard.Start(wctx)
+		c.rnGo(func() { c.guard.Run(c.closing) })
+	}
+	return c, nil
+}
+
+// addNodes makes one node actor per spec, and the node guard over them
+// when Settings.Guard is set.
+func (c *Engine) addNodes(specs []NodeSpec) {
+	set := c.set
+	tag := ""
+	if set.Guard {
+		tag = set.KeyPrefix
+	}
 	onGuarded := func(i int) {
 		if g := c.guard; g != nil {
 			g.OnGuarded(i)
 		}
 	}
 	for i, s := range specs {
-		tag := ""
-		if set.Guard {
-			tag = set.KeyPrefix
-		}
 		c.nodes = append(c.nodes, nodeactor.New(nodeactor.Options{
 			Index:        i,
 			Addr:         s.Addr,
@@ -152,31 +175,30 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 			DriftFactor:  set.DriftFactor,
 		}))
 	}
-	if set.Guard {
-		nodes := make([]guard.Node, len(c.nodes))
-		for i, n := range c.nodes {
-			nodes[i] = n
-		}
-		c.guard = guard.New(guard.Config{Nodes: nodes, Quorum: c.quorum, Fanout: c.guardFanout,
-			KeyPrefix: set.KeyPrefix, DriftFactor: set.DriftFactor, MaxTTL: set.MaxTTL,
-			NodeTimeout: set.NodeTimeout, Logger: set.Logger})
+	if !set.Guard {
+		return
 	}
-	c.start()
+	nodes := make([]guard.Node, len(c.nodes))
+	for i, n := range c.nodes {
+		nodes[i] = n
+	}
+	c.guard = guard.New(guard.Config{Nodes: nodes, Quorum: c.quorum, Fanout: c.guardFanout,
+		KeyPrefix: set.KeyPrefix, DriftFactor: set.DriftFactor, MaxTTL: set.MaxTTL,
+		NodeTimeout: set.NodeTimeout, Logger: set.Logger})
+}
 
-	wctx, cancel := context.WithTimeout(ctx, set.StartTimeout)
-	defer cancel()
+// awaitNodes waits until a quorum of nodes answered (or wctx ends, or so
+// many are unusable that no quorum can answer), then gives the others a
+// short grace. It returns how many are ready and the unusable ones'
+// errors.
+func (c *Engine) awaitNodes(wctx context.Context) (ready int, fatal []error) {
 	tl := c.NewTally()
-	ready, fatal := c.countReady()
+	ready, fatal = c.countReady()
 	// Nodes that will not serve us (nodeactor.Unusable, or a required
 	// capability refused) will not answer in time: stop waiting once they
 	// leave no quorum.
 	for !tl.Enough(ready) && wctx.Err() == nil && !tl.Veto(len(fatal)) {
-		t := time.NewTimer(5 * time.Millisecond)
-		select {
-		case <-wctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		pause(wctx, 5*time.Millisecond)
 		ready, fatal = c.countReady()
 	}
 	// A quorum answered. Give the others a short grace (they are usually a
@@ -187,62 +209,64 @@ func New(ctx context.Context, set Settings, specs []NodeSpec) (*Engine, error) {
 	// connecting (a lost SYN costs 1 s) would count as one that did not
 	// answer, letting a restarted node look fresh while the node that
 	// holds the evidence is a moment late (TestAdvGuardFreshRuleNewProcessStartup).
-	wait := max(100*time.Millisecond, set.NodeTimeout)
+	wait := max(100*time.Millisecond, c.set.NodeTimeout)
 	if c.guard != nil {
 		wait = max(wait, guard.FreshPatience)
 		if dl, ok := wctx.Deadline(); ok {
 			// leave the first look half of what StartTimeout has left
-			wait = min(wait, max(100*time.Millisecond, set.NodeTimeout, time.Until(dl)/2))
+			wait = min(wait, max(100*time.Millisecond, c.set.NodeTimeout, time.Until(dl)/2))
 		}
 	}
 	grace, gcancel := context.WithTimeout(wctx, wait)
+	defer gcancel()
 	for tl.Enough(ready) && ready+len(fatal) < len(c.nodes) && grace.Err() == nil {
-		t := time.NewTimer(5 * time.Millisecond)
-		select {
-		case <-grace.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		pause(grace, 5*time.Millisecond)
 		ready, fatal = c.countReady()
 	}
-	gcancel()
-	if tl.Enough(ready) && c.guard != nil {
-		// The first look arms a fresh deployment and primes the horizon
-		// for DefaultTTL, so the first acquire waits for nothing.
-		c.guard.Start(wctx)
-		c.rnGo(func() { c.guard.Run(c.closing) })
+	return ready, fatal
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
-	if !tl.Enough(ready) {
-		errs := fatal
-		for _, n := range c.nodes {
-			if st := n.Status(); !st.Up && st.Fatal == nil {
-				err := st.LastErr
-				var silent *nodeactor.NoAnswerError
-				switch {
-				case errors.As(err, &silent) && ctx.Err() == nil:
-					// each connection waited the dial timeout; New waited
-					// StartTimeout in all
-					err = &nodeactor.NoAnswerError{What: silent.What, Waited: set.StartTimeout, Bound: "StartTimeout", Err: silent.Err}
-				case err != nil:
-				case ctx.Err() != nil:
-					err = errors.New("no answer before ctx ended")
-				case tl.Veto(len(fatal)):
-					err = errors.New("no answer yet")
-				default:
-					err = fmt.Errorf("no answer within %s", set.StartTimeout)
-				}
-				errs = append(errs, &nodeactor.NodeError{Addr: n.Addr(), Err: err})
+	t.Stop()
+}
+
+// startError is New's error when fewer than a quorum of nodes answered:
+// it names each node that did not, and why.
+func (c *Engine) startError(ctx context.Context, ready int, fatal []error) error {
+	set, tl := c.set, c.NewTally()
+	errs := fatal
+	for _, n := range c.nodes {
+		if st := n.Status(); !st.Up && st.Fatal == nil {
+			err := st.LastErr
+			var silent *nodeactor.NoAnswerError
+			switch {
+			case errors.As(err, &silent) && ctx.Err() == nil:
+				// each connection waited the dial timeout; New waited
+				// StartTimeout in all
+				err = &nodeactor.NoAnswerError{What: silent.What, Waited: set.StartTimeout, Bound: "StartTimeout", Err: silent.Err}
+			case err != nil:
+			case ctx.Err() != nil:
+				err = errors.New("no answer before ctx ended")
+			case tl.Veto(len(fatal)):
+				err = errors.New("no answer yet")
+			default:
+				err = fmt.Errorf("no answer within %s", set.StartTimeout)
 			}
+			errs = append(errs, &nodeactor.NodeError{Addr: n.Addr(), Err: err})
 		}
-		c.Close()
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%w: %d of %d nodes answered before ctx ended, need %d: %w: %w",
-				ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, err, errors.Join(errs...))
-		}
-		return nil, fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
-			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
 	}
-	return c, nil
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %d of %d nodes answered before ctx ended, need %d: %w: %w",
+			ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, err, errors.Join(errs...))
+	}
+	return fmt.Errorf("%w: %d of %d nodes answered, need %d: %w",
+		ErrQuorumUnavailable, ready, len(c.nodes), c.quorum, errors.Join(errs...))
 }
 
 // Node is what the engine needs of one node: a *nodeactor.Actor, or a
