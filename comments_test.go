@@ -36,12 +36,10 @@ const (
 var longFuncsLeft = []string{
 	"nodeactor.Actor.exec",
 	"notify.Router.run",
-	"internal/engine.renewer.renewRound",
 	"nodeactor.Actor.look",
 	"nodeactor.Actor.lookMaster",
 	"nodeactor.Actor.keeper",
 	"internal/engine.Engine.fanoutSent",
-	"internal/engine.renewer.run",
 	"internal/engine.Engine.gather",
 	"testutil.StartCluster",
 	"testutil.StartSentinelSet",

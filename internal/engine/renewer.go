@@ -195,24 +195,6 @@ func (r *renewer) run() {
 	q := &holdHeap{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	schedule := func(h *Hold) {
-		h.mu.Lock()
-		held := h.state == stateHeld
-		next := h.nextEventLocked()
-		h.mu.Unlock()
-		if !held {
-			if h.idx >= 0 {
-				heap.Remove(q, h.idx)
-			}
-			return
-		}
-		h.next = next
-		if h.idx >= 0 {
-			heap.Fix(q, h.idx)
-		} else {
-			heap.Push(q, h)
-		}
-	}
 	for {
 		ms := r.take()
 		for _, m := range ms {
@@ -221,39 +203,12 @@ func (r *renewer) run() {
 					heap.Remove(q, m.h.idx)
 				}
 			} else {
-				schedule(m.h)
+				q.schedule(m.h)
 			}
 		}
 		r.giveBack(ms)
 		now := time.Now()
-		var due []*Hold
-		for q.Len() > 0 && !q.hs[0].next.After(now) {
-			h := heap.Pop(q).(*Hold)
-			h.mu.Lock()
-			expired := !now.Before(h.deadline)
-			renew := !expired && h.state == stateHeld && h.spec.AutoRenew && !h.inflight
-			beating := h.beating(now)
-			if renew && !beating {
-				// No progress reported: let the hold run out at its
-				// Deadline (a late Heartbeat reschedules it).
-				renew = false
-				h.starved.Store(true)
-			}
-			if renew {
-				h.inflight = true
-			}
-			h.mu.Unlock()
-			switch {
-			case expired:
-				r.wg.Go(func() { h.lose(h.deadlineCause(now)) })
-			case renew:
-				due = append(due, h)
-				schedule(h) // now keyed by its deadline
-			default:
-				schedule(h)
-			}
-		}
-		if len(due) > 0 {
+		if due := r.popDue(q, now); len(due) > 0 {
 			r.wg.Go(func() { r.renewRound(due) })
 		}
 		at := now.Add(idleWake)
@@ -276,24 +231,117 @@ func (r *renewer) run() {
 	}
 }
 
+// schedule puts h in the heap at its next event, or takes it out when it
+// is no longer held.
+func (q *holdHeap) schedule(h *Hold) {
+	h.mu.Lock()
+	held := h.state == stateHeld
+	next := h.nextEventLocked()
+	h.mu.Unlock()
+	if !held {
+		if h.idx >= 0 {
+			heap.Remove(q, h.idx)
+		}
+		return
+	}
+	h.next = next
+	if h.idx >= 0 {
+		heap.Fix(q, h.idx)
+	} else {
+		heap.Push(q, h)
+	}
+}
+
+// popDue takes every hold whose next event is due at now: an expired one
+// is lost (on its own goroutine), one due for renewal is returned and
+// rescheduled by its deadline, and the rest are rescheduled.
+func (r *renewer) popDue(q *holdHeap, now time.Time) []*Hold {
+	var due []*Hold
+	for q.Len() > 0 && !q.hs[0].next.After(now) {
+		h := heap.Pop(q).(*Hold)
+		h.mu.Lock()
+		expired := !now.Before(h.deadline)
+		renew := !expired && h.state == stateHeld && h.spec.AutoRenew && !h.inflight
+		if renew && !h.beating(now) {
+			// No progress reported: let the hold run out at its
+			// Deadline (a late Heartbeat reschedules it).
+			renew = false
+			h.starved.Store(true)
+		}
+		if renew {
+			h.inflight = true
+		}
+		h.mu.Unlock()
+		switch {
+		case expired:
+			r.wg.Go(func() { h.lose(h.deadlineCause(now)) })
+		case renew:
+			due = append(due, h)
+			q.schedule(h) // now keyed by its deadline
+		default:
+			q.schedule(h)
+		}
+	}
+	return due
+}
+
 // renewRound renews every due hold in one fan-out per node: all requests are
 // queued before any reply is awaited, so each node actor sends them as one
 // pipelined batch.
 func (r *renewer) renewRound(due []*Hold) {
 	c := r.c
-	n := len(c.nodes)
-	type pend struct {
-		h        *Hold
-		ttl      time.Duration
-		ch       chan nodeactor.Reply
-		start    time.Time
-		deadline time.Time
+	ps, last := c.renewals(due)
+	ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(last), c.set.NodeTimeout))
+	defer cancel()
+	// The renewals' TTLs are in use (a confirmation counts only under a
+	// horizon that covers it).
+	var longest time.Duration
+	for _, p := range ps {
+		longest = max(longest, p.ttl+p.h.spec.Linger)
 	}
-	ps := make([]pend, len(due))
-	// A renewal confirmed before the hold's deadline keeps it, however long
-	// the node took: a busy node (renewals queued behind each other) is
-	// waited for until then, each hold until its own deadline, not only
-	// NodeTimeout.
+	c.guard.Ensure(ctx, longest)
+	for i := range ps {
+		ps[i].live = ps[i].h.startRound() // released meanwhile: send nothing for it
+	}
+	c.sendRenewals(ctx, ps)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// First the decisions, each as soon as a quorum decides it.
+	for i := range ps {
+		if ps[i].live {
+			c.decideRenewal(ctx, &ps[i], timer)
+		}
+	}
+	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
+	// node that answers "missing" (restarted empty) gets its key re-taken,
+	// inside a round of its own that Release waits for.
+	timer.Reset(c.set.NodeTimeout)
+	for i := range ps {
+		if ps[i].confirmed {
+			c.settleRenewal(ctx, &ps[i], timer)
+		}
+	}
+}
+
+// renewal is one hold's renewal in a renewer round.
+type renewal struct {
+	h         *Hold
+	ttl       time.Duration
+	ch        chan nodeactor.Reply
+	start     time.Time
+	deadline  time.Time
+	live      bool   // still held when the round started
+	confirmed bool   // a quorum confirmed it
+	round     *Round // its replies
+}
+
+// renewals returns the due holds' renewals, and the latest deadline
+// among them. A renewal confirmed before the hold's deadline keeps it,
+// however long the node took: a busy node (renewals queued behind each
+// other) is waited for until then, each hold until its own deadline, not
+// only NodeTimeout.
+func (c *Engine) renewals(due []*Hold) ([]renewal, time.Time) {
+	ps := make([]renewal, len(due))
 	last := time.Now()
 	for i, h := range due {
 		h.mu.Lock()
@@ -308,27 +356,18 @@ func (r *renewer) renewRound(due []*Hold) {
 		if deadline.After(last) {
 			last = deadline
 		}
-		ps[i] = pend{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, n), start: time.Now(), deadline: deadline}
+		ps[i] = renewal{h: h, ttl: ttl, ch: make(chan nodeactor.Reply, len(c.nodes)), start: time.Now(), deadline: deadline}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(last), c.set.NodeTimeout))
-	defer cancel()
-	// The renewals' TTLs are in use (a confirmation counts only under a
-	// horizon that covers it).
-	var longest time.Duration
-	for _, p := range ps {
-		longest = max(longest, p.ttl+p.h.spec.Linger)
-	}
-	c.guard.Ensure(ctx, longest)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	live := make([]bool, len(ps))
-	for i := range ps {
-		live[i] = ps[i].h.startRound() // released meanwhile: send nothing for it
-	}
+	return ps, last
+}
+
+// sendRenewals queues every live renewal on every node before any reply
+// is awaited, so each node actor sends them as one pipelined batch.
+func (c *Engine) sendRenewals(ctx context.Context, ps []renewal) {
 	for j, nd := range c.nodes {
 		for i := range ps {
 			p := &ps[i]
-			if !live[i] {
+			if !p.live {
 				continue
 			}
 			if err := nd.TrySend(nodeactor.Request{Ctx: ctx, Deadline: p.deadline, Expires: true,
@@ -337,71 +376,65 @@ func (r *renewer) renewRound(due []*Hold) {
 			}
 		}
 	}
-	// First the decisions, each as soon as a quorum decides it.
-	rounds := make([]*Round, len(ps))
-	confirmed := make([]bool, len(ps))
-	for i, p := range ps {
-		if !live[i] {
-			continue
-		}
-		round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
-		rounds[i] = round
-		// A confirmation is a yes, a key gone (another owner, or missing)
-		// a no: see Hold.renewRound.
-		t := c.NewTally()
-		timer.Reset(max(time.Until(p.deadline), 0))
-	collect:
-		for round.NAnswered < n && !t.Won() && !t.Vetoed() {
-			select {
-			case <-timer.C:
-				break collect
-			case <-c.done:
-				break collect
-			case rep := <-p.ch:
-				if round.Answered[rep.Node] {
-					continue // a duplicate counts once
-				}
-				round.record(rep)
-				t.addRenewal(c.renewOutcome(rep.Node, rep, p.start, p.ttl+p.h.spec.Linger))
-			case <-ctx.Done():
-				break collect
+}
+
+// decideRenewal waits for p's replies until a quorum decides it (or its
+// deadline), and applies the outcome to its hold.
+func (c *Engine) decideRenewal(ctx context.Context, p *renewal, timer *time.Timer) {
+	n := len(c.nodes)
+	round := &Round{Start: p.start, Replies: make([]nodeactor.Reply, n), Answered: make([]bool, n)}
+	p.round = round
+	// A confirmation is a yes, a key gone (another owner, or missing)
+	// a no: see Hold.renewRound.
+	t := c.NewTally()
+	timer.Reset(max(time.Until(p.deadline), 0))
+collect:
+	for round.NAnswered < n && !t.Won() && !t.Vetoed() {
+		select {
+		case <-timer.C:
+			break collect
+		case <-c.done:
+			break collect
+		case rep := <-p.ch:
+			if round.Answered[rep.Node] {
+				continue // a duplicate counts once
 			}
+			round.record(rep)
+			t.addRenewal(c.renewOutcome(rep.Node, rep, p.start, p.ttl+p.h.spec.Linger))
+		case <-ctx.Done():
+			break collect
 		}
-		confirmed[i] = t.Won()
-		if late := time.Since(p.start); confirmed[i] && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) && late > lagRTTs*c.slowestLatency() {
-			// The nodes answer, but behind with renewals: new acquires wait
-			// for one renewal period, until the leases they add are renewed.
-			c.adm.lagging(p.ttl / 3)
-		}
-		p.h.endRound()
-		_ = p.h.applyRenewal(p.start, p.ttl, t, round, false)
 	}
-	// Then, for confirmed holds, the stragglers (bounded by NodeTimeout): a
-	// node that answers "missing" (restarted empty) gets its key re-taken,
-	// inside a round of its own that Release waits for.
-	timer.Reset(c.set.NodeTimeout)
-	for i, p := range ps {
-		if !confirmed[i] {
-			continue
+	p.confirmed = t.Won()
+	if late := time.Since(p.start); p.confirmed && late > max(p.ttl/lagFraction, 2*c.set.NodeTimeout) && late > lagRTTs*c.slowestLatency() {
+		// The nodes answer, but behind with renewals: new acquires wait
+		// for one renewal period, until the leases they add are renewed.
+		c.adm.lagging(p.ttl / 3)
+	}
+	p.h.endRound()
+	_ = p.h.applyRenewal(p.start, p.ttl, t, round, false)
+}
+
+// settleRenewal waits for a confirmed renewal's stragglers (until timer
+// fires) and re-takes its key where a node answered "missing".
+func (c *Engine) settleRenewal(ctx context.Context, p *renewal, timer *time.Timer) {
+	round := p.round
+stragglers:
+	for round.NAnswered < len(c.nodes) {
+		select {
+		case rep := <-p.ch:
+			round.record(rep)
+		case <-timer.C:
+			break stragglers
+		case <-ctx.Done():
+			break stragglers
+		case <-c.done:
+			break stragglers
 		}
-		round := rounds[i]
-	stragglers:
-		for round.NAnswered < n {
-			select {
-			case rep := <-p.ch:
-				round.record(rep)
-			case <-timer.C:
-				break stragglers
-			case <-ctx.Done():
-				break stragglers
-			case <-c.done:
-				break stragglers
-			}
-		}
-		if p.h.startRound() {
-			c.retake(ctx, p.h, p.ttl, round)
-			p.h.endRound()
-		}
+	}
+	if p.h.startRound() {
+		c.retake(ctx, p.h, p.ttl, round)
+		p.h.endRound()
 	}
 }
 
