@@ -39,8 +39,6 @@ var longFuncsLeft = []string{
 	"nodeactor.Actor.look",
 	"nodeactor.Actor.lookMaster",
 	"nodeactor.Actor.keeper",
-	"internal/engine.Engine.fanoutSent",
-	"internal/engine.Engine.gather",
 	"testutil.StartCluster",
 	"testutil.StartSentinelSet",
 }

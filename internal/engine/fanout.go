@@ -161,6 +161,15 @@ wait:
 		c.chans.Put(ch)
 		return r
 	}
+	c.abandon(ctx, r, lane, ch)
+	return r
+}
+
+// abandon gives up on the round's unanswered requests: each reply that
+// comes later goes to its ticket's Late. It reads the replies already
+// delivered on ch, frees ch for another round, and gives every node that
+// did not answer its error (ctx's, or a deadline exceeded).
+func (c *Engine) abandon(ctx context.Context, r *Round, lane nodeactor.Lane, ch chan nodeactor.Reply) {
 	unread := 0
 	for i := range r.tickets {
 		if r.Answered[i] {
@@ -192,7 +201,6 @@ wait:
 			r.Replies[i] = nodeactor.Reply{Node: i, Err: r.nodeErr(i, c.nodes[i].Addr(), err)}
 		}
 	}
-	return r
 }
 
 // replyChan returns an empty channel with room for one reply per node.

@@ -75,6 +75,13 @@ func (c *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 		}
 		return t.Won() || (t.Verdict() != Undecided && !wrong) // as in Attempt
 	}, nil)
+	return r, c.gatherVerdict(ctx, r, verdict)
+}
+
+// gatherVerdict reads each reply's verdict once and returns the round's
+// outcome: nil at a quorum of accepted replies.
+func (c *Engine) gatherVerdict(ctx context.Context, r *Round, verdict func(*Round, int) error) error {
+	n := len(c.nodes)
 	ok, invalid := 0, 0
 	var (
 		fails failures
@@ -98,27 +105,27 @@ func (c *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 	t := c.NewTally()
 	t.Yes, t.No, t.Other = ok, invalid, n-ok-invalid
 	if t.Veto(fails.wrongs) {
-		return r, fails.fatal(t)
+		return fails.fatal(t)
 	}
 	if fails.wrong != nil {
 		c.warnWrongType(fails.wrong)
 	}
 	if t.Won() {
-		return r, nil
+		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return r, err
+		return err
 	}
 	if t.Vetoed() {
-		return r, inv
+		return inv
 	}
 	if err := fails.fatal(t); err != nil {
-		return r, err
+		return err
 	}
 	if inv != nil {
 		fails.errs = append(fails.errs, inv)
 	}
-	return r, fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, ok, n, errors.Join(fails.errs...))
+	return fmt.Errorf("%w: %d of %d nodes answered: %w", ErrQuorumUnavailable, ok, n, errors.Join(fails.errs...))
 }
 
 // failures sorts the failed replies of one round by what is known to be
