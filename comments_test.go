@@ -35,7 +35,6 @@ const (
 // until it is taken off, and a new long function fails it too.
 var longFuncsLeft = []string{
 	"nodeactor.Actor.exec",
-	"notify.Router.run",
 	"nodeactor.Actor.look",
 	"nodeactor.Actor.lookMaster",
 	"nodeactor.Actor.keeper",

@@ -242,127 +242,165 @@ func (r *Router) Close() error {
 // run is the only goroutine that touches topics and waiter lists.
 func (r *Router) run() {
 	defer close(r.stopped)
-	topics := map[string]*topic{}
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	armed := false
-	arm := func() {
-		if !armed {
-			linger.Reset(r.opt.Linger)
-			armed = true
-		}
-	}
+	tb := &table{r: r, topics: map[string]*topic{}, linger: time.NewTimer(time.Hour)}
+	tb.linger.Stop()
+	defer tb.linger.Stop()
 	for {
 		select {
 		case <-r.done:
-			linger.Stop()
 			return
 		case c := <-r.ctl:
-			switch {
-			case c.join != nil:
-				w := c.join
-				for _, name := range w.topics {
-					t := topics[name]
-					if t == nil {
-						t = &topic{}
-						topics[name] = t
-						r.opt.Subscribe(name)
-					}
-					t.idleSince = time.Time{}
-					if w.observer {
-						t.observers = append(t.observers, w)
-					} else {
-						t.waiters = append(t.waiters, w)
-					}
-					if t.confirms < r.opt.ReadyAfter {
-						w.unready++
-					}
-				}
-				if w.unready == 0 {
-					close(w.ready)
-				}
-			case c.leave != nil:
-				for _, name := range c.leave.topics {
-					t := topics[name]
-					if t == nil {
-						continue
-					}
-					t.waiters = without(t.waiters, c.leave)
-					t.observers = without(t.observers, c.leave)
-					if t.baton == c.leave {
-						t.baton = nil
-					}
-					if t.idle() {
-						t.idleSince = time.Now()
-						arm()
-					}
-				}
-			case c.pass != nil:
-				for _, name := range c.pass.topics {
-					t := topics[name]
-					if t == nil || t.baton != c.pass {
-						continue
-					}
-					t.baton = nil
-					for i, w := range t.waiters {
-						if w == c.pass {
-							if i+1 < len(t.waiters) {
-								t.baton = t.waiters[i+1]
-								r.signal(t.baton)
-							}
-							break
-						}
-					}
-				}
-			case c.confirmed != "":
-				t := topics[c.confirmed]
-				if t == nil {
-					continue
-				}
-				t.confirms++
-				if t.confirms == r.opt.ReadyAfter {
-					for _, w := range slices.Concat(t.waiters, t.observers) {
-						if w.unready--; w.unready == 0 {
-							close(w.ready)
-						}
-					}
-				}
-				// A message published before this node subscribed is lost,
-				// and an observer does not wait for every node: it reads again.
-				r.tell(t)
-			case c.reset:
-				r.stats.resets.Add(1)
-				for _, t := range topics {
-					t.baton = r.wake(t, 1)
-					r.tell(t)
-				}
-			}
+			tb.control(c)
 		case m := <-r.msgs:
 			r.stats.delivered.Add(1)
-			if t := topics[m.topic]; t != nil {
+			if t := tb.topics[m.topic]; t != nil {
 				r.route(t, m.payload, m.node)
 			}
 		case <-r.kickC:
 			if r.dropped.Swap(false) {
-				for _, t := range topics {
+				for _, t := range tb.topics {
 					r.wake(t, len(t.waiters))
 					r.tell(t)
 				}
 			}
-		case <-linger.C:
-			armed = false
-			now := time.Now()
-			for name, t := range topics {
-				if !t.idle() || t.idleSince.IsZero() {
-					continue
+		case <-tb.linger.C:
+			tb.expire()
+		}
+	}
+}
+
+// table is the router's topics, owned by run's goroutine.
+type table struct {
+	r      *Router
+	topics map[string]*topic
+	linger *time.Timer // fires when an idle topic may have lingered long enough
+	armed  bool        // linger is running
+}
+
+// arm starts the linger timer unless it runs.
+func (tb *table) arm() {
+	if !tb.armed {
+		tb.linger.Reset(tb.r.opt.Linger)
+		tb.armed = true
+	}
+}
+
+// control applies one control message.
+func (tb *table) control(c ctl) {
+	switch {
+	case c.join != nil:
+		tb.join(c.join)
+	case c.leave != nil:
+		tb.leave(c.leave)
+	case c.pass != nil:
+		tb.pass(c.pass)
+	case c.confirmed != "":
+		tb.confirmed(c.confirmed)
+	case c.reset:
+		tb.r.stats.resets.Add(1)
+		for _, t := range tb.topics {
+			t.baton = tb.r.wake(t, 1)
+			tb.r.tell(t)
+		}
+	}
+}
+
+// join adds w to its topics, subscribing to the new ones.
+func (tb *table) join(w *Waiter) {
+	r := tb.r
+	for _, name := range w.topics {
+		t := tb.topics[name]
+		if t == nil {
+			t = &topic{}
+			tb.topics[name] = t
+			r.opt.Subscribe(name)
+		}
+		t.idleSince = time.Time{}
+		if w.observer {
+			t.observers = append(t.observers, w)
+		} else {
+			t.waiters = append(t.waiters, w)
+		}
+		if t.confirms < r.opt.ReadyAfter {
+			w.unready++
+		}
+	}
+	if w.unready == 0 {
+		close(w.ready)
+	}
+}
+
+// leave takes w off its topics; an idle topic starts to linger.
+func (tb *table) leave(w *Waiter) {
+	for _, name := range w.topics {
+		t := tb.topics[name]
+		if t == nil {
+			continue
+		}
+		t.waiters = without(t.waiters, w)
+		t.observers = without(t.observers, w)
+		if t.baton == w {
+			t.baton = nil
+		}
+		if t.idle() {
+			t.idleSince = time.Now()
+			tb.arm()
+		}
+	}
+}
+
+// pass hands w's baton to the next waiter of each topic where w has it.
+func (tb *table) pass(w *Waiter) {
+	for _, name := range w.topics {
+		t := tb.topics[name]
+		if t == nil || t.baton != w {
+			continue
+		}
+		t.baton = nil
+		for i, x := range t.waiters {
+			if x == w {
+				if i+1 < len(t.waiters) {
+					t.baton = t.waiters[i+1]
+					tb.r.signal(t.baton)
 				}
-				if now.Sub(t.idleSince) >= r.opt.Linger {
-					delete(topics, name)
-					r.opt.Unsubscribe(name)
-				} else {
-					arm()
-				}
+				break
 			}
+		}
+	}
+}
+
+// confirmed counts one node's subscription to topic name.
+func (tb *table) confirmed(name string) {
+	t := tb.topics[name]
+	if t == nil {
+		return
+	}
+	t.confirms++
+	if t.confirms == tb.r.opt.ReadyAfter {
+		for _, w := range slices.Concat(t.waiters, t.observers) {
+			if w.unready--; w.unready == 0 {
+				close(w.ready)
+			}
+		}
+	}
+	// A message published before this node subscribed is lost,
+	// and an observer does not wait for every node: it reads again.
+	tb.r.tell(t)
+}
+
+// expire unsubscribes from the topics idle for Linger.
+func (tb *table) expire() {
+	tb.armed = false
+	now := time.Now()
+	for name, t := range tb.topics {
+		if !t.idle() || t.idleSince.IsZero() {
+			continue
+		}
+		if now.Sub(t.idleSince) >= tb.r.opt.Linger {
+			delete(tb.topics, name)
+			tb.r.opt.Unsubscribe(name)
+		} else {
+			tb.arm()
 		}
 	}
 }
