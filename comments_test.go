@@ -29,19 +29,6 @@ const (
 	maxFuncLines = 80
 )
 
-// longFuncsLeft lists the library functions still over maxFuncLines
-// (package dir.Func or dir.Type.Method), each to be cut by concept. The
-// list only shrinks: a function on it that is short now fails the test
-// until it is taken off, and a new long function fails it too.
-var longFuncsLeft = []string{
-	"nodeactor.Actor.exec",
-	"nodeactor.Actor.look",
-	"nodeactor.Actor.lookMaster",
-	"nodeactor.Actor.keeper",
-	"testutil.StartCluster",
-	"testutil.StartSentinelSet",
-}
-
 // enforced lists the package directories whose numbers must meet the
 // limits: every package of the library. A new package is added here.
 var enforced = []string{
@@ -123,9 +110,7 @@ func TestCommentsAndFiles(t *testing.T) {
 			mark = " (enforced)"
 			enf = append(enf, p.sentences...)
 			for name, where := range p.longFuncs {
-				if !slices.Contains(longFuncsLeft, name) {
-					problems = append(problems, fmt.Sprintf("function over %d lines: %s (%s): cut it by concept", maxFuncLines, name, where))
-				}
+				problems = append(problems, fmt.Sprintf("function over %d lines: %s (%s): cut it by concept", maxFuncLines, name, where))
 			}
 			for _, c := range p.receiverClashes() {
 				problems = append(problems, "more than one receiver name: "+c)
@@ -139,18 +124,6 @@ func TestCommentsAndFiles(t *testing.T) {
 		avg, share := averages(p.sentences)
 		t.Logf("%-22s %9d %8.1f %6.1f%s", p.dir, len(p.sentences), avg, 100*share, mark)
 	}
-	long := map[string]bool{}
-	for _, p := range pkgs {
-		for name := range p.longFuncs {
-			long[name] = true
-		}
-	}
-	for _, name := range longFuncsLeft {
-		if !long[name] {
-			problems = append(problems, fmt.Sprintf("%s is no longer over %d lines (or is gone): take it off longFuncsLeft", name, maxFuncLines))
-		}
-	}
-	t.Logf("functions over %d lines left: %d", maxFuncLines, len(longFuncsLeft))
 	avg, share := averages(all)
 	t.Logf("library: %d sentences, %.1f words a sentence, %.1f %% of %d words or more", len(all), avg, 100*share, longWords)
 	avg, share = averages(enf)

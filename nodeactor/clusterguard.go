@@ -31,6 +31,17 @@ type slotMap struct {
 	digest map[string]string // master -> a digest of the slot ranges it owns
 }
 
+// slotsOf returns the slots master addr owns.
+func (m *slotMap) slotsOf(addr string) []uint16 {
+	var all []uint16
+	for s, o := range m.owner {
+		if o == addr {
+			all = append(all, uint16(s))
+		}
+	}
+	return all
+}
+
 // newSlotMap derives the lowest slots and slot digests of owner's masters.
 func newSlotMap(owner []string) *slotMap {
 	m := &slotMap{owner: owner, lowest: map[string]uint16{}, digest: map[string]string{}}
@@ -200,13 +211,7 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	a.looked[addr] = sm.digest[addr]
 	a.armMu.Unlock()
 	ss := registered()
-	shas := func(id string) []string {
-		out := []string{armedMarker(a.opt.Guard).SHA}
-		for _, s := range ss {
-			out = append(out, s.sharded.armedFor(a.opt.Guard, id, true).SHA)
-		}
-		return out
-	}
+	shas := func(id string) []string { return a.masterSHAs(ss, id) }
 	guess := a.masterArmed(addr)
 	checked := append([]uint16{sm.lowest[addr]}, a.suspectsOf(sm, addr)...)
 	info := mc.B().Info().Section("server", "replication").Build()
@@ -220,16 +225,8 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	if err != nil {
 		return ml, err
 	}
-	nodes, err := res[2].ToString()
-	if _, answered := rueidis.IsRedisErr(err); answered {
-		// CLUSTER NODES refused (an ACL without +cluster|nodes): the look
-		// cannot see migrations, the rest of the guard holds
-		a.nodesRefused.Do(func() {
-			a.opt.Logger.Warn("redlock: node guard: CLUSTER NODES refused, an aborted migration goes unseen (grant +cluster|nodes, docs/operations.md)",
-				"node", a.opt.Addr, "err", err)
-		})
-		nodes = ""
-	} else if err != nil {
+	nodes, err := a.clusterNodes(res[2])
+	if err != nil {
 		return ml, err
 	}
 	bad, err := readBad(res[3], checked)
@@ -249,16 +246,7 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	}
 	unserved()
 	if ml.Identity != guess {
-		res := mc.DoMulti(ctx, mc.B().Info().Section("server", "replication").Build(),
-			mc.B().ScriptExists().Sha1(shas(ml.Identity)...).Build())
-		text, err := res[0].ToString()
-		if err != nil {
-			return ml, err
-		}
-		if id := identity(text); infoField(text, "run_id") == "" || id != ml.Identity {
-			return ml, fmt.Errorf("redlock: guard look: the identity changed from %s to %s", ml.Identity, id)
-		}
-		if ex, err = res[1].AsIntSlice(); err != nil {
+		if ex, err = masterCopies(ctx, mc, ml.Identity, shas(ml.Identity)); err != nil {
 			return ml, err
 		}
 	}
@@ -270,13 +258,7 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	}
 	if len(bad) > 0 || ex[0] != 1 || ml.Missing > 0 || guess != ml.Identity {
 		// something is off: every slot's marker, for the pending set
-		var all []uint16
-		for s, o := range sm.owner {
-			if o == addr {
-				all = append(all, uint16(s))
-			}
-		}
-		if bad, err = a.checkSlots(ctx, mc, all); err != nil {
+		if bad, err = a.checkSlots(ctx, mc, sm.slotsOf(addr)); err != nil {
 			return ml, err
 		}
 		unserved()
@@ -291,6 +273,46 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 		a.setMasterArmed(addr, ml.Identity)
 	}
 	return ml, nil
+}
+
+// masterSHAs returns the SHA1s a master's look asks SCRIPT EXISTS of:
+// the marker's, then each of ss's sharded armed copy for identity id.
+func (a *Actor) masterSHAs(ss []*Script, id string) []string {
+	out := []string{armedMarker(a.opt.Guard).SHA}
+	for _, s := range ss {
+		out = append(out, s.sharded.armedFor(a.opt.Guard, id, true).SHA)
+	}
+	return out
+}
+
+// clusterNodes reads CLUSTER NODES's answer: "" when refused (an ACL
+// without +cluster|nodes): the look cannot see migrations then, the rest
+// of the guard holds.
+func (a *Actor) clusterNodes(r rueidis.RedisResult) (string, error) {
+	nodes, err := r.ToString()
+	if _, answered := rueidis.IsRedisErr(err); answered {
+		a.nodesRefused.Do(func() {
+			a.opt.Logger.Warn("redlock: node guard: CLUSTER NODES refused, an aborted migration goes unseen (grant +cluster|nodes, docs/operations.md)",
+				"node", a.opt.Addr, "err", err)
+		})
+		return "", nil
+	}
+	return nodes, err
+}
+
+// masterCopies asks master mc, with its identity again, which of shas
+// (the copies of identity id) it has.
+func masterCopies(ctx context.Context, mc rueidis.Client, id string, shas []string) ([]int64, error) {
+	res := mc.DoMulti(ctx, mc.B().Info().Section("server", "replication").Build(),
+		mc.B().ScriptExists().Sha1(shas...).Build())
+	text, err := res[0].ToString()
+	if err != nil {
+		return nil, err
+	}
+	if got := identity(text); infoField(text, "run_id") == "" || got != id {
+		return nil, fmt.Errorf("redlock: guard look: the identity changed from %s to %s", id, got)
+	}
+	return res[1].AsIntSlice()
 }
 
 // armMaster is Arm on one master of a cluster node, through its own

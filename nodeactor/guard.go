@@ -240,22 +240,12 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 	if a.opt.Cluster {
 		return a.lookCluster(ctx, cl, horizonKey)
 	}
-	ss := registered()
 	// The armed copies differ per identity, and the identity is read in
 	// this pipeline: ask for those of the identity the node was last
 	// found armed under. If the node answers another, its copies are
 	// counted missing, and a node armed under it is loaded (Arm).
 	guess := a.armedIdentity()
-	shas := make([]string, len(ss)+1)
-	shas[0] = armedMarker(a.opt.Guard).SHA
-	for i, s := range ss {
-		shas[i+1] = a.armedScript(s, guess).SHA
-	}
-	for _, s := range ss {
-		if s.markable {
-			shas = append(shas, a.markedScript(s, guess).SHA)
-		}
-	}
+	shas := a.armedSHAs(guess)
 	cmds := rueidis.Commands{
 		cl.B().Info().Section("server", "replication", "memory", "stats").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(),
@@ -276,12 +266,9 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 		return lk, err
 	}
 	a.clock.Store(&clockRef{id: lk.Identity, us: lk.ServerUs, sent: lk.Sent})
-	ex, err := res[1].AsIntSlice()
+	ex, err := existing(res[1], len(shas))
 	if err != nil {
 		return lk, err
-	}
-	if len(ex) != len(shas) {
-		return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
 	}
 	switch v, err := res[3].ToString(); {
 	case err == nil:
@@ -304,35 +291,8 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 		// memory of the node, so no armed call counts before that.
 	}
 	if lk.Identity != guess {
-		// another identity's copies were asked for: ask for this one's,
-		// with the identity again, on the same client
-		shas = shas[:1]
-		for _, s := range ss {
-			shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
-		}
-		for _, s := range ss {
-			if s.markable {
-				shas = append(shas, s.markedFor(a.opt.Guard, lk.Identity).SHA)
-			}
-		}
-		// and the token again, on the same client
-		guardstat.Count(a.Addr())
-		res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
-			cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl))
-		info, err := res[0].ToString()
-		if err != nil {
-			return lk, err
-		}
-		if id := identity(info); infoField(info, "run_id") == "" || id != lk.Identity {
-			return lk, fmt.Errorf("redlock: guard look: the identity changed from %s to %s", lk.Identity, id)
-		}
-		if ex, err = res[1].AsIntSlice(); err != nil {
-			return lk, err
-		}
-		if len(ex) != len(shas) {
-			return lk, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), len(shas))
-		}
-		if lk.Token, err = readToken(res[2]); err != nil {
+		// another identity's copies were asked for: ask for this one's
+		if ex, err = a.lookAgain(ctx, cl, &lk); err != nil {
 			return lk, err
 		}
 	}
@@ -347,6 +307,70 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 		a.since.Store(&[2]string{lk.Identity, lk.Token})
 	}
 	return lk, nil
+}
+
+// armedSHAs returns the SHA1s a look asks SCRIPT EXISTS of: the marker's,
+// then each registered script's armed copy and each markable one's marking
+// copy for identity id.
+func (a *Actor) armedSHAs(id string) []string {
+	ss := registered()
+	shas := make([]string, 1, len(ss)+1)
+	shas[0] = armedMarker(a.opt.Guard).SHA
+	for _, s := range ss {
+		shas = append(shas, a.armedScript(s, id).SHA)
+	}
+	for _, s := range ss {
+		if s.markable {
+			shas = append(shas, a.markedScript(s, id).SHA)
+		}
+	}
+	return shas
+}
+
+// lookAgain asks, on the same client, for the copies of the identity the
+// look read, with the identity and the token again. It returns SCRIPT
+// EXISTS's answer.
+func (a *Actor) lookAgain(ctx context.Context, cl rueidis.Client, lk *Look) ([]int64, error) {
+	ss := registered()
+	shas := []string{armedMarker(a.opt.Guard).SHA}
+	for _, s := range ss {
+		shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
+	}
+	for _, s := range ss {
+		if s.markable {
+			shas = append(shas, s.markedFor(a.opt.Guard, lk.Identity).SHA)
+		}
+	}
+	guardstat.Count(a.Addr())
+	res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
+		cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl))
+	info, err := res[0].ToString()
+	if err != nil {
+		return nil, err
+	}
+	if id := identity(info); infoField(info, "run_id") == "" || id != lk.Identity {
+		return nil, fmt.Errorf("redlock: guard look: the identity changed from %s to %s", lk.Identity, id)
+	}
+	ex, err := existing(res[1], len(shas))
+	if err != nil {
+		return nil, err
+	}
+	if lk.Token, err = readToken(res[2]); err != nil {
+		return nil, err
+	}
+	return ex, nil
+}
+
+// existing reads SCRIPT EXISTS's answer for n SHA1s.
+func existing(r rueidis.RedisResult, n int) ([]int64, error) {
+	ex, err := r.AsIntSlice()
+	if err != nil {
+		return nil, err
+	}
+	if len(ex) != n {
+		return nil, fmt.Errorf("redlock: SCRIPT EXISTS answered %d of %d", len(ex), n)
+	}
+	return ex, nil
 }
 
 // readHorizon reads the horizon key's PTTL and value into lk's Horizon

@@ -190,28 +190,9 @@ func closedAtOnce(err error) bool {
 // keeper owns connecting, probing, health pings and the push connection.
 // It is the only goroutine that touches the dedicated push client.
 func (a *Actor) keeper() {
-	backoff := 20 * time.Millisecond
-	var cl rueidis.Client
-	for {
-		c, err := a.connect()
-		if err == nil {
-			cl = c
-			break
-		}
-		a.markDown(err)
-		if Unusable(err) {
-			// The node will not serve us as configured: say so at once (New
-			// fails when too many nodes did), and keep trying, slowly, in
-			// case an operator fixes the node, its ACL or the DNS.
-			a.fatal.Store(&err)
-			a.readyO.Do(func() { close(a.ready) })
-		}
-		select {
-		case <-a.done:
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+	cl, ok := a.dial()
+	if !ok {
+		return
 	}
 	a.client.Store(&cl)
 	p := newPusher(a, cl)
@@ -233,11 +214,8 @@ func (a *Actor) keeper() {
 
 	ticker := time.NewTicker(healthInterval)
 	defer ticker.Stop()
-	reopen := func() {
-		p.open()
-		p.reconcile()
-	}
-	reopen()
+	p.open()
+	p.reconcile()
 	ticks := 0
 	for {
 		select {
@@ -252,40 +230,75 @@ func (a *Actor) keeper() {
 			p.reconcile()
 		case <-ticker.C:
 			ticks++
-			for pc, err := range p.poll() {
-				a.pushBroken(p, cl, pc, err)
-			}
-			if err := a.ping(cl); err != nil {
-				continue
-			}
-			if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
-				// A failover or a resharding moves slots: channels must be
-				// subscribed on their new owner, and a new master needs the
-				// keyspace flags. Messages sent meanwhile may be lost, so
-				// waiters re-check (OnPushReset) once the new connections
-				// are subscribed.
-				changed, err := p.refreshSlots()
-				if err == nil && changed {
-					a.storeSlots(p.owner)
-					p.closeAll()
-					clear(p.retryAt)
-					a.configureMasters(p)
-					reopen()
-					if a.opt.OnPushReset != nil {
-						a.opt.OnPushReset(a.opt.Index)
-					}
-				}
-			}
-			if a.sentinel() && sentinelMaster(cl) != a.Caps().Master {
-				a.switched(p, cl)
-			}
-			if p.cluster && !p.allConfigured() {
-				a.configureMasters(p)
-			}
-			if !p.complete() {
-				reopen()
+			a.tend(p, cl, ticks)
+		}
+	}
+}
+
+// dial connects to the node, retrying with a backoff until it answers
+// or the actor closes (ok false).
+func (a *Actor) dial() (cl rueidis.Client, ok bool) {
+	backoff := 20 * time.Millisecond
+	for {
+		c, err := a.connect()
+		if err == nil {
+			return c, true
+		}
+		a.markDown(err)
+		if Unusable(err) {
+			// The node will not serve us as configured: say so at once (New
+			// fails when too many nodes did), and keep trying, slowly, in
+			// case an operator fixes the node, its ACL or the DNS.
+			a.fatal.Store(&err)
+			a.readyO.Do(func() { close(a.ready) })
+		}
+		select {
+		case <-a.done:
+			return nil, false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// tend is the keeper's periodic work: the push connections' health, a
+// PING, and, after a failover or a resharding, the slot map, the masters'
+// configuration and the push connections again.
+func (a *Actor) tend(p *pusher, cl rueidis.Client, ticks int) {
+	for pc, err := range p.poll() {
+		a.pushBroken(p, cl, pc, err)
+	}
+	if err := a.ping(cl); err != nil {
+		return
+	}
+	if p.cluster && (ticks%slotsEvery == 0 || !p.complete() || len(p.masters()) == 0) {
+		// A failover or a resharding moves slots: channels must be
+		// subscribed on their new owner, and a new master needs the
+		// keyspace flags. Messages sent meanwhile may be lost, so
+		// waiters re-check (OnPushReset) once the new connections
+		// are subscribed.
+		changed, err := p.refreshSlots()
+		if err == nil && changed {
+			a.storeSlots(p.owner)
+			p.closeAll()
+			clear(p.retryAt)
+			a.configureMasters(p)
+			p.open()
+			p.reconcile()
+			if a.opt.OnPushReset != nil {
+				a.opt.OnPushReset(a.opt.Index)
 			}
 		}
+	}
+	if a.sentinel() && sentinelMaster(cl) != a.Caps().Master {
+		a.switched(p, cl)
+	}
+	if p.cluster && !p.allConfigured() {
+		a.configureMasters(p)
+	}
+	if !p.complete() {
+		p.open()
+		p.reconcile()
 	}
 }
 

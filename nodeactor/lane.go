@@ -99,8 +99,29 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 		return nil, 0
 	}
 	cl := *cp
-	live := batch[:0] // filtered in place: index i is read before it is overwritten
-	var deadline time.Time
+	live, deadline := a.liveRequests(batch)
+	if len(live) == 0 {
+		return nil, 0
+	}
+	ctx := clock.start(deadline)
+	defer clock.stop()
+	us := a.units(live, (*scratch)[:0])
+	defer func() {
+		clear(us) // drop references to finished requests
+		if cap(us) <= 4*a.opt.MaxBatch {
+			*scratch = us[:0]
+		}
+	}()
+	res, rtt := a.send(ctx, cl, live, us)
+	a.noteHealth(res, rtt)
+	return a.deliver(live, us, res, rtt)
+}
+
+// liveRequests filters batch in place (index i is read before it is
+// overwritten): a stale request is answered ErrNotSent. It returns the
+// rest and the latest deadline among them.
+func (a *Actor) liveRequests(batch []Request) (live []Request, deadline time.Time) {
+	live = batch[:0]
 	now := time.Now()
 	for i := range batch {
 		r := batch[i]
@@ -123,19 +144,14 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 		}
 		live = append(live, r)
 	}
-	if len(live) == 0 {
-		return nil, 0
-	}
-	ctx := clock.start(deadline)
-	defer clock.stop()
+	return live, deadline
+}
+
+// send runs the batch's units as one pipelined DoMulti, and once more
+// the commands a broken connection failed and the fallbacks. It returns
+// one result per unit and the first DoMulti's round trip.
+func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us []unit) ([]rueidis.RedisResult, time.Duration) {
 	caps := a.caps.Load()
-	us := a.units(live, (*scratch)[:0])
-	defer func() {
-		clear(us) // drop references to finished requests
-		if cap(us) <= 4*a.opt.MaxBatch {
-			*scratch = us[:0]
-		}
-	}()
 	cmds := make(rueidis.Commands, len(us))
 	for i := range us {
 		cmds[i] = a.build(cl, us[i].call, false, caps)
@@ -180,22 +196,26 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 			res[redo[j]] = rr
 		}
 	}
-	netFail := false
+	return res, rtt
+}
+
+// noteHealth marks the node down on a network error among res, else up
+// with the batch's round trip.
+func (a *Actor) noteHealth(res []rueidis.RedisResult, rtt time.Duration) {
 	for _, rr := range res {
-		if rr.NonRedisError() != nil {
-			netFail = true
+		if err := rr.NonRedisError(); err != nil {
+			a.markDown(err)
+			return
 		}
 	}
-	if netFail {
-		for _, rr := range res {
-			if err := rr.NonRedisError(); err != nil {
-				a.markDown(err)
-				break
-			}
-		}
-	} else {
-		a.markUp(rtt)
-	}
+	a.markUp(rtt)
+}
+
+// deliver gives each request its reply: a joined call's elements each
+// their own, a program's step its next call (returned in next). On a
+// cluster an urgent request a connection error failed goes once more
+// after clusterRetry (wait).
+func (a *Actor) deliver(live []Request, us []unit, res []rueidis.RedisResult, rtt time.Duration) (next []Request, wait time.Duration) {
 	for k, rr := range res {
 		i := us[k].first
 		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
@@ -212,24 +232,7 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 			wait = clusterRetry
 			continue
 		}
-		rep := Reply{Node: a.opt.Index, RTT: rtt}
-		msg, err := rr.ToMessage()
-		switch {
-		case err == nil:
-			rep.Msg = msg
-		case rueidis.IsRedisNil(err):
-			rep.Msg = msg
-		case a.armed(us[k].call) && isNoScript(err):
-			rep.Err = a.notArmed(err)
-			if a.opt.Cluster {
-				a.suspectCall(live[i].Call)
-			}
-			if a.opt.OnGuarded != nil {
-				a.opt.OnGuarded(a.opt.Index)
-			}
-		default:
-			rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
-		}
+		rep := a.reply(&us[k].call, &live[i], rr, rtt)
 		if us[k].elems != nil {
 			// a joined call: each element's request gets its own reply
 			for j, rep := range a.split(len(us[k].elems), rep) {
@@ -242,6 +245,30 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 		}
 	}
 	return next, wait
+}
+
+// reply reads one result of call, sent for request r: a NOSCRIPT of an
+// armed call is the node guard's refusal (ErrNodeGuarded).
+func (a *Actor) reply(call *Call, r *Request, rr rueidis.RedisResult, rtt time.Duration) Reply {
+	rep := Reply{Node: a.opt.Index, RTT: rtt}
+	msg, err := rr.ToMessage()
+	switch {
+	case err == nil:
+		rep.Msg = msg
+	case rueidis.IsRedisNil(err):
+		rep.Msg = msg
+	case a.armed(*call) && isNoScript(err):
+		rep.Err = a.notArmed(err)
+		if a.opt.Cluster {
+			a.suspectCall(r.Call)
+		}
+		if a.opt.OnGuarded != nil {
+			a.opt.OnGuarded(a.opt.Index)
+		}
+	default:
+		rep.Err = &NodeError{Addr: a.opt.Addr, Err: err}
+	}
+	return rep
 }
 
 // until returns a context that is canceled at deadline but carries no

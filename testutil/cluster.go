@@ -71,32 +71,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
-			// newServer picks another client port on a clash, but the bus
-			// port is in the arguments: a clash there needs a new one.
-			for attempt := range clusterStartAttempts {
-				bus, err := redisproc.FreePort()
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				o := opts.Server
-				o.Args = append([]string{
-					"--cluster-enabled", "yes",
-					"--cluster-config-file", "nodes.conf",
-					"--cluster-node-timeout", "2000",
-					"--cluster-port", strconv.Itoa(bus),
-				}, opts.Server.Args...)
-				s, err := newServer(t, o, nil)
-				if err == nil || !errors.Is(err, redisproc.ErrPortInUse) || attempt == clusterStartAttempts-1 {
-					c.all[i], errs[i] = s, err
-					return
-				}
-				if s != nil {
-					s.cleanup()
-				}
-			}
-		})
+		wg.Go(func() { c.all[i], errs[i] = startClusterNode(t, opts.Server) })
 	}
 	wg.Wait()
 	for _, s := range c.all {
@@ -129,6 +104,33 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		t.Fatalf("start cluster: %d masters, want %d", len(c.Masters), opts.Masters)
 	}
 	return c
+}
+
+// startClusterNode starts one cluster-enabled server. newServer picks
+// another client port on a clash, but the bus port is in the arguments:
+// a clash there needs a new one.
+func startClusterNode(t testing.TB, so ServerOptions) (*Server, error) {
+	for attempt := range clusterStartAttempts {
+		bus, err := redisproc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		o := so
+		o.Args = append([]string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000",
+			"--cluster-port", strconv.Itoa(bus),
+		}, so.Args...)
+		s, err := newServer(t, o, nil)
+		if err == nil || !errors.Is(err, redisproc.ErrPortInUse) || attempt == clusterStartAttempts-1 {
+			return s, err
+		}
+		if s != nil {
+			s.cleanup()
+		}
+	}
+	return nil, errors.New("unreachable")
 }
 
 // Role returns "master" or "slave" as s reports it ("" if it does not answer).

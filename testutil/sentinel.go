@@ -111,33 +111,37 @@ func StartSentinelSet(t testing.TB, opts SentinelOptions) *SentinelSet {
 			s.Fronts = append(s.Fronts, front)
 		}
 	}
-	deadline := time.Now().Add(sentinelTimeout)
-	for {
-		ready := true
-		for _, sv := range s.Sentinels {
-			m, err := sv.Do("SENTINEL", "MASTER", opts.Name)
-			if err != nil || sentinelField(m, "num-slaves") != "1" || sentinelField(m, "num-other-sentinels") != "2" {
-				ready = false
-				break
-			}
-			if opts.Fronted && !s.knowsFronts(sv) {
-				ready = false
-				break
-			}
-		}
-		if ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			m, err := s.Sentinels[0].Do("SENTINEL", "MASTER", opts.Name)
-			t.Fatalf("sentinels not ready within %v: %s %v", sentinelTimeout, m, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s.waitSentinels(opts)
 	if err := s.waitReplicaSynced(s.Master, s.Replica); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// waitSentinels waits until every sentinel sees the replica and the two
+// other sentinels (and, fronted, knows the fronts), or fails the test
+// after sentinelTimeout.
+func (s *SentinelSet) waitSentinels(opts SentinelOptions) {
+	deadline := time.Now().Add(sentinelTimeout)
+	ready := func() bool {
+		for _, sv := range s.Sentinels {
+			m, err := sv.Do("SENTINEL", "MASTER", opts.Name)
+			if err != nil || sentinelField(m, "num-slaves") != "1" || sentinelField(m, "num-other-sentinels") != "2" {
+				return false
+			}
+			if opts.Fronted && !s.knowsFronts(sv) {
+				return false
+			}
+		}
+		return true
+	}
+	for !ready() {
+		if time.Now().After(deadline) {
+			m, err := s.Sentinels[0].Do("SENTINEL", "MASTER", opts.Name)
+			s.t.Fatalf("sentinels not ready within %v: %s %v", sentinelTimeout, m, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // URL returns the node URL of the set, in rueidis's form:
