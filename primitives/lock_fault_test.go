@@ -58,6 +58,24 @@ func zcardAll(servers []*testutil.Server, key string) []int {
 	return out
 }
 
+// waitQueued waits until the queue key holds n waiters on every server.
+// Then it waits until every server's clock is past the last entry's score
+// (server ms): a waiter that queues next gets a later score.
+func waitQueued(t *testing.T, srv []*testutil.Server, key string, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("%d waiters in %s on every node", n, key),
+		func() bool { return allEqual(zcardAll(srv, key), n) })
+	for _, s := range srv {
+		f := strings.Fields(strings.Trim(admin(t, s, "ZREVRANGE", key, "0", "0", "WITHSCORES"), "[]"))
+		last, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: the last score in %v: %v", key, f, err)
+		}
+		testutil.WaitFor(t, 5*time.Second, "the server clock past the last queue score",
+			func() bool { return float64(serverMs(t, s)) > last })
+	}
+}
+
 // sameOnEveryNode reports whether key holds one value on every server.
 func sameOnEveryNode(servers []*testutil.Server, key string) bool {
 	first := ""
@@ -242,13 +260,9 @@ func TestLockSplitBehindSilentNodeGivesUpSoon(t *testing.T) {
 		t.Fatalf("the split attempt took %s: it waited for the silent node as long as NodeTimeout (%s)", took, nodeTimeout)
 	}
 	// its grant on node 0 is rolled back, not left to expire
-	deadline := time.Now().Add(nodeTimeout / 2)
-	for admin(t, srv[0], "EXISTS", lockKey("splitpause", "lock")) != "0" {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed split attempt's grant on node 0 is still there")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, nodeTimeout/2, "the failed split attempt's grant on node 0 to go", func() bool {
+		return admin(t, srv[0], "EXISTS", lockKey("splitpause", "lock")) == "0"
+	})
 	t.Logf("split attempt failed after %s", took)
 }
 
@@ -271,7 +285,14 @@ func TestLockFaultFiveNodesTwoPaused(t *testing.T) {
 				l, _ := primitives.NewLock(c, "five", primitives.WithTTL(time.Second))
 				wg.Go(func() { lockWorker(t, ctx, l, &cs, &counts[w]) })
 			}
-			time.Sleep(300 * time.Millisecond)
+			testutil.WaitFor(t, 10*time.Second, "every client to hold once", func() bool {
+				for w := range counts {
+					if counts[w].Load() == 0 {
+						return false
+					}
+				}
+				return true
+			})
 			// The last two nodes: New's start-up wait with the first nodes
 			// down is tested on its own in TestLockFaultNewWithFirstNodeDown.
 			srv[3].Pause()
@@ -464,7 +485,8 @@ func TestLockFaultRenewalFailsLostByDeadline(t *testing.T) {
 	}
 	lostAt := make(chan time.Time, 1)
 	go func() { <-lease.Lost(); lostAt <- time.Now() }()
-	time.Sleep(400 * time.Millisecond) // at least one renewal
+	d0 := lease.Deadline()
+	testutil.WaitFor(t, 5*time.Second, "a renewal", func() bool { return lease.Deadline().After(d0) })
 	dBefore := lease.Deadline()
 	srv[1].Pause()
 	srv[2].Pause()
@@ -958,10 +980,7 @@ func TestLockFaultHandoffOrderNoBarging(t *testing.T) {
 			}
 			record(who, lease)
 		})
-		if !testutil.Eventually(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), i+1) }) {
-			t.Fatalf("%s not enqueued on every node: %v", who, zcardAll(srv, qkey))
-		}
-		time.Sleep(5 * time.Millisecond) // distinct server-ms scores
+		waitQueued(t, srv, qkey, i+1) // and the next one gets a later score
 	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
