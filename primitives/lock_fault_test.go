@@ -63,8 +63,10 @@ func zcardAll(servers []*testutil.Server, key string) []int {
 // (server ms): a waiter that queues next gets a later score.
 func waitQueued(t *testing.T, srv []*testutil.Server, key string, n int) {
 	t.Helper()
-	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("%d waiters in %s on every node", n, key),
-		func() bool { return allEqual(zcardAll(srv, key), n) })
+	if !testutil.Eventually(10*time.Second, func() bool { return allEqual(zcardAll(srv, key), n) }) {
+		q, _ := srv[0].Do("ZRANGE", key, "0", "-1", "WITHSCORES")
+		t.Fatalf("waited 10s for %d waiters in %s on every node: %v (node 0: %s)", n, key, zcardAll(srv, key), q)
+	}
 	for _, s := range srv {
 		f := strings.Fields(strings.Trim(admin(t, s, "ZREVRANGE", key, "0", "0", "WITHSCORES"), "[]"))
 		last, err := strconv.ParseFloat(f[len(f)-1], 64)
