@@ -425,7 +425,7 @@ func TestSemaphoreRealMinorityPaused(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the workers at work", func() bool { return total.Load() >= 10 })
 	srv[2].Pause()
 	time.Sleep(1500 * time.Millisecond)
 	srv[2].Resume()
@@ -560,7 +560,7 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 		}
 		xdone <- l
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, srv, "redlock:{deadwaiter}:sq", 2)
 	start := time.Now()
 	h.Release(ctx)
 	l := <-xdone
