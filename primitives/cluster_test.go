@@ -321,7 +321,8 @@ func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	during := acquired.Load() - before
 	victim.Resume()
-	time.Sleep(time.Second)
+	atResume := acquired.Load()
+	testutil.WaitFor(t, 10*time.Second, "acquisitions after the resume", func() bool { return acquired.Load() >= atResume+10 })
 	close(stop)
 	wg.Wait()
 	for j := range multi {

@@ -429,7 +429,8 @@ func TestSemaphoreRealMinorityPaused(t *testing.T) {
 	srv[2].Pause()
 	time.Sleep(1500 * time.Millisecond)
 	srv[2].Resume()
-	time.Sleep(300 * time.Millisecond)
+	atResume := total.Load()
+	testutil.WaitFor(t, 10*time.Second, "acquisitions after the resume", func() bool { return total.Load() >= atResume+10 })
 	close(stop)
 	wg.Wait()
 	if m := conc.Max(); m > permits {
