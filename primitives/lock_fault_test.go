@@ -78,6 +78,25 @@ func waitQueued(t *testing.T, srv []*testutil.Server, key string, n int) {
 	}
 }
 
+// queueGrew returns a wait for one more entry in the queue key on every
+// server than each holds now.
+func queueGrew(t *testing.T, srv []*testutil.Server, key string) (wait func()) {
+	before := zcardAll(srv, key)
+	return func() {
+		t.Helper()
+		if !testutil.Eventually(10*time.Second, func() bool {
+			for i, n := range zcardAll(srv, key) {
+				if n != before[i]+1 {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("waited 10s for a new entry in %s on every node: %v, before %v", key, zcardAll(srv, key), before)
+		}
+	}
+}
+
 // sameOnEveryNode reports whether key holds one value on every server.
 func sameOnEveryNode(servers []*testutil.Server, key string) bool {
 	first := ""
