@@ -97,6 +97,15 @@ func queueGrew(t *testing.T, srv []*testutil.Server, key string) (wait func()) {
 	}
 }
 
+// renewals waits until lease's Deadline has moved on n times (renewals).
+func renewals(t *testing.T, lease *primitives.Lease, n int) {
+	t.Helper()
+	for i := range n {
+		d := lease.Deadline()
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("renewal %d of %d", i+1, n), func() bool { return lease.Deadline().After(d) })
+	}
+}
+
 // sameOnEveryNode reports whether key holds one value on every server.
 func sameOnEveryNode(servers []*testutil.Server, key string) bool {
 	first := ""
@@ -506,8 +515,7 @@ func TestLockFaultRenewalFailsLostByDeadline(t *testing.T) {
 	}
 	lostAt := make(chan time.Time, 1)
 	go func() { <-lease.Lost(); lostAt <- time.Now() }()
-	d0 := lease.Deadline()
-	testutil.WaitFor(t, 5*time.Second, "a renewal", func() bool { return lease.Deadline().After(d0) })
+	renewals(t, lease, 1)
 	dBefore := lease.Deadline()
 	srv[1].Pause()
 	srv[2].Pause()

@@ -46,10 +46,7 @@ func TestMetricsScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // renewals at TTL/3
-		d := l1.Deadline()
-		testutil.WaitFor(t, 5*time.Second, "a renewal", func() bool { return l1.Deadline().After(d) })
-	}
+	renewals(t, l1, 2) // at TTL/3
 	l1.Release(ctx)
 
 	expiring, _ := primitives.NewLock(c, "expiring", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))
