@@ -43,19 +43,15 @@ func TestTLSNodes(t *testing.T) {
 // soon as a quorum did).
 func allUp(t *testing.T, c *coordinator.Coordinator) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		up := 0
+	if !testutil.Eventually(10*time.Second, func() bool {
 		for _, n := range c.Nodes() {
-			if n.Up && n.Probed {
-				up++
+			if !n.Up || !n.Probed {
+				return false
 			}
 		}
-		if up == len(c.Nodes()) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes never all up: %+v", c.Nodes())
-		}
+		return true
+	}) {
+		t.Fatalf("nodes never all up: %+v", c.Nodes())
 	}
 }
 

@@ -173,17 +173,13 @@ func TestClusterSeedsThatAreNotACluster(t *testing.T) {
 		o.Client = rueidis.ClientOption{InitAddress: testutil.Addrs(servers)}
 		o.Cluster = true
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := a.Status().LastErr; err != nil {
-			if !errors.Is(err, nodeactor.ErrNotCluster) {
-				t.Fatalf("LastErr = %v, want ErrNotCluster", err)
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	var err error
+	if !testutil.Eventually(5*time.Second, func() bool { err = a.Status().LastErr; return err != nil }) {
+		t.Fatal("no error reported for seeds that are not a cluster")
 	}
-	t.Fatal("no error reported for seeds that are not a cluster")
+	if !errors.Is(err, nodeactor.ErrNotCluster) {
+		t.Fatalf("LastErr = %v, want ErrNotCluster", err)
+	}
 }
 
 // TestClusterFactsForThePerMasterGuard checks on a real cluster the Redis

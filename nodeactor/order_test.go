@@ -185,7 +185,15 @@ func TestOrderAcrossAPause(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(200 * time.Millisecond)
+	// some requests of every resource run before the pause
+	testutil.WaitFor(t, 10*time.Second, "a request of every resource run", func() bool {
+		for r := range resources {
+			if n, err := s.Do("LLEN", "{"+fmt.Sprint("res", r)+"}:log"); err != nil || n == "0" {
+				return false
+			}
+		}
+		return true
+	})
 	s.Pause()
 	time.Sleep(1500 * time.Millisecond)
 	s.Resume()
@@ -275,15 +283,11 @@ func TestPausedNodeKeepsItsConnection(t *testing.T) {
 	cancel()
 	time.Sleep(1500 * time.Millisecond)
 	s.Resume()
-	deadline := time.Now().Add(10 * time.Second)
 	var got string
-	for time.Now().Before(deadline) {
+	testutil.Eventually(10*time.Second, func() bool {
 		got, _ = s.Do("LRANGE", "{p}:log", "0", "-1")
-		if len(splitLines(got)) >= 2 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(splitLines(got)) >= 2
+	})
 	if vals := splitLines(got); len(vals) != 2 || vals[0] != "acquire" || vals[1] != "release" {
 		t.Fatalf("after the pause the node ran %v, want [acquire release]", vals)
 	}

@@ -26,7 +26,8 @@ func blockLane(t *testing.T, s *testutil.Server, a *nodeactor.Actor) (resume fun
 		Call: nodeactor.Call{Script: logged, Keys: []string{"{blocker}:k"}, Args: []string{"blocker"}}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the lane took it and waits for its reply
+	// the lane took it and waits for its reply
+	testutil.WaitFor(t, 5*time.Second, "the lane to take the blocker", func() bool { return a.Backlog() == 0 })
 	return func() {
 		s.Resume()
 		if rep := <-ch; rep.Err != nil {

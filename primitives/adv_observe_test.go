@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -168,17 +169,10 @@ func TestAdvObserveFenceAfterEmptyRestart(t *testing.T) {
 		t.Fatal("the contender got a held lock")
 	}
 	// the holder renews every third of its TTL: it re-takes node 0
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, 5*time.Second, "node 0 re-taken", func() bool {
 		v, _ := srv[0].Do("GET", "redlock:{refence}:lock")
-		if v != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node 0 not re-taken")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return v != ""
+	})
 	// two deadlines of re-reads, then node 0 goes
 	time.Sleep(2500 * time.Millisecond)
 	srv[0].Kill()
@@ -204,7 +198,8 @@ func TestAdvObserveHandoffStaysLeading(t *testing.T) {
 	for _, n := range []int{3, 4, 5} {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
 			t.Parallel()
-			addrs := testutil.Addrs(advServers(t, n))
+			srv := advServers(t, n)
+			addrs := testutil.Addrs(srv)
 			ctx := context.Background()
 			w := watchAll(t, advLock(t, addrs, "handoff", "observer"))
 			w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
@@ -215,7 +210,7 @@ func TestAdvObserveHandoffStaysLeading(t *testing.T) {
 			}
 			w.await(t, "a", advPush, leading("a"))
 			for i := 1; i <= 6; i++ {
-				got := acquireQueued(t, locks[i%2])
+				got := acquireQueued(t, srv, "handoff", locks[i%2])
 				if err := lease.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -448,7 +443,8 @@ func TestAdvObserveEmptyRestartWhileHeld(t *testing.T) {
 // (Unknown is what a split is).
 func TestAdvObserveSplitHandoffOnEvenNodes(t *testing.T) {
 	t.Parallel()
-	addrs := testutil.Addrs(advServers(t, 4))
+	srv := advServers(t, 4)
+	addrs := testutil.Addrs(srv)
 	ctx := context.Background()
 	w := watchAll(t, advLock(t, addrs, "split", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
@@ -465,7 +461,7 @@ func TestAdvObserveSplitHandoffOnEvenNodes(t *testing.T) {
 	}
 	w.await(t, "a", advPush, leading("a"))
 	for i := 1; i <= 4; i++ {
-		got := acquireQueued(t, locks[i%2])
+		got := acquireQueued(t, srv, "split", locks[i%2])
 		for _, p := range px[(i+1)%2][2:] {
 			p.Delay(150*time.Millisecond, "$7\r\nrelease\r\n")
 		}
@@ -594,7 +590,7 @@ func TestAdvObserveBlockedNamesEndOnTime(t *testing.T) {
 				l.Release(ctx)
 			}
 		}()
-		time.Sleep(300 * time.Millisecond) // it queues
+		waitQueued(t, srv, lockKey("dg", "q"), 1)
 		// its process dies: its requests go nowhere, its subscriptions stay
 		for _, p := range px {
 			p.SetFault(testutil.DropRequests)
@@ -710,9 +706,20 @@ func TestAdvObserveDeadlineReadHeld(t *testing.T) {
 	}
 }
 
-// acquireQueued starts l.Acquire on its own goroutine and gives it 100 ms
-// to queue. The lease (nil on an error, reported) comes on the channel.
-func acquireQueued(t *testing.T, l *primitives.Lock) <-chan *primitives.Lease {
+// acquireQueued starts l.Acquire (of name) on its own goroutine and waits
+// until a new entry is in name's queue on every node of srv. (A holder
+// granted by a handoff may keep its entry.) The lease (nil on an error,
+// reported) comes on the channel.
+func acquireQueued(t *testing.T, srv []*testutil.Server, name string, l *primitives.Lock) <-chan *primitives.Lease {
+	key := lockKey(name, "q")
+	members := func(s *testutil.Server) ([]string, error) {
+		q, err := s.Do("ZRANGE", key, "0", "-1")
+		return strings.Fields(strings.Trim(q, "[]")), err
+	}
+	before := make([][]string, len(srv))
+	for i, s := range srv {
+		before[i], _ = members(s)
+	}
 	got := make(chan *primitives.Lease, 1)
 	go func() {
 		lease, err := l.Acquire(context.Background())
@@ -721,6 +728,14 @@ func acquireQueued(t *testing.T, l *primitives.Lock) <-chan *primitives.Lease {
 		}
 		got <- lease
 	}()
-	time.Sleep(100 * time.Millisecond) // it queues
+	testutil.WaitFor(t, 10*time.Second, "a new entry in "+key+" on every node", func() bool {
+		for i, s := range srv {
+			q, err := members(s)
+			if err != nil || !slices.ContainsFunc(q, func(m string) bool { return !slices.Contains(before[i], m) }) {
+				return false
+			}
+		}
+		return true
+	})
 	return got
 }

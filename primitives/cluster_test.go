@@ -49,7 +49,8 @@ func TestClusterEveryPrimitive(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	woken := func(what string, acquire func(context.Context) (*primitives.Lease, error), release func()) *primitives.Lease {
+	// woken has acquire wait until queued says it is queued, then releases.
+	woken := func(what string, acquire func(context.Context) (*primitives.Lease, error), queued func() bool, release func()) *primitives.Lease {
 		t.Helper()
 		got := make(chan *primitives.Lease, 1)
 		errc := make(chan error, 1)
@@ -61,7 +62,7 @@ func TestClusterEveryPrimitive(t *testing.T) {
 			}
 			got <- l
 		}()
-		time.Sleep(200 * time.Millisecond)
+		testutil.WaitFor(t, 10*time.Second, what+": the waiter queued", queued)
 		before := engine.Of(c).Router().Stats().Delivered
 		release()
 		select {
@@ -90,7 +91,7 @@ func TestClusterEveryPrimitive(t *testing.T) {
 		if v, err := cl.Do("{"+name+"}", "PTTL", "redlock:{"+name+"}:lock"); err != nil || v == "-2" {
 			t.Fatalf("lock %d: key not on the master owning its slot: %s %v", i, v, err)
 		}
-		next := woken("Lock "+name, lk.Acquire, func() { held.Release(ctx) })
+		next := woken("Lock "+name, lk.Acquire, waiting(ctx, lk.Status), func() { held.Release(ctx) })
 		if next.Fence() <= held.Fence() {
 			t.Fatalf("fence %d after %d", next.Fence(), held.Fence())
 		}
@@ -102,7 +103,7 @@ func TestClusterEveryPrimitive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	woken("FairLock", fl.Acquire, func() { fh.Release(ctx) }).Release(ctx)
+	woken("FairLock", fl.Acquire, waiting(ctx, fl.Status), func() { fh.Release(ctx) }).Release(ctx)
 
 	rw, _ := primitives.NewRWLock(c, "rw")
 	r1, err := rw.Reader().TryAcquire(ctx)
@@ -114,7 +115,15 @@ func TestClusterEveryPrimitive(t *testing.T) {
 		t.Fatalf("second reader: %v", err)
 	}
 	r2.Release(ctx)
-	woken("RWLock writer", rw.Writer().Acquire, func() { r1.Release(ctx) }).Release(ctx)
+	writerQueued := func() bool {
+		for _, st := range rw.Status(ctx) {
+			if st.Err != nil || st.WaitingWriters < 1 {
+				return false
+			}
+		}
+		return true
+	}
+	woken("RWLock writer", rw.Writer().Acquire, writerQueued, func() { r1.Release(ctx) }).Release(ctx)
 
 	sem, err := primitives.NewSemaphore(c, "sem", 2)
 	if err != nil {
@@ -131,7 +140,7 @@ func TestClusterEveryPrimitive(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatalf("third permit of 2: %v", err)
 	}
-	woken("Semaphore", sem.Acquire, func() { p1.Release(ctx) }).Release(ctx)
+	woken("Semaphore", sem.Acquire, waiting(ctx, sem.Status), func() { p1.Release(ctx) }).Release(ctx)
 	p2.Release(ctx)
 
 	l, err := primitives.NewCountDownLatch(c, "latch", 2)
@@ -196,9 +205,9 @@ func TestClusterMultiLockAcrossSlots(t *testing.T) {
 	if _, err := m.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatalf("MultiLock over a held name: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond) // cleanup is bounded, not synchronous everywhere
-	if left := keysLeft(); len(left) != 1 {
-		t.Fatalf("after a refused MultiLock the keys left are %v, want only the Lock's", left)
+	// cleanup is bounded, not synchronous everywhere
+	if !testutil.Eventually(5*time.Second, func() bool { return len(keysLeft()) == 1 }) {
+		t.Fatalf("after a refused MultiLock the keys left are %v, want only the Lock's", keysLeft())
 	}
 	got := make(chan *primitives.Lease, 1)
 	go func() {
@@ -208,7 +217,7 @@ func TestClusterMultiLockAcrossSlots(t *testing.T) {
 		}
 		got <- l
 	}()
-	time.Sleep(200 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the MultiLock waiter queued", waiting(ctx, lk.Status))
 	held.Release(ctx)
 	var ml *primitives.Lease
 	select {
@@ -305,14 +314,15 @@ func TestClusterAsOneNodeOfAQuorum(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(time.Second)
+	testutil.WaitFor(t, 10*time.Second, "the clients at work", func() bool { return acquired.Load() >= 10 })
 	victim := cl.MasterFor("{" + names[0] + "}")
 	victim.Pause()
 	before := acquired.Load()
 	time.Sleep(3 * time.Second)
 	during := acquired.Load() - before
 	victim.Resume()
-	time.Sleep(time.Second)
+	atResume := acquired.Load()
+	testutil.WaitFor(t, 10*time.Second, "acquisitions after the resume", func() bool { return acquired.Load() >= atResume+10 })
 	close(stop)
 	wg.Wait()
 	for j := range multi {
@@ -462,6 +472,18 @@ func failover(ctx context.Context, t *testing.T, name string) failoverRun {
 	old.Kill()
 	mustWait(t, 30*time.Second, "the replica promoted", func() bool { return cl.Role(f.replica) == "master" })
 	return f
+}
+
+// waiting returns a condition: status shows a waiter queued on every node.
+func waiting(ctx context.Context, status func(context.Context) []primitives.NodeState) func() bool {
+	return func() bool {
+		for _, st := range status(ctx) {
+			if st.Err != nil || st.Waiters < 1 {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 func mustWait(t testing.TB, d time.Duration, what string, cond func() bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -169,13 +170,30 @@ func TestLockWaiterKilledIsNotGranted(t *testing.T) {
 	queuedOnEveryNode(t, status, "doomed")
 	got := acquireAsync(ctx, t, lb)
 	queuedOnEveryNode(t, status, "doomed,next")
+	// the doomed process's subscribers leave the channel when it dies
+	numsub := func(s *testutil.Server) int {
+		f := strings.Fields(strings.Trim(admin(t, s, "PUBSUB", "NUMSUB", "redlock:{killed}:ch"), "[]"))
+		n, _ := strconv.Atoi(f[len(f)-1])
+		return n
+	}
+	subs := make([]int, len(srv))
+	for i, s := range srv {
+		subs[i] = numsub(s)
+	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	// Redis drops a closed connection's subscriptions at once; give the
-	// servers a moment to see the close.
-	time.Sleep(200 * time.Millisecond)
+	// Redis drops a closed connection's subscriptions at once, once it
+	// sees the close.
+	testutil.WaitFor(t, 5*time.Second, "the servers to drop the killed waiter's subscriptions", func() bool {
+		for i, s := range srv {
+			if numsub(s) >= subs[i] {
+				return false
+			}
+		}
+		return true
+	})
 	start := time.Now()
 	if err := ha.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -52,12 +52,10 @@ func scriptCallsAll(t *testing.T, srv []*testutil.Server) []int {
 func settleKey(srv []*testutil.Server, key string) {
 	deadline := time.Now().Add(300 * time.Millisecond)
 	for _, s := range srv {
-		for time.Now().Before(deadline) {
-			if v, err := s.Do("EXISTS", key); err == nil && v == "1" {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(time.Until(deadline), func() bool {
+			v, err := s.Do("EXISTS", key)
+			return err == nil && v == "1"
+		})
 	}
 }
 
@@ -176,8 +174,15 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 			_ = lease.Release(ctx)
 		})
 	}
-	// Let every waiter make its first attempts and settle.
-	time.Sleep(2 * time.Second)
+	// Let every waiter make its first attempts: queued on every node.
+	testutil.WaitFor(t, 30*time.Second, "every waiter queued on every node", func() bool {
+		for _, s := range srv {
+			if k, err := s.Do("EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "redlock:{idle-*}:q"); err != nil || k != fmt.Sprint(n) {
+				return false
+			}
+		}
+		return true
+	})
 	before := scriptCallsAll(t, srv)
 	const window = 4 * time.Second
 	time.Sleep(window)
@@ -291,15 +296,8 @@ func TestReleaseBurstIsNeverDropped(t *testing.T) {
 	// still be on its way. Well before the TTL, no key may be left.
 	deadline := time.Now().Add(2 * time.Second)
 	for i, s := range srv {
-		for {
-			k := lockKeys(t, s)
-			if k == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d: %d lock keys left after every release returned", i, k)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testutil.Eventually(time.Until(deadline), func() bool { return lockKeys(t, s) == 0 }) {
+			t.Fatalf("node %d: %d lock keys left after every release returned", i, lockKeys(t, s))
 		}
 	}
 }

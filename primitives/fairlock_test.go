@@ -788,13 +788,14 @@ func TestFairLockMinorityPaused(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(500 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the workers at work", func() bool { return done.Load() >= 10 })
 	srv[2].Pause()
 	atPause := done.Load()
 	time.Sleep(1500 * time.Millisecond)
 	duringPause := done.Load() - atPause
 	srv[2].Resume()
-	time.Sleep(500 * time.Millisecond)
+	atResume := done.Load()
+	testutil.WaitFor(t, 10*time.Second, "acquisitions after the resume", func() bool { return done.Load() >= atResume+10 })
 	close(stop)
 	wg.Wait()
 	t.Logf("acquisitions: %d in total, %d while a node was paused", done.Load(), duringPause)

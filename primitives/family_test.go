@@ -463,9 +463,10 @@ func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
 		l.Release(context.Background())
 	}
 	go hold("{x,y}", both)
-	time.Sleep(300 * time.Millisecond) // registered first
+	waitQueued(t, srv, lockKey("wx", "q"), 1) // registered first
+	waitQueued(t, srv, lockKey("wy", "q"), 1)
 	go hold("{x}", onlyX)
-	time.Sleep(300 * time.Millisecond)
+	waitQueued(t, srv, lockKey("wx", "q"), 2)
 	hx.Release(ctx)
 	select {
 	case g := <-grants:
@@ -578,7 +579,7 @@ func TestForceReleaseFencesTheStuckHolder(t *testing.T) {
 		}
 		got <- l
 	}()
-	time.Sleep(200 * time.Millisecond) // queued
+	waitQueued(t, srv, lockKey("forced", "q"), 1)
 	op, _ := primitives.NewLock(opC, "forced")
 	if _, err := op.ForceRelease(ctx, strings.Repeat("x", primitives.MaxReasonLen+1)); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Fatalf("an oversized reason: %v", err)
@@ -673,7 +674,7 @@ func TestMultiLockWaiterQueuesBehindNoLaterLockWaiter(t *testing.T) {
 	}()
 	// the MultiLock is waiting (its first attempt was refused) before the
 	// Lock clients start
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, srv, lockKey("mq-a", "q"), 1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
@@ -698,7 +699,7 @@ func TestMultiLockWaiterQueuesBehindNoLaterLockWaiter(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // the Lock clients are queued too
+	waitQueued(t, srv, lockKey("mq-a", "q"), 5) // the Lock clients are queued too
 	first.Release(ctx)
 	r := <-multi
 	close(stop)

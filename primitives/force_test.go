@@ -32,7 +32,7 @@ func TestForceReleaseCountsEveryNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // every grant has landed
+	testutil.WaitFor(t, 5*time.Second, "the grant on every node", func() bool { return sameOnEveryNode(srv, lockKey("fq", "lock")) })
 	admin(t, srv[2], "DEL", lockKey("fq", "lock"))
 	counter, _ := strconv.ParseUint(admin(t, srv[2], "GET", lockKey("fq", "fence")), 10, 64)
 	admin(t, srv[2], "SET", lockKey("fq", "fence"), strconv.FormatUint(counter+100, 10), "PX", "60000")

@@ -57,13 +57,12 @@ func holdsOutFor(t *testing.T, ttl time.Duration) {
 	srv[0].RestartEmpty()
 	restarted := time.Now()
 	var back time.Time
-	for back.IsZero() && time.Since(restarted) < 60*time.Second {
+	testutil.Eventually(60*time.Second, func() bool {
 		if ns := c.Nodes()[0]; ns.Identity != id0 && ns.Identity != "" && !ns.Guarded {
 			back = time.Now()
-			break
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return !back.IsZero()
+	})
 	if back.IsZero() {
 		t.Fatalf("node 0 not counted again 60 s after its empty restart: %+v", c.Nodes()[0])
 	}

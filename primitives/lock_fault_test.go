@@ -58,6 +58,54 @@ func zcardAll(servers []*testutil.Server, key string) []int {
 	return out
 }
 
+// waitQueued waits until the queue key holds n waiters on every server.
+// Then it waits until every server's clock is past the last entry's score
+// (server ms): a waiter that queues next gets a later score.
+func waitQueued(t *testing.T, srv []*testutil.Server, key string, n int) {
+	t.Helper()
+	if !testutil.Eventually(10*time.Second, func() bool { return allEqual(zcardAll(srv, key), n) }) {
+		q, _ := srv[0].Do("ZRANGE", key, "0", "-1", "WITHSCORES")
+		t.Fatalf("waited 10s for %d waiters in %s on every node: %v (node 0: %s)", n, key, zcardAll(srv, key), q)
+	}
+	for _, s := range srv {
+		f := strings.Fields(strings.Trim(admin(t, s, "ZREVRANGE", key, "0", "0", "WITHSCORES"), "[]"))
+		last, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: the last score in %v: %v", key, f, err)
+		}
+		testutil.WaitFor(t, 5*time.Second, "the server clock past the last queue score",
+			func() bool { return float64(serverMs(t, s)) > last })
+	}
+}
+
+// queueGrew returns a wait for one more entry in the queue key on every
+// server than each holds now.
+func queueGrew(t *testing.T, srv []*testutil.Server, key string) (wait func()) {
+	before := zcardAll(srv, key)
+	return func() {
+		t.Helper()
+		if !testutil.Eventually(10*time.Second, func() bool {
+			for i, n := range zcardAll(srv, key) {
+				if n != before[i]+1 {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("waited 10s for a new entry in %s on every node: %v, before %v", key, zcardAll(srv, key), before)
+		}
+	}
+}
+
+// renewals waits until lease's Deadline has moved on n times (renewals).
+func renewals(t *testing.T, lease *primitives.Lease, n int) {
+	t.Helper()
+	for i := range n {
+		d := lease.Deadline()
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("renewal %d of %d", i+1, n), func() bool { return lease.Deadline().After(d) })
+	}
+}
+
 // sameOnEveryNode reports whether key holds one value on every server.
 func sameOnEveryNode(servers []*testutil.Server, key string) bool {
 	first := ""
@@ -242,13 +290,9 @@ func TestLockSplitBehindSilentNodeGivesUpSoon(t *testing.T) {
 		t.Fatalf("the split attempt took %s: it waited for the silent node as long as NodeTimeout (%s)", took, nodeTimeout)
 	}
 	// its grant on node 0 is rolled back, not left to expire
-	deadline := time.Now().Add(nodeTimeout / 2)
-	for admin(t, srv[0], "EXISTS", lockKey("splitpause", "lock")) != "0" {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed split attempt's grant on node 0 is still there")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, nodeTimeout/2, "the failed split attempt's grant on node 0 to go", func() bool {
+		return admin(t, srv[0], "EXISTS", lockKey("splitpause", "lock")) == "0"
+	})
 	t.Logf("split attempt failed after %s", took)
 }
 
@@ -271,7 +315,14 @@ func TestLockFaultFiveNodesTwoPaused(t *testing.T) {
 				l, _ := primitives.NewLock(c, "five", primitives.WithTTL(time.Second))
 				wg.Go(func() { lockWorker(t, ctx, l, &cs, &counts[w]) })
 			}
-			time.Sleep(300 * time.Millisecond)
+			testutil.WaitFor(t, 10*time.Second, "every client to hold once", func() bool {
+				for w := range counts {
+					if counts[w].Load() == 0 {
+						return false
+					}
+				}
+				return true
+			})
 			// The last two nodes: New's start-up wait with the first nodes
 			// down is tested on its own in TestLockFaultNewWithFirstNodeDown.
 			srv[3].Pause()
@@ -464,7 +515,7 @@ func TestLockFaultRenewalFailsLostByDeadline(t *testing.T) {
 	}
 	lostAt := make(chan time.Time, 1)
 	go func() { <-lease.Lost(); lostAt <- time.Now() }()
-	time.Sleep(400 * time.Millisecond) // at least one renewal
+	renewals(t, lease, 1)
 	dBefore := lease.Deadline()
 	srv[1].Pause()
 	srv[2].Pause()
@@ -958,10 +1009,7 @@ func TestLockFaultHandoffOrderNoBarging(t *testing.T) {
 			}
 			record(who, lease)
 		})
-		if !testutil.Eventually(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), i+1) }) {
-			t.Fatalf("%s not enqueued on every node: %v", who, zcardAll(srv, qkey))
-		}
-		time.Sleep(5 * time.Millisecond) // distinct server-ms scores
+		waitQueued(t, srv, qkey, i+1) // and the next one gets a later score
 	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)

@@ -27,18 +27,11 @@ func TestLockRenewalRetakesVanishedKey(t *testing.T) {
 	}
 	defer lease.Release(context.Background())
 	srv[0].RestartEmpty()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// the value is the token with the holder's metadata (meta.go)
+	testutil.WaitFor(t, 10*time.Second, "the key re-taken on the restarted node", func() bool {
 		v, err := srv[0].Do("GET", "redlock:{retake}:lock")
-		// the value is the token with the holder's metadata (meta.go)
-		if err == nil && strings.HasPrefix(v, "rl1:L:"+lease.Token()+"~") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key never re-taken on the restarted node: %q %v", v, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && strings.HasPrefix(v, "rl1:L:"+lease.Token()+"~")
+	})
 	if !lease.Valid() {
 		t.Fatalf("lease lost: %v", lease.Err())
 	}
@@ -58,18 +51,11 @@ func TestFairLockRenewalRetakesVanishedKey(t *testing.T) {
 	}
 	defer lease.Release(context.Background())
 	srv[0].RestartEmpty()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// the value is the token with the holder's metadata (meta.go)
+	testutil.WaitFor(t, 10*time.Second, "the key re-taken on the restarted node", func() bool {
 		v, err := srv[0].Do("GET", "redlock:{fretake}:flock")
-		// the value is the token with the holder's metadata (meta.go)
-		if err == nil && strings.HasPrefix(v, "rl1:F:"+lease.Token()+"~") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key never re-taken on the restarted node: %q %v", v, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && strings.HasPrefix(v, "rl1:F:"+lease.Token()+"~")
+	})
 	if !lease.Valid() {
 		t.Fatalf("lease lost: %v", lease.Err())
 	}
@@ -105,7 +91,7 @@ func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and waiting
+	waitQueued(t, srv, lockKey("ks", "q"), 1) // queued: subscribed and waiting
 	before := engine.Of(wc).Router().Stats().Delivered
 	for _, s := range srv {
 		if _, err := s.Do("DEL", "redlock:{ks}:lock"); err != nil {
@@ -126,19 +112,15 @@ func waitAllUp(t *testing.T, c interface {
 	Nodes() []coordinator.NodeStatus
 }) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		up := 0
+	if !testutil.Eventually(10*time.Second, func() bool {
 		for _, n := range c.Nodes() {
-			if n.Up && n.Probed {
-				up++
+			if !n.Up || !n.Probed {
+				return false
 			}
 		}
-		if up == len(c.Nodes()) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes never all up: %+v", c.Nodes())
-		}
+		return true
+	}) {
+		t.Fatalf("nodes never all up: %+v", c.Nodes())
 	}
 }
 
@@ -167,7 +149,7 @@ func TestLockLostNotificationStillAcquires(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitQueued(t, srv, lockKey("f12", "q"), 1) // queued: subscribed and waiting
 	for _, s := range srv {
 		if _, err := s.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 			t.Fatal(err)
@@ -217,11 +199,10 @@ func TestLockRepliesSlowerThanTTLFail(t *testing.T) {
 	lb, _ := primitives.NewLock(newCoord(t, addrs), "f2")
 	var b *primitives.Lease
 	var err error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if b, err = lb.TryAcquire(context.Background()); err == nil {
-			break
-		}
-	}
+	testutil.Eventually(5*time.Second, func() bool {
+		b, err = lb.TryAcquire(context.Background())
+		return err == nil
+	})
 	if b == nil {
 		t.Fatalf("the failed attempt's grants were not rolled back: %v", err)
 	}
@@ -259,7 +240,7 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	bc := acquireAsync(ctx, t, lb)
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, srv, lockKey("q", "q"), 1)
 	ha.Release(ctx)
 	hb := <-bc
 	hb.Release(ctx)
@@ -287,9 +268,9 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 	}
 	before := attempts()
 	bc = acquireAsync(ctx, t, lb)
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, srv, lockKey("q", "q"), 1)
 	dc := acquireAsync(ctx, t, ld)
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, srv, lockKey("q", "q"), 2)
 	ha.Release(ctx)
 	hb = <-bc
 	if n := attempts() - before; n != 1 {

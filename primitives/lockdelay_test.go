@@ -16,16 +16,17 @@ type delayed struct {
 	kind string
 	make func(c *coordinator.Coordinator, name string, opts ...primitives.Option) (primitives.Locker, error)
 	key  func(name string) string
+	q    string // the queue key's suffix
 }
 
 func delayedKinds() []delayed {
 	return []delayed{
 		{"lock", func(c *coordinator.Coordinator, name string, opts ...primitives.Option) (primitives.Locker, error) {
 			return primitives.NewLock(c, name, opts...)
-		}, func(name string) string { return "redlock:{" + name + "}:lock" }},
+		}, func(name string) string { return "redlock:{" + name + "}:lock" }, "q"},
 		{"fairlock", func(c *coordinator.Coordinator, name string, opts ...primitives.Option) (primitives.Locker, error) {
 			return primitives.NewFairLock(c, name, opts...)
-		}, func(name string) string { return "redlock:{" + name + "}:flock" }},
+		}, func(name string) string { return "redlock:{" + name + "}:flock" }, "fq"},
 	}
 }
 
@@ -85,7 +86,7 @@ func TestLockDelayBlocksAfterLoss(t *testing.T) {
 					t.Errorf("key TTL %s right after the grant, want above TTL %s (TTL + delay)", left, ttl)
 				}
 				if how == "cut off" {
-					time.Sleep(2 * ttl) // several renewals
+					renewals(t, lease, 3)
 					if !lease.Valid() {
 						t.Fatalf("lease lost while renewing: %v", lease.Err())
 					}
@@ -142,6 +143,7 @@ func TestLockDelayReleaseFreesAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := make(chan *primitives.Lease, 1)
+			queued := queueGrew(t, srv, lockKey(name, k.q))
 			go func() {
 				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
@@ -151,7 +153,7 @@ func TestLockDelayReleaseFreesAtOnce(t *testing.T) {
 				}
 				got <- l
 			}()
-			time.Sleep(200 * time.Millisecond) // b waits
+			queued() // b waits
 			released := time.Now()
 			if err := lease.Release(ctx); err != nil {
 				t.Fatal(err)

@@ -46,7 +46,7 @@ func TestMetricsScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // renewals at TTL/3
+	renewals(t, l1, 2) // at TTL/3
 	l1.Release(ctx)
 
 	expiring, _ := primitives.NewLock(c, "expiring", primitives.WithTTL(300*time.Millisecond), primitives.WithAutoRenew(false))

@@ -207,7 +207,7 @@ func TestNativeProbeUnderKeyPrefixACL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(400 * time.Millisecond) // renewals, native where probed
+			renewals(t, lease, 2) // native where probed
 			if !lease.Valid() {
 				t.Fatalf("lease lost while renewing: %v", lease.Err())
 			}

@@ -104,7 +104,9 @@ func TestReleaseWhereTheKeyIsMerelyGoneIsNil(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		time.Sleep(100 * time.Millisecond) // every grant has landed
+		testutil.WaitFor(t, 5*time.Second, tc.name+": the grant on every node", func() bool {
+			return sameOnEveryNode(srv, lockKey("gone", "lock"))
+		})
 		tc.setup()
 		if err := lease.Release(ctx); err != nil {
 			t.Errorf("%s: Release: %v, want nil", tc.name, err)

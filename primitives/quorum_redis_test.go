@@ -122,7 +122,9 @@ func TestTryAcquireOfALockHeldOnExactlyAQuorumIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(context.Background())
-	time.Sleep(100 * time.Millisecond) // the third node's grant has landed
+	testutil.WaitFor(t, 5*time.Second, "the third node's grant", func() bool {
+		return admin(t, srv[2], "EXISTS", lockKey("quorum-held", "lock")) == "1"
+	})
 	admin(t, srv[2], "DEL", lockKey("quorum-held", "lock"))
 	other, _ := primitives.NewLock(newCoord(t, addrs), "quorum-held")
 	before := scriptCallsAll(t, srv)

@@ -94,16 +94,14 @@ func (j *joinNode) queueExtend(i int) {
 // waitPTTLAbove waits until key i's PTTL exceeds ms.
 func (j *joinNode) waitPTTLAbove(i int, ms int) {
 	j.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v, err := j.srv.Do("PTTL", j.key(i))
-		if p, _ := strconv.Atoi(v); err == nil && p > ms {
-			return
-		}
-		if time.Now().After(deadline) {
-			j.t.Fatalf("%s: PTTL %s %v, want above %d", j.key(i), v, err, ms)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var v string
+	var err error
+	if !testutil.Eventually(10*time.Second, func() bool {
+		v, err = j.srv.Do("PTTL", j.key(i))
+		p, _ := strconv.Atoi(v)
+		return err == nil && p > ms
+	}) {
+		j.t.Fatalf("%s: PTTL %s %v, want above %d", j.key(i), v, err, ms)
 	}
 }
 
@@ -200,15 +198,12 @@ func TestReleaseBehindABatchOfRenewalsStays(t *testing.T) {
 			j.waitPTTLAbove(i, 8500) // renewed from 8 s to 10 s
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v, err := j.srv.Do("EXISTS", j.key(freed))
-		if err == nil && v == "0" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the released key is still there (%s, %v)", v, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var v string
+	var err error
+	if !testutil.Eventually(10*time.Second, func() bool {
+		v, err = j.srv.Do("EXISTS", j.key(freed))
+		return err == nil && v == "0"
+	}) {
+		t.Fatalf("the released key is still there (%s, %v)", v, err)
 	}
 }

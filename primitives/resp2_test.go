@@ -64,7 +64,7 @@ func TestRESP2EveryPrimitiveAndPush(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and waiting
+	waitQueued(t, srv, lockKey("resp2-push", "q"), 1) // queued: subscribed and waiting
 	before := engine.Of(c).Router().Stats().Delivered
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -425,11 +425,12 @@ func TestSemaphoreRealMinorityPaused(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the workers at work", func() bool { return total.Load() >= 10 })
 	srv[2].Pause()
 	time.Sleep(1500 * time.Millisecond)
 	srv[2].Resume()
-	time.Sleep(300 * time.Millisecond)
+	atResume := total.Load()
+	testutil.WaitFor(t, 10*time.Second, "acquisitions after the resume", func() bool { return total.Load() >= atResume+10 })
 	close(stop)
 	wg.Wait()
 	if m := conc.Max(); m > permits {
@@ -560,7 +561,7 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 		}
 		xdone <- l
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, srv, "redlock:{deadwaiter}:sq", 2)
 	start := time.Now()
 	h.Release(ctx)
 	l := <-xdone

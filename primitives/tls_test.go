@@ -30,7 +30,8 @@ func TestTLSEveryPrimitive(t *testing.T) {
 	waitAllUp(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	woken := func(what string, acquire func(context.Context) (*primitives.Lease, error), release func()) *primitives.Lease {
+	// woken has acquire wait until queued says it is queued, then releases.
+	woken := func(what string, acquire func(context.Context) (*primitives.Lease, error), queued func() bool, release func()) *primitives.Lease {
 		t.Helper()
 		got := make(chan *primitives.Lease, 1)
 		errc := make(chan error, 1)
@@ -42,7 +43,8 @@ func TestTLSEveryPrimitive(t *testing.T) {
 			}
 			got <- l
 		}()
-		time.Sleep(200 * time.Millisecond) // the waiter is refused and subscribed
+		// queued: refused and subscribed
+		testutil.WaitFor(t, 10*time.Second, what+": the waiter queued", queued)
 		before := engine.Of(c).Router().Stats().Woken
 		release()
 		select {
@@ -67,7 +69,7 @@ func TestTLSEveryPrimitive(t *testing.T) {
 	if _, err := lk.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatalf("second TryAcquire: %v", err)
 	}
-	next := woken("Lock", lk.Acquire, func() { held.Release(ctx) })
+	next := woken("Lock", lk.Acquire, waiting(ctx, lk.Status), func() { held.Release(ctx) })
 	if next.Fence() <= held.Fence() {
 		t.Fatalf("fence %d after %d", next.Fence(), held.Fence())
 	}
@@ -79,14 +81,16 @@ func TestTLSEveryPrimitive(t *testing.T) {
 	if _, err := m.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatalf("MultiLock over a held name: %v", err)
 	}
-	woken("MultiLock", m.Acquire, func() { next.Release(ctx) }).Release(ctx)
+	// "other" is free: a waiter there is the MultiLock
+	other, _ := primitives.NewLock(c, "other")
+	woken("MultiLock", m.Acquire, waiting(ctx, other.Status), func() { next.Release(ctx) }).Release(ctx)
 
 	fl, _ := primitives.NewFairLock(c, "fair")
 	fh, err := fl.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	woken("FairLock", fl.Acquire, func() { fh.Release(ctx) }).Release(ctx)
+	woken("FairLock", fl.Acquire, waiting(ctx, fl.Status), func() { fh.Release(ctx) }).Release(ctx)
 
 	rw, _ := primitives.NewRWLock(c, "rw")
 	r1, err := rw.Reader().TryAcquire(ctx)
@@ -98,7 +102,15 @@ func TestTLSEveryPrimitive(t *testing.T) {
 		t.Fatalf("second reader: %v", err)
 	}
 	r2.Release(ctx)
-	woken("RWLock writer", rw.Writer().Acquire, func() { r1.Release(ctx) }).Release(ctx)
+	writerQueued := func() bool {
+		for _, st := range rw.Status(ctx) {
+			if st.Err != nil || st.WaitingWriters < 1 {
+				return false
+			}
+		}
+		return true
+	}
+	woken("RWLock writer", rw.Writer().Acquire, writerQueued, func() { r1.Release(ctx) }).Release(ctx)
 
 	sem, err := primitives.NewSemaphore(c, "sem", 2)
 	if err != nil {
@@ -115,7 +127,7 @@ func TestTLSEveryPrimitive(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatalf("third permit of 2: %v", err)
 	}
-	woken("Semaphore", sem.Acquire, func() { p1.Release(ctx) }).Release(ctx)
+	woken("Semaphore", sem.Acquire, waiting(ctx, sem.Status), func() { p1.Release(ctx) }).Release(ctx)
 	p2.Release(ctx)
 
 	l, err := primitives.NewCountDownLatch(c, "latch", 2)

@@ -371,12 +371,8 @@ func TestTraceEveryWaiterLinksToItsHolder(t *testing.T) {
 				}
 				got <- l
 			}()
-			deadline := time.Now().Add(5 * time.Second)
-			for sumOf(t, w.reader, "redlock.acquire.waiting") != 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter never waited")
-				}
-				time.Sleep(10 * time.Millisecond)
+			if !testutil.Eventually(5*time.Second, func() bool { return sumOf(t, w.reader, "redlock.acquire.waiting") == 1 }) {
+				t.Fatal("the waiter never waited")
 			}
 			time.Sleep(50 * time.Millisecond)
 			if err := lease.Release(ctx); err != nil {

@@ -345,3 +345,12 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// WaitFor is Eventually that fails t when cond does not hold in time.
+// what names the awaited condition in the failure message.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Eventually(timeout, cond) {
+		t.Fatalf("waited %v for %s", timeout, what)
+	}
+}

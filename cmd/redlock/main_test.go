@@ -249,18 +249,15 @@ func TestCLIRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer holder.Wait()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			code, _, stderr := cli(t, []string{nodes}, "run", "--key", "busy", "--wait", "0", "--", "true")
-			if code == ExitNotAcquired {
-				oneLine(t, stderr)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("never refused: exit %d", code)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var code int
+		var stderr string
+		if !testutil.Eventually(10*time.Second, func() bool {
+			code, _, stderr = cli(t, []string{nodes}, "run", "--key", "busy", "--wait", "0", "--", "true")
+			return code == ExitNotAcquired
+		}) {
+			t.Fatalf("never refused: exit %d", code)
 		}
+		oneLine(t, stderr)
 	})
 
 	t.Run("frozen holder loses the lease and terminates its command", func(t *testing.T) {
@@ -412,7 +409,14 @@ func TestCLIReleaseForceCountsEveryNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // every grant has landed
+	testutil.WaitFor(t, 5*time.Second, "the grant on every node", func() bool {
+		for _, m := range ms {
+			if !m.Exists("redlock:{stuck2}:lock") {
+				return false
+			}
+		}
+		return true
+	})
 	ms[2].Del("redlock:{stuck2}:lock")
 	px := testutil.NewProxy(t, addrs[0])
 	px.SetLatency(10 * time.Millisecond)
@@ -456,33 +460,23 @@ func TestCLIStatusShowsHolderAndWaiters(t *testing.T) {
 				_ = wl.Release(context.Background())
 			}
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(primitives.QuorumOf(l.Status(ctx), c.Quorum()).Waiters) != i+1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d not queued", i+1)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("waiter %d queued", i+1), func() bool {
+			return len(primitives.QuorumOf(l.Status(ctx), c.Quorum()).Waiters) == i+1
+		})
 	}
 	defer func() { cancel(); <-done; <-done }()
 	host, _ := os.Hostname()
 	var out string
 	want := fmt.Sprintf("quorum (2 of 3): held by worker-7 on %s pid %d since ", host, os.Getpid())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var code int
-		var stderr string
-		code, out, stderr = cli(t, nil, "status", "--nodes", nodes, "job")
+	if !testutil.Eventually(10*time.Second, func() bool {
+		code, o, stderr := cli(t, nil, "status", "--nodes", nodes, "job")
 		if code != 0 {
 			t.Fatalf("exit %d stderr %q", code, stderr)
 		}
-		if strings.Count(out, "worker-7") == 4 && strings.Contains(out, want) && strings.Contains(out, fmt.Sprintf(", fence %d, 2 waiting\n", lease.Fence())) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status output:\n%s\nwant 3 rows and the line %q… fence %d, 2 waiting", out, want, lease.Fence())
-		}
-		time.Sleep(20 * time.Millisecond)
+		out = o
+		return strings.Count(out, "worker-7") == 4 && strings.Contains(out, want) && strings.Contains(out, fmt.Sprintf(", fence %d, 2 waiting\n", lease.Fence()))
+	}) {
+		t.Fatalf("status output:\n%s\nwant 3 rows and the line %q… fence %d, 2 waiting", out, want, lease.Fence())
 	}
 	w1 := strings.Index(out, "  waiter 1: waiter-1 (")
 	w2 := strings.Index(out, "  waiter 2: waiter-2 (")

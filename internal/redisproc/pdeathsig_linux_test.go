@@ -54,16 +54,9 @@ func TestServerDiesWithItsParent(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("helper printed no address:\n%s", out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if !answersPing(addr) {
-			return
-		}
-		if time.Now().After(deadline) {
-			shutdown(addr) // do not leave it running
-			t.Fatalf("the server on %s still answers 5 s after its parent exited", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Eventually(5*time.Second, func() bool { return !answersPing(addr) }) {
+		shutdown(addr) // do not leave it running
+		t.Fatalf("the server on %s still answers 5 s after its parent exited", addr)
 	}
 }
 
