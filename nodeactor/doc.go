@@ -2,6 +2,9 @@
 // owner of that node's rueidis client, its push connections, its health
 // and its capability probes. It knows nothing of quorums, locks or waiters.
 //
+// Users need not import it: package coordinator runs the actors, and its
+// errors and NodeStatus re-export what a caller reads.
+//
 // # Order: why one resource's requests run in order
 //
 // A resource is the hash tag of a request's first key; every key of a

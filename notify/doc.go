@@ -5,6 +5,9 @@
 // It wakes exactly the waiters that can make progress. It never blocks on
 // a slow waiter or on the connection that delivered a message.
 //
+// Users need not import it: package coordinator runs the router, and the
+// primitives register their waiters with it.
+//
 // Payloads (published by the primitives' scripts on "<topic>:ch"):
 //
 //	h:<token>  wake the waiter holding that token (a handoff reserved for it)
