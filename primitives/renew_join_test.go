@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
@@ -26,15 +27,17 @@ type joinNode struct {
 	blocker *primitives.Lease
 	leases  []*primitives.Lease
 	prefix  string
+	c       *coordinator.Coordinator
 }
 
-func newJoinNode(t *testing.T, prefix string, n int, ttl func(int) time.Duration) *joinNode {
+func newJoinNode(t *testing.T, prefix string, n int, ttl func(int) time.Duration, mut ...func(*coordinator.Config)) *joinNode {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServer(t, testutil.ServerOptions{})
 	p := testutil.NewProxy(t, srv.Addr())
-	c := newCoord(t, []string{p.Addr()})
+	c := newCoord(t, []string{p.Addr()}, mut...)
+	j0 := c
 	ctx := context.Background()
-	j := &joinNode{t: t, srv: srv, proxy: p, prefix: prefix}
+	j := &joinNode{t: t, srv: srv, proxy: p, prefix: prefix, c: j0}
 	take := func(name string, ttl time.Duration) *primitives.Lease {
 		l, err := primitives.NewLock(c, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 		if err != nil {

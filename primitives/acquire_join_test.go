@@ -1,0 +1,78 @@
+package primitives_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/primitives"
+)
+
+// The uncontended acquires queued for one batch of a guarded node cost it
+// one call, not one each (docs/architecture.md, "Joined acquires"). Each
+// gets its own grant; a key of another type among them refuses its own
+// acquire alone.
+func TestTryAcquiresOfABatchCostOneCall(t *testing.T) {
+	const n, wrong = 20, 7
+	// NodeTimeout: the attempts wait for the held lane.
+	j := newJoinNode(t, "ja", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	j.srv.Do("RPUSH", j.key(wrong), "a user's list")
+	if _, err := j.srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	release := j.hold()
+	type result struct {
+		i     int
+		lease *primitives.Lease
+		err   error
+	}
+	got := make(chan result, n)
+	for i := range n {
+		go func() {
+			// below the blocker's TTL: no horizon raise of its own
+			l, err := primitives.NewLock(j.c, fmt.Sprint("ja", i), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
+			if err != nil {
+				got <- result{i: i, err: err}
+				return
+			}
+			lease, err := l.TryAcquire(context.Background())
+			got <- result{i, lease, err}
+		}()
+	}
+	// The attempts reach the held lane's queue in microseconds each.
+	time.Sleep(300 * time.Millisecond)
+	release()
+	var leases []*primitives.Lease
+	defer func() {
+		for _, l := range leases {
+			l.Release(context.Background())
+		}
+	}()
+	for range n {
+		r := <-got
+		switch {
+		case r.i == wrong && !errors.Is(r.err, primitives.ErrWrongType):
+			t.Errorf("acquire %d on a list: %v, want ErrWrongType", r.i, r.err)
+		case r.i != wrong && r.err != nil:
+			t.Errorf("acquire %d beside the list's: %v", r.i, r.err)
+		case r.i != wrong:
+			v, _ := j.srv.Do("GET", j.key(r.i))
+			if !strings.HasPrefix(v, "rl1:L:") {
+				t.Errorf("acquire %d granted, its key holds %q", r.i, v)
+			}
+			leases = append(leases, r.lease)
+		}
+	}
+	// the blocker's renewal, then the n acquires (ceil(n /
+	// DefaultMaxBatch) calls), and 2 for any upkeep of the node meanwhile
+	if got, want := j.evalsha(), 1+1+2; got > want {
+		t.Fatalf("%d acquires queued for one batch cost %d EVALSHA calls with the blocker's, want at most %d", n, got, want)
+	}
+	if typ, _ := j.srv.Do("TYPE", j.key(wrong)); typ != "list" {
+		t.Fatalf("the user's list became a %s", typ)
+	}
+}
