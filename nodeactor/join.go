@@ -27,11 +27,11 @@ func (u *unit) resources(live []Request) []string {
 }
 
 // joinable reports whether a lane may run c as an element of a joined call.
-// A program's step (Next) and an armed call (its armed copy) do not join,
-// nor does anything on a Redis Cluster node: the keys of a joined call may
-// lie in different slots.
+// A program's step (Next) and a marking call (its marking copy) do not
+// join, nor does anything on a Redis Cluster node: the keys of a joined
+// call may lie in different slots.
 func (a *Actor) joinable(c *Call) bool {
-	return c.Join != nil && c.Join.Script != nil && c.Next == nil && !c.Armed && !a.opt.Cluster
+	return c.Join != nil && c.Join.Script != nil && c.Next == nil && !c.Mark && !a.opt.Cluster
 }
 
 // units turns a batch into its commands: requests whose Join names the same
@@ -55,13 +55,14 @@ func (a *Actor) units(live []Request, us []unit) []unit {
 			us = append(us, unit{call: *c, first: i})
 			continue
 		}
-		if open >= 0 && us[open].call.Script == c.Join.Script && !touched[resource(*c)] {
+		if open >= 0 && us[open].call.Script == c.Join.Script && us[open].call.Armed == c.Armed && !touched[resource(*c)] {
 			us[open].elems = append(us[open].elems, i)
 			continue
 		}
 		open = len(us)
 		clear(touched)
-		us = append(us, unit{call: Call{Script: c.Join.Script}, first: i, elems: []int{i}})
+		// armed when its elements are: one guard check for the call
+		us = append(us, unit{call: Call{Script: c.Join.Script, Armed: c.Armed}, first: i, elems: []int{i}})
 	}
 	for k := range us {
 		u := &us[k]
@@ -70,11 +71,10 @@ func (a *Actor) units(live []Request, us []unit) []unit {
 		case len(u.elems) == 1:
 			u.call, u.elems = live[u.first].Call, nil
 		default:
-			keys := make([]string, len(u.elems))
-			var args []string
-			for j, i := range u.elems {
+			var keys, args []string
+			for _, i := range u.elems {
 				jn := live[i].Call.Join
-				keys[j] = jn.Key
+				keys = append(keys, jn.Keys...)
 				args = append(args, jn.Args...)
 			}
 			u.call.Keys, u.call.Args = keys, args

@@ -30,7 +30,7 @@ return out`)
 func joinable(res, arg string) nodeactor.Call {
 	k := "{" + res + "}:k"
 	return nodeactor.Call{Script: logged, Keys: []string{k}, Args: []string{arg},
-		Join: &nodeactor.Join{Script: loggedMany, Key: k, Args: []string{arg}}}
+		Join: &nodeactor.Join{Script: loggedMany, Keys: []string{k}, Args: []string{arg}}}
 }
 
 // loadJoinScripts loads logged and loggedMany, so that no NOSCRIPT

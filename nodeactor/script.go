@@ -272,13 +272,15 @@ type Call struct {
 }
 
 // Join is one element of a joined call. The joined call passes every
-// element's Key as its KEYS, in order, and their Args one after the other
-// as its ARGV; Script must answer an array with one reply per key (an
-// error element is that element's error). Every element of one Script
-// must have the same number of Args. A joined call must do for each
-// element exactly what the request's own Call does.
+// element's Keys as its KEYS, one element after the other, and their Args
+// likewise as its ARGV; Script must answer an array with one reply per
+// element (an error element is that element's error). Every element of
+// one Script must have the same number of Keys and of Args. A joined call
+// must do for each element exactly what the request's own Call does. It
+// is armed when its elements are (Call.Armed): the guard's check then runs
+// once, for the whole call.
 type Join struct {
 	Script *Script
-	Key    string
+	Keys   []string
 	Args   []string
 }

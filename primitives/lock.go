@@ -28,6 +28,10 @@ var (
 	// actor's lane joins the plain renewals of a batch into one
 	// (nodeactor.Join; docs/architecture.md, "Batched renewals").
 	lockRenewScript = nodeactor.NewScript("lock.renew", scripts.LockRenewMany)
+	// lockTryManyScript is lockTryScript for many attempts in one call: a
+	// lane joins the uncontended acquires of a batch (docs/architecture.md,
+	// "Joined acquires").
+	lockTryManyScript = nodeactor.NewScript("lock.try.many", scripts.LockTryMany)
 )
 
 // The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
@@ -261,7 +265,7 @@ func (p *lockProto) RenewCall(i int, ttl time.Duration, retake bool) nodeactor.C
 		}
 		if plain {
 			// the same renewal as an element of a joined call
-			script.Join = &nodeactor.Join{Script: lockRenewScript, Key: l.keys[0],
+			script.Join = &nodeactor.Join{Script: lockRenewScript, Keys: l.keys[:1],
 				Args: scripts.LockRenewElem{Token: p.token, TTL: ttl}.Args()}
 			p.plain.Store(&renewScript{ttl: ttl, call: script})
 		}

@@ -40,7 +40,9 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 		a.Seq, a.Proc = seq, l.c.Proc()
 	}
 	if t, ok := a.Try(); ok {
-		return nodeactor.Call{Script: lockTryScript, Keys: l.keys, Args: t.Args()}
+		args := t.Args()
+		return nodeactor.Call{Script: lockTryScript, Keys: l.keys, Args: args,
+			Join: &nodeactor.Join{Script: lockTryManyScript, Keys: l.keys, Args: args}}
 	}
 	return l.call(a)
 }

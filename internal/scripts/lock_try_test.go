@@ -1,12 +1,16 @@
 package scripts
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // runTry runs lock_try.lua (loaded as sha) on the node's keys.
@@ -98,34 +102,7 @@ func sameReply(a, b string) bool {
 func TestLockTryMatchesAcquire(t *testing.T) {
 	n := newLockNode(t)
 	trySHA := n.do("SCRIPT", "LOAD", LockTry)
-	lock, fence, q, qx, w := n.keys[0], n.keys[1], n.keys[2], n.keys[3], n.keys[6]
-	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	ahead := strconv.FormatInt((time.Now().UnixMilli()+600_000)<<10, 10)
-	states := map[string][][]string{
-		"free":                   nil,
-		"held by another":        {{"SET", lock, "rl1:L:a1b2c3d4e5~x~h~1~2~", "PX", "20000"}},
-		"held by us, short TTL":  {{"SET", lock, "rl1:L:tok", "PX", "2000"}},
-		"held by us, long TTL":   {{"SET", lock, "rl1:L:tok", "PX", ms(5 * time.Minute)}},
-		"reserved for the wid":   {{"SET", lock, "rl1:R:wid", "PX", "500"}},
-		"reserved for another":   {{"SET", lock, "rl1:R:beef~x", "PX", "500"}},
-		"owner":                  {{"SET", lock, "rl1:O:own", "PX", "20000"}, {"ZADD", n.keys[4], "1", "h"}, {"SET", n.keys[5], "9"}},
-		"min-hold tail":          {{"SET", lock, "rl1:T:L:cafe", "PX", "3000"}},
-		"direct grant":           {{"SET", lock, "rl1:L:tok~d", "PX", "20000"}},
-		"free, queue":            {{"ZADD", q, "5", "other"}, {"HSET", qx, "other", "99999999999999"}},
-		"free, watched":          {{"SET", w, "o", "PX", "30000"}},
-		"held, watched":          {{"SET", w, "o", "PX", "30000"}, {"SET", lock, "rl1:L:feed", "PX", "20000"}},
-		"free, tombstone":        {{"ZADD", n.keys[7], "99999999999999", "wid"}},
-		"fence present":          {{"SET", fence, "12345", "PX", "60000"}},
-		"fence ahead":            {{"SET", fence, ahead, "PX", "1000"}},
-		"held, fence present":    {{"SET", fence, "12345", "PX", "60000"}, {"SET", lock, "rl1:L:feed", "PX", "20000"}},
-		"ours again, fence":      {{"SET", fence, "777", "PX", "60000"}, {"SET", lock, "rl1:L:tok", "PX", "2000"}},
-		"foreign string at lock": {{"SET", lock, "hello"}},
-		"digits? no, at fence":   {{"SET", fence, "12a"}},
-		"held, string at queue":  {{"SET", lock, "rl1:L:tok", "PX", "60000"}, {"SET", fence, "3"}, {"SET", q, "x"}},
-	}
-	for i, k := range n.keys {
-		states["list at "+LockKeys[i]] = [][]string{{"RPUSH", k, "x"}}
-	}
+	states := lockTryStates(n)
 	for name, setup := range states {
 		for _, wid := range []string{"", "wid"} {
 			for _, init := range []int64{0, 5 << 10} {
@@ -173,6 +150,43 @@ func TestLockTryMatchesAcquire(t *testing.T) {
 	}
 }
 
+// lockTryStates are the states of the keys lock_try.lua is tried on:
+// free, held, ours again, reserved for the attempt's waiter or another, an
+// owner's, a min-hold tail, a direct grant, a queue, a watch flag, a fence
+// counter missing, present or ahead of the clock, a key of another type at
+// each position. Each is the commands that make it from empty.
+func lockTryStates(n *lockNode) map[string][][]string {
+	lock, fence, q, qx, w := n.keys[0], n.keys[1], n.keys[2], n.keys[3], n.keys[6]
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	ahead := strconv.FormatInt((time.Now().UnixMilli()+600_000)<<10, 10)
+	states := map[string][][]string{
+		"free":                   nil,
+		"held by another":        {{"SET", lock, "rl1:L:a1b2c3d4e5~x~h~1~2~", "PX", "20000"}},
+		"held by us, short TTL":  {{"SET", lock, "rl1:L:tok", "PX", "2000"}},
+		"held by us, long TTL":   {{"SET", lock, "rl1:L:tok", "PX", ms(5 * time.Minute)}},
+		"reserved for the wid":   {{"SET", lock, "rl1:R:wid", "PX", "500"}},
+		"reserved for another":   {{"SET", lock, "rl1:R:beef~x", "PX", "500"}},
+		"owner":                  {{"SET", lock, "rl1:O:own", "PX", "20000"}, {"ZADD", n.keys[4], "1", "h"}, {"SET", n.keys[5], "9"}},
+		"min-hold tail":          {{"SET", lock, "rl1:T:L:cafe", "PX", "3000"}},
+		"direct grant":           {{"SET", lock, "rl1:L:tok~d", "PX", "20000"}},
+		"free, queue":            {{"ZADD", q, "5", "other"}, {"HSET", qx, "other", "99999999999999"}},
+		"free, watched":          {{"SET", w, "o", "PX", "30000"}},
+		"held, watched":          {{"SET", w, "o", "PX", "30000"}, {"SET", lock, "rl1:L:feed", "PX", "20000"}},
+		"free, tombstone":        {{"ZADD", n.keys[7], "99999999999999", "wid"}},
+		"fence present":          {{"SET", fence, "12345", "PX", "60000"}},
+		"fence ahead":            {{"SET", fence, ahead, "PX", "1000"}},
+		"held, fence present":    {{"SET", fence, "12345", "PX", "60000"}, {"SET", lock, "rl1:L:feed", "PX", "20000"}},
+		"ours again, fence":      {{"SET", fence, "777", "PX", "60000"}, {"SET", lock, "rl1:L:tok", "PX", "2000"}},
+		"foreign string at lock": {{"SET", lock, "hello"}},
+		"digits? no, at fence":   {{"SET", fence, "12a"}},
+		"held, string at queue":  {{"SET", lock, "rl1:L:tok", "PX", "60000"}, {"SET", fence, "3"}, {"SET", q, "x"}},
+	}
+	for i, k := range n.keys {
+		states["list at "+LockKeys[i]] = [][]string{{"RPUSH", k, "x"}}
+	}
+	return states
+}
+
 // Try is refused to every attempt that lock_try.lua does not cover: one
 // that queues, an owner's, one with a min-hold, a numbered one.
 func TestLockTryOnlyForPlainAttempts(t *testing.T) {
@@ -190,4 +204,71 @@ func TestLockTryOnlyForPlainAttempts(t *testing.T) {
 	if _, ok := base.Try(); !ok {
 		t.Error("a plain attempt: Try refused it")
 	}
+}
+
+// lock_try.lua's element form (LockTryMany) answers each element what
+// lock_try.lua answers it alone and leaves its keys the same, on every
+// state of lockTryStates, as the middle one of three elements whose
+// neighbours (other resources) are free: they are granted.
+func TestLockTryManyMatchesLockTry(t *testing.T) {
+	n := newLockNode(t)
+	trySHA := n.do("SCRIPT", "LOAD", LockTry)
+	manySHA := n.do("SCRIPT", "LOAD", LockTryMany)
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	eval := func(sha string, keys, args []string) rueidis.RedisResult {
+		return cl.Do(ctx, cl.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	left, right := Keys("redlock:{l}", LockKeys), Keys("redlock:{r}", LockKeys)
+	other := LockTryAcquire{Token: "oth", TTL: time.Minute, FenceKeep: time.Minute}.Args()
+	for name, setup := range lockTryStates(n) {
+		for _, wid := range []string{"", "wid"} {
+			for _, init := range []int64{0, 5 << 10} {
+				try := LockTryAcquire{Token: "tok", TTL: time.Minute, FenceKeep: time.Minute, Waiter: wid, FenceInit: init, FenceSkew: 10 * time.Second}
+				reset := func() {
+					n.do("FLUSHALL")
+					for _, cmd := range setup {
+						n.do(cmd...)
+					}
+				}
+				reset()
+				one := replyString(eval(trySHA, n.keys, try.Args()).ToMessage())
+				alone := n.state()
+				reset()
+				many, err := eval(manySHA, slices.Concat(left, n.keys, right), slices.Concat(other, try.Args(), other)).ToArray()
+				what := fmt.Sprintf("%s, wid %q, fence init %d", name, wid, init)
+				if err != nil || len(many) != 3 {
+					t.Fatalf("%s: the element form answered %v %v", what, many, err)
+				}
+				if got := replyString(many[1], many[1].Error()); !sameReply(one, got) {
+					t.Errorf("%s: lock_try answered %s, its element %s", what, one, got)
+				}
+				if joined := n.state(); !sameState(alone, joined) {
+					t.Errorf("%s: keys after lock_try\n%s\nafter its element\n%s", what, strings.Join(alone, "\n"), strings.Join(joined, "\n"))
+				}
+				for _, k := range []int{0, 2} {
+					if got := replyString(many[k], many[k].Error()); !strings.HasPrefix(got, "[1 ") {
+						t.Errorf("%s: a free neighbour's element answered %s", what, got)
+					}
+				}
+			}
+		}
+	}
+}
+
+// replyString formats an acquire reply as sameReply reads it: "[a b c d]",
+// or "error <message>".
+func replyString(m rueidis.RedisMessage, err error) string {
+	if err != nil {
+		return "error " + err.Error()
+	}
+	v, err := m.AsIntSlice()
+	if err != nil {
+		return "error " + err.Error()
+	}
+	return strings.ReplaceAll(fmt.Sprint(v), ",", "")
 }

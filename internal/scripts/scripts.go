@@ -18,9 +18,10 @@ import (
 // Each is its .lua file with the prelude parts it names pulled in (see
 // WithPrelude).
 var (
-	Lock          = WithPrelude(lockBody)      // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
-	LockTry       = WithPrelude(lockTryBody)   // lock.lua's acquire for an attempt that does not queue (LockTryAcquire)
-	LockRenewMany = WithPrelude(lockRenewBody) // lock.lua's plain renewal of many leases in one call (LockRenewElem)
+	Lock          = WithPrelude(lockBody)                                      // Lock and the owner-mode (reentrant) Lock; MultiLock shares its keys
+	LockTry       = WithPrelude(lockTryBody)                                   // lock.lua's acquire for an attempt that does not queue (LockTryAcquire)
+	LockRenewMany = WithPrelude(lockRenewBody)                                 // lock.lua's plain renewal of many leases in one call (LockRenewElem)
+	LockTryMany   = WithPrelude(manyOf(lockTryBody, lockTryKeys, lockTryArgs)) // lock_try.lua for many attempts in one call (LockTryAcquire.Args per element)
 	MultiLock     = WithPrelude(multiLockBody)
 	FairLock      = WithPrelude(fairLockBody)
 	RWLock        = WithPrelude(rwLockBody)
@@ -48,6 +49,36 @@ var (
 	//go:embed latch.lua
 	latchBody string
 )
+
+// lock_try.lua's fixed numbers of keys (LockKeys) and arguments
+// (LockTryAcquire.Args).
+const (
+	lockTryKeys = 8
+	lockTryArgs = 6
+)
+
+// manyOf returns body's element form: a call passes each element's nk
+// keys and na arguments one after the other, and the answer has one
+// reply per element, what body answers for that element alone (an error
+// reply of body is that element's). body runs as it is, inside a
+// function whose KEYS and ARGV are the element's; its prelude ("-- use:")
+// is pulled in once, above it. body must read only KEYS[1..nk] and
+// ARGV[1..na].
+func manyOf(body string, nk, na int) string {
+	use := useLine.FindString(body)
+	body = useLine.ReplaceAllString(body, "")
+	return "-- element form, " + itoa(int64(nk)) + " keys and " + itoa(int64(na)) + " arguments each (scripts.manyOf)\n" +
+		use + "\n" +
+		"local function one(KEYS, ARGV)\n" + body + "\nend\n" +
+		"local out = {}\n" +
+		"for i = 0, #KEYS / " + itoa(int64(nk)) + " - 1 do\n" +
+		"  local k, a = {}, {}\n" +
+		"  for j = 1, " + itoa(int64(nk)) + " do k[j] = KEYS[i * " + itoa(int64(nk)) + " + j] end\n" +
+		"  for j = 1, " + itoa(int64(na)) + " do a[j] = ARGV[i * " + itoa(int64(na)) + " + j] end\n" +
+		"  out[i + 1] = one(k, a)\n" +
+		"end\n" +
+		"return out\n"
+}
 
 // A part of the prelude: its code joined onto one line, the names it
 // defines and the parts it uses (all above it in prelude.lua).
