@@ -43,6 +43,7 @@ var enforced = []string{
 	"internal/guardstat",
 	"internal/redisproc",
 	"internal/scripts",
+	"internal/testkit",
 	"nodeactor",
 	"notify",
 	"primitives",

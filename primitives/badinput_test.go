@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -30,7 +31,7 @@ func TestAPIBadInput(t *testing.T) {
 
 	// newC is coordinator.New with the test's logger and a short start.
 	newC := func(cfg coordinator.Config) error {
-		cfg.Logger = quiet
+		cfg.Logger = testkit.Quiet
 		if cfg.StartTimeout == 0 {
 			cfg.StartTimeout = 2 * time.Second
 		}
@@ -96,7 +97,7 @@ func TestAPIBadInput(t *testing.T) {
 			return err
 		}, nil, []string{"coordinator.New: nil ctx"}},
 		{"New with a cancelled ctx", func() error {
-			_, err := coordinator.New(cancelled, coordinator.Config{Nodes: addrs, Logger: quiet})
+			_, err := coordinator.New(cancelled, coordinator.Config{Nodes: addrs, Logger: testkit.Quiet})
 			return err
 		}, context.Canceled, []string{"coordinator.New: context canceled"}},
 
@@ -189,7 +190,7 @@ func TestAPIBadInput(t *testing.T) {
 				var left []string
 				testutil.Eventually(2*time.Second, func() bool {
 					left = left[:0]
-					for _, k := range strings.Fields(strings.Trim(admin(t, s, "KEYS", "*"), "[]")) {
+					for _, k := range strings.Fields(strings.Trim(testkit.Admin(t, s, "KEYS", "*"), "[]")) {
 						if !strings.HasSuffix(k, ":fence") && k != "redlock:{guard}:horizon" && k != "redlock:{guard}:armed" {
 							left = append(left, k)
 						}
@@ -227,7 +228,7 @@ func TestUserKeyOnAMinorityIsReported(t *testing.T) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
 	ctx := context.Background()
-	admin(t, srv[2], "SET", lockKey("userkey", "lock"), "hello")
+	testkit.Admin(t, srv[2], "SET", testkit.LockKey("userkey", "lock"), "hello")
 	l, _ := primitives.NewLock(c, "userkey")
 	for i := range 20 {
 		lease, err := l.TryAcquire(ctx)
@@ -242,11 +243,11 @@ func TestUserKeyOnAMinorityIsReported(t *testing.T) {
 		t.Fatalf("no warning; logs:\n%s", logs.String())
 	}
 	if n := strings.Count(logs.String(), "of another type"); n != 1 ||
-		!strings.Contains(logs.String(), srv[2].Addr()) || !strings.Contains(logs.String(), lockKey("userkey", "lock")) {
+		!strings.Contains(logs.String(), srv[2].Addr()) || !strings.Contains(logs.String(), testkit.LockKey("userkey", "lock")) {
 		t.Errorf("want one warning naming node %s and the key; logs:\n%s", srv[2].Addr(), logs.String())
 	}
 
-	admin(t, srv[1], "SET", lockKey("userkey", "lock"), "hello")
+	testkit.Admin(t, srv[1], "SET", testkit.LockKey("userkey", "lock"), "hello")
 	for i := range 20 {
 		if lease, err := l.TryAcquire(ctx); !errors.Is(err, primitives.ErrWrongType) {
 			if lease != nil {
@@ -256,7 +257,7 @@ func TestUserKeyOnAMinorityIsReported(t *testing.T) {
 		}
 	}
 	for _, s := range srv[1:] {
-		if v := admin(t, s, "GET", lockKey("userkey", "lock")); v != "hello" {
+		if v := testkit.Admin(t, s, "GET", testkit.LockKey("userkey", "lock")); v != "hello" {
 			t.Errorf("%s: the user's key is now %q", s.Addr(), v)
 		}
 	}

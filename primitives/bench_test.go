@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -20,7 +21,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(strconv.Itoa(n)+"nodes", func(b *testing.B) {
 			addrs := testutil.Addrs(testutil.StartServers(b, n, testutil.ServerOptions{}))
-			c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quiet})
+			c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: testkit.Quiet})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -48,7 +49,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 func BenchmarkLockParallel(b *testing.B) {
 	testutil.RequireRedis(b)
 	addrs := testutil.Addrs(testutil.StartServers(b, 3, testutil.ServerOptions{}))
-	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quiet})
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: testkit.Quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func BenchmarkMultiLockCluster(b *testing.B) {
 	testutil.RequireRedis(b)
 	names := []string{"a", "b", "c", "d", "e"}
 	run := func(b *testing.B, nodes []string) {
-		c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: nodes, Logger: quiet})
+		c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: nodes, Logger: testkit.Quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func BenchmarkMultiLockCluster(b *testing.B) {
 func BenchmarkServerCostPerOp(b *testing.B) {
 	testutil.RequireRedis(b)
 	srv := testutil.StartServer(b, testutil.ServerOptions{})
-	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet, ForceLua: true})
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: testkit.Quiet, ForceLua: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -32,7 +33,7 @@ func BenchmarkClusterGuardCallCost(b *testing.B) {
 		l.Release(ctx)
 		return true
 	})
-	admin(t, m, "CONFIG", "RESETSTAT")
+	testkit.Admin(t, m, "CONFIG", "RESETSTAT")
 	b.ResetTimer()
 	for b.Loop() {
 		l, err := lk.TryAcquire(ctx)
@@ -44,7 +45,7 @@ func BenchmarkClusterGuardCallCost(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	for _, f := range strings.Fields(admin(t, m, "INFO", "commandstats")) {
+	for _, f := range strings.Fields(testkit.Admin(t, m, "INFO", "commandstats")) {
 		if v, ok := strings.CutPrefix(f, "cmdstat_evalsha:"); ok {
 			for _, kv := range strings.Split(v, ",") {
 				if us, ok := strings.CutPrefix(kv, "usec_per_call="); ok {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
@@ -73,14 +74,14 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	pa, pb, pg := testutil.NewProxy(t, m.Addr()), testutil.NewProxy(t, m.Addr()), testutil.NewProxy(t, m.Addr())
 	ca, cb, _ := guardProcs(t, cl, srv, cut, viaProxy(m.Addr(), pa), viaProxy(m.Addr(), pb), viaProxy(m.Addr(), pg))
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
-	key := lockKey(name, "lock")
+	key := testkit.LockKey(name, "lock")
 	waitGrantOn(t, lb, func() *testutil.Server { return m }, key)
-	id := admin(t, m, "GET", marker)
+	id := testkit.Admin(t, m, "GET", marker)
 	t.Logf("m %s armed, slot %d's marker %s", m.Addr(), slot, id)
 
 	// first forget: every process guards m; hold each one's arming
 	ha, hb, hg := pa.Hold(armSetSub), pb.Hold(armSetSub), pg.Hold(armSetSub)
-	admin(t, m, "FLUSHALL")
+	testkit.Admin(t, m, "FLUSHALL")
 	flushed := time.Now()
 	for _, h := range []struct {
 		who string
@@ -107,7 +108,7 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
 	// second forget, then G's stale arming arrives
-	admin(t, m, "FLUSHALL")
+	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process but G looks: m guarded again
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
@@ -165,7 +166,7 @@ func partitionedGuard(t *testing.T, first string) {
 	pg := testutil.NewProxy(t, m.Addr()) // G's way to m
 	ca, cb, cg := guardProcs(t, cl, srv, cut, nil, nil, viaProxy(m.Addr(), pg))
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
-	key := lockKey(name, "lock")
+	key := testkit.LockKey(name, "lock")
 	waitGrantOn(t, lb, func() *testutil.Server { return cl.MasterFor("{" + name + "}") }, key)
 	id := identityOf(t, m)
 
@@ -174,7 +175,7 @@ func partitionedGuard(t *testing.T, first string) {
 	if first == "reshard" {
 		cl.MoveSlot(int(slot), m)
 	} else {
-		admin(t, m, "FLUSHALL")
+		testkit.Admin(t, m, "FLUSHALL")
 	}
 	flushed := time.Now()
 	mustWait(t, 20*time.Second, "G guards m", func() bool { return cg.Nodes()[0].Guarded })
@@ -193,7 +194,7 @@ func partitionedGuard(t *testing.T, first string) {
 	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
 	// second forget; then the partition heals
-	admin(t, m, "FLUSHALL")
+	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
@@ -240,11 +241,11 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 	ph := testutil.NewProxy(t, hm.Addr()) // G's way to the horizon's master
 	ca, cb, cg := guardProcs(t, cl, srv, cut, nil, nil, viaProxy(hm.Addr(), ph))
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
-	key := lockKey(name, "lock")
+	key := testkit.LockKey(name, "lock")
 	waitGrantOn(t, lb, func() *testutil.Server { return m }, key)
-	id := admin(t, m, "GET", marker)
+	id := testkit.Admin(t, m, "GET", marker)
 
-	admin(t, m, "FLUSHALL")
+	testkit.Admin(t, m, "FLUSHALL")
 	flushed := time.Now()
 	mustWait(t, 10*time.Second, "G guards m", func() bool { return cg.Nodes()[0].Guarded })
 	ph.SetFault(testutil.Blackhole)
@@ -258,7 +259,7 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 	cut.SetFault(testutil.Reset)
 	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
-	admin(t, m, "FLUSHALL")
+	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
@@ -275,8 +276,8 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 // identityOf is master s's identity as the guard writes it in a marker.
 func identityOf(t *testing.T, s *testutil.Server) string {
 	t.Helper()
-	info := admin(t, s, "INFO", "server")
-	repl := admin(t, s, "INFO", "replication")
+	info := testkit.Admin(t, s, "INFO", "server")
+	repl := testkit.Admin(t, s, "INFO", "replication")
 	field := func(text, f string) string {
 		for _, line := range strings.Split(text, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f+":"); ok {
@@ -334,13 +335,13 @@ func guardEndsThenForgets(t *testing.T, first string) {
 	marker := "redlock:{" + nodeactor.SlotTag(slot) + "}:armed-slot"
 	ca, cb, _ := guardProcs(t, cl, srv, cut, nil, nil, nil) // and a third process
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
-	key := lockKey(name, "lock")
+	key := testkit.LockKey(name, "lock")
 	waitGrantOn(t, lb, func() *testutil.Server { return cl.MasterFor("{" + name + "}") }, key)
 	id := identityOf(t, m)
 	if first == "reshard" {
 		cl.MoveSlot(int(slot), m)
 	} else {
-		admin(t, m, "FLUSHALL")
+		testkit.Admin(t, m, "FLUSHALL")
 	}
 	began := time.Now()
 	// the first process whose bound ran out arms m: at once, A, then m
@@ -371,10 +372,10 @@ func guardEndsThenForgets(t *testing.T, first string) {
 		}
 	}
 	defer a.Release(ctx)
-	if v := admin(t, m, "EXISTS", key); v != "1" {
+	if v := testkit.Admin(t, m, "EXISTS", key); v != "1" {
 		t.Fatalf("A's key is not on m")
 	}
-	admin(t, m, "FLUSHALL")
+	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
 	t.Logf("m armed %v after the first event; A holds, m forgot %v after the arming", armed.Sub(began).Round(time.Millisecond), forgot.Sub(armed).Round(time.Millisecond))
 	noSecondHolder(t, a, granted, lb, forgot, func() string {
@@ -396,7 +397,7 @@ func guardProcs(t *testing.T, cl *testutil.Cluster, srv []*testutil.Server, cut 
 		} else {
 			c = newCoord(t, addrs)
 		}
-		waitAllUp(t, c)
+		testkit.WaitAllUp(t, c)
 		return c
 	}
 	cb = coord([]string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, b)
@@ -429,7 +430,7 @@ func leaseOn(t *testing.T, ca *coordinator.Coordinator, name string, ttl time.Du
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	a, _ := tryUntilHeld(t, la)
 	t.Cleanup(func() { a.Release(ctx) })
-	if v := admin(t, m, "EXISTS", key); v != "1" {
+	if v := testkit.Admin(t, m, "EXISTS", key); v != "1" {
 		t.Fatalf("A's key is not on m")
 	}
 	return a

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
@@ -37,13 +38,13 @@ func startReshardRun(t *testing.T, name string, ttl time.Duration) reshardRun {
 	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	cut := testutil.NewProxy(t, srv[1].Addr())
 	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()})
-	waitAllUp(t, ca)
+	testkit.WaitAllUp(t, ca)
 	r := reshardRun{cl: cl, name: name, slot: int(nodeactor.Slot(name)), m: cl.MasterFor("{" + name + "}")}
 	r.cb = newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()})
-	waitAllUp(t, r.cb)
+	testkit.WaitAllUp(t, r.cb)
 	r.lb, _ = primitives.NewLock(r.cb, name, primitives.WithTTL(ttl))
 	// every master armed (B's first grant on the cluster) before A holds
-	key := lockKey(name, "lock")
+	key := testkit.LockKey(name, "lock")
 	mustWait(t, 30*time.Second, "the cluster armed (B's grant written there)", func() bool {
 		b, err := r.lb.TryAcquire(ctx)
 		if err != nil {
@@ -58,7 +59,7 @@ func startReshardRun(t *testing.T, name string, ttl time.Duration) reshardRun {
 	// B's arming above does not tell when A's own look ran
 	r.a, r.at = tryUntilHeld(t, la)
 	t.Cleanup(func() { r.a.Release(ctx) })
-	if v := admin(t, r.m, "EXISTS", key); v != "1" {
+	if v := testkit.Admin(t, r.m, "EXISTS", key); v != "1" {
 		t.Fatalf("A's key is not on the slot's master %s", r.m.Addr())
 	}
 	return r
@@ -96,7 +97,7 @@ func (r reshardRun) noSecondHolder(t *testing.T, since time.Time) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	owner := r.cl.Owner(r.slot)
-	key := lockKey(r.name, "lock")
+	key := testkit.LockKey(r.name, "lock")
 	mustWait(t, 90*time.Second, "B's grant written on the slot's master", func() bool {
 		b, err := r.lb.TryAcquire(ctx)
 		if err != nil {
@@ -125,16 +126,16 @@ func TestClusterSlotRoundTripKeepsNoOldArm(t *testing.T) {
 			to := r.other()
 			if how == "flushed" {
 				r.cl.MoveSlot(r.slot, to)
-				if v := admin(t, to, "EXISTS", lockKey(r.name, "lock")); v != "1" {
+				if v := testkit.Admin(t, to, "EXISTS", testkit.LockKey(r.name, "lock")); v != "1" {
 					t.Fatalf("A's key did not move with the slot to %s", to.Addr())
 				}
-				admin(t, to, "FLUSHALL")
+				testkit.Admin(t, to, "FLUSHALL")
 			} else {
 				r.cl.GiveSlot(r.slot, to)
 			}
 			r.cl.MoveSlot(r.slot, r.m)
 			back := time.Now()
-			if v := admin(t, r.m, "EXISTS", lockKey(r.name, "lock")); v != "0" {
+			if v := testkit.Admin(t, r.m, "EXISTS", testkit.LockKey(r.name, "lock")); v != "0" {
 				t.Fatal("A's key came back with the slot: the round trip lost nothing")
 			}
 			r.noSecondHolder(t, back)
@@ -154,7 +155,7 @@ func TestClusterAbortedMigrationStrandsNoLease(t *testing.T) {
 	r := startReshardRun(t, "aborted", 30*time.Second)
 	to := r.other()
 	r.cl.OpenSlot(r.slot, r.m, to)
-	r.cl.Migrate(r.slot, r.m, to, lockKey(r.name, "lock"))
+	r.cl.Migrate(r.slot, r.m, to, testkit.LockKey(r.name, "lock"))
 	seen := testutil.Eventually(15*time.Second, func() bool { return r.cb.Nodes()[0].Guarded })
 	t.Logf("a look saw the migration: %v", seen)
 	r.cl.AbortSlot(r.slot, r.m, to)

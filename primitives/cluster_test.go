@@ -13,6 +13,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -558,19 +559,19 @@ func shardLossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 	}
 	ttl := 10 * time.Second
 	ca := newCoord(t, []string{cl.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
-	waitAllUp(t, ca)
+	testkit.WaitAllUp(t, ca)
 	cut.SetFault(testutil.Reset)
 	cl.CutLink(r)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	a, granted := tryUntilHeld(t, la)
 	defer a.Release(ctx)
-	if v := admin(t, m, "KEYS", "redlock:{"+name+"}:lock"); v == "[]" {
+	if v := testkit.Admin(t, m, "KEYS", "redlock:{"+name+"}:lock"); v == "[]" {
 		t.Fatalf("A's key is not on the shard's master %s", m.Addr())
 	}
 	m.Kill()
 	cl.Takeover(r)
 	promoted := time.Now()
-	if v := admin(t, r, "KEYS", "redlock:{"+name+"}*"); v != "[]" {
+	if v := testkit.Admin(t, r, "KEYS", "redlock:{"+name+"}*"); v != "[]" {
 		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
 	}
 	cb := newCoord(t, []string{cl.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))

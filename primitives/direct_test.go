@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -37,20 +38,6 @@ func (c *counters) get(name string) int64 {
 	return sumCounter(rm, name)
 }
 
-// acquireAsync runs l.Acquire in a goroutine: its lease (nil on error,
-// reported) comes on the channel.
-func acquireAsync(ctx context.Context, t *testing.T, l *primitives.Lock) <-chan *primitives.Lease {
-	got := make(chan *primitives.Lease, 1)
-	go func() {
-		lease, err := l.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lease
-	}()
-	return got
-}
-
 // A release hands the lock to the queued waiter directly: the waiter holds
 // on the nodes' grant messages without an acquire round of its own, with a
 // higher fence, a lease that renews and releases like any other, and
@@ -72,8 +59,8 @@ func TestLockHandoffIsADirectGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := cnt.get(coordinator.MetricAttempts)
-		got := acquireAsync(ctx, t, lb)
-		queuedOnEveryNode(t, func() []primitives.NodeState { return la.Status(ctx) }, "b")
+		got := testkit.AcquireAsync(ctx, t, lb)
+		testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return la.Status(ctx) }, "b")
 		// the attempt that queued B is counted once its last reply is in,
 		// which can be after the nodes show it queued
 		mustWait(t, 10*time.Second, "B's queuing attempt counted", func() bool {
@@ -134,7 +121,7 @@ func init() {
 		return
 	}
 	ctx := context.Background()
-	c, err := coordinator.New(ctx, coordinator.Config{Nodes: strings.Split(nodes, ","), DefaultTTL: 20 * time.Second, Logger: quiet})
+	c, err := coordinator.New(ctx, coordinator.Config{Nodes: strings.Split(nodes, ","), DefaultTTL: 20 * time.Second, Logger: testkit.Quiet})
 	if err != nil {
 		os.Exit(3)
 	}
@@ -167,12 +154,12 @@ func TestLockWaiterKilledIsNotGranted(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	status := func() []primitives.NodeState { return la.Status(ctx) }
-	queuedOnEveryNode(t, status, "doomed")
-	got := acquireAsync(ctx, t, lb)
-	queuedOnEveryNode(t, status, "doomed,next")
+	testkit.QueuedOnEveryNode(t, status, "doomed")
+	got := testkit.AcquireAsync(ctx, t, lb)
+	testkit.QueuedOnEveryNode(t, status, "doomed,next")
 	// the doomed process's subscribers leave the channel when it dies
 	numsub := func(s *testutil.Server) int {
-		f := strings.Fields(strings.Trim(admin(t, s, "PUBSUB", "NUMSUB", "redlock:{killed}:ch"), "[]"))
+		f := strings.Fields(strings.Trim(testkit.Admin(t, s, "PUBSUB", "NUMSUB", "redlock:{killed}:ch"), "[]"))
 		n, _ := strconv.Atoi(f[len(f)-1])
 		return n
 	}

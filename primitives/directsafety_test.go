@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -19,129 +20,6 @@ import (
 // then sends there is held in the network. A release grants W the lock
 // directly; only then does the held rollback reach the node. It must not
 // undo the grant (docs/lock.md, "Direct grant", "Why it is safe").
-
-const directNodeTimeout = 200 * time.Millisecond
-
-// proxied returns a proxy in front of each address, and their addresses.
-func proxied(t *testing.T, addrs []string) ([]*testutil.Proxy, []string) {
-	px := make([]*testutil.Proxy, len(addrs))
-	paddrs := make([]string, len(addrs))
-	for i, a := range addrs {
-		px[i] = testutil.NewProxy(t, a)
-		paddrs[i] = px[i].Addr()
-	}
-	return px, paddrs
-}
-
-// delayedAttempt is a delayed enqueuing attempt and the rollback held after it.
-type delayedAttempt struct{ attempt, rollback *testutil.Held }
-
-// holdRollback delays the next enqueuing attempt of proc through p past
-// NodeTimeout and holds back the rollback that follows it.
-func holdRollback(p *testutil.Proxy, proc string) delayedAttempt {
-	// (RESP bulk strings: the script's source, sent on a NOSCRIPT, names
-	// every op too)
-	// The rollback held is the one after the delayed attempt: under load an
-	// earlier attempt can time out and be rolled back too.
-	d := p.Delay(3*directNodeTimeout, "$7\r\nacquire\r\n", proc)
-	return delayedAttempt{d, p.HoldAfter(d, "$8\r\nrollback\r\n")}
-}
-
-// ran waits until the delayed attempt has run on s: the waiter's record
-// there (for a direct grant) names its token. Under load an earlier
-// attempt of the same waiter can have queued it already, so a queue entry
-// alone does not tell.
-func (d delayedAttempt) ran(s *testutil.Server, name string) error {
-	chunk := string(d.attempt.Data())
-	if !testutil.Eventually(10*time.Second, func() bool {
-		wid, err := s.Do("ZRANGE", lockKey(name, "q"), "0", "0")
-		wid = strings.Trim(wid, "[]")
-		if err != nil || wid == "" {
-			return false
-		}
-		rec, err := s.Do("HGET", lockKey(name, "qx"), "="+wid)
-		f := strings.Fields(rec)
-		return err == nil && len(f) == 7 && strings.Contains(chunk, f[6])
-	}) {
-		r, _ := s.Do("HGETALL", lockKey(name, "qx"))
-		return fmt.Errorf("the delayed attempt never ran (records %s)", r)
-	}
-	return nil
-}
-
-// untilReached runs a case up to tries times, while run reports that its
-// interleaving was not reached (run undoes what it set up, and logs why).
-func untilReached(t *testing.T, tries int, run func() bool) {
-	t.Helper()
-	for try := 1; !run(); try++ {
-		if try == tries {
-			t.Fatalf("the interleaving was not reached in %d tries", tries)
-		}
-	}
-}
-
-// noKeyLeft checks that the lock key is gone from every node but down
-// (-1: none) after W's release, which returned at a quorum: the last
-// node's copy may be on its way.
-func noKeyLeft(t *testing.T, srv []*testutil.Server, name string, down int) {
-	t.Helper()
-	for i, s := range srv {
-		if i != down && !testutil.Eventually(5*time.Second, func() bool { return nodeValue(s, name) == "" }) {
-			t.Errorf("node %d: %q left after W's release", i, nodeValue(s, name))
-		}
-	}
-}
-
-// handOver releases h and returns the lease the waiting Acquire got from
-// it (the test fails if it got none); the caller releases that one.
-func handOver(ctx context.Context, t *testing.T, h *primitives.Lease, got <-chan *primitives.Lease) *primitives.Lease {
-	t.Helper()
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := <-got
-	if w == nil {
-		t.FailNow()
-	}
-	return w
-}
-
-// queuedOnOnce waits until name's queue holds one waiter on each node.
-func queuedOnOnce(t *testing.T, srv []*testutil.Server, name string, nodes ...int) {
-	t.Helper()
-	for _, i := range nodes {
-		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
-			q, _ := srv[i].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
-			t.Fatalf("W never queued on node %d (queue %s, lock %q)", i, q, nodeValue(srv[i], name))
-		}
-	}
-}
-
-// queuedOnAll is queuedOnOnce on every node of srv.
-func queuedOnAll(t *testing.T, srv []*testutil.Server, name string) {
-	t.Helper()
-	for i := range srv {
-		queuedOnOnce(t, srv, name, i)
-	}
-}
-
-// nodeValue is the lock key's value on s ("" if missing or unreachable).
-func nodeValue(s *testutil.Server, name string) string {
-	v, err := s.Do("GET", lockKey(name, "lock"))
-	if err != nil || v == testutil.NilReply {
-		return ""
-	}
-	return v
-}
-
-func awaitCaught(t *testing.T, h *testutil.Held, what string) {
-	t.Helper()
-	select {
-	case <-h.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: the rollback was never sent", what)
-	}
-}
 
 // lateRollbackCase is one case of TestDirectGrantSurvivesLateRollback.
 type lateRollbackCase struct {
@@ -163,7 +41,7 @@ func TestDirectGrantSurvivesLateRollback(t *testing.T) {
 			// delayed one on each slow node. Under load W can retry first
 			// (its attempts reach a slow node once the client replaced the
 			// stuck connection): the case is then set up again.
-			untilReached(t, 4, func() bool { return lateRollbackTry(t, tc) })
+			testkit.UntilReached(t, 4, func() bool { return lateRollbackTry(t, tc) })
 		})
 	}
 }
@@ -174,13 +52,13 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	name := "dgkeep"
-	pw, paddrs := proxied(t, addrs)
+	pw, paddrs := testkit.Proxied(t, addrs)
 	ch := newCoord(t, addrs)
 	// GuardOff: with the guard, W confirms a direct grant by an
 	// armed round, which the held link stalls; W then takes the
 	// lock by an attempt and the case is not reached.
 	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) {
-		cfg.NodeTimeout = directNodeTimeout
+		cfg.NodeTimeout = testkit.DirectNodeTimeout
 		cfg.NodeGuard = coordinator.GuardOff
 	})
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
@@ -194,9 +72,9 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := map[int]delayedAttempt{}
+	held := map[int]testkit.DelayedAttempt{}
 	for _, i := range tc.slow {
-		held[i] = holdRollback(pw[i], primitives.ProcOf(cw))
+		held[i] = testkit.HoldRollback(pw[i], testkit.ProcOf(cw))
 	}
 	type acquired struct {
 		lease *primitives.Lease
@@ -211,7 +89,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	again := func(why string) bool {
 		t.Logf("not reached: %s; again", why)
 		for _, hd := range held {
-			hd.rollback.Release()
+			hd.Rollback.Release()
 		}
 		h.Release(context.Background())
 		if w == nil {
@@ -224,12 +102,12 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 		return false
 	}
 	for i, hd := range held {
-		awaitCaught(t, hd.rollback, "node "+strconv.Itoa(i))
+		testkit.AwaitCaught(t, hd.Rollback, "node "+strconv.Itoa(i))
 	}
 	// The delayed attempt ran on each slow node: it is queued there.
-	queuedOnOnce(t, srv, name, tc.slow...)
+	testkit.QueuedOnOnce(t, srv, name, tc.slow...)
 	for i, hd := range held {
-		if err := hd.ran(srv[i], name); err != nil {
+		if err := hd.Ran(srv[i], name); err != nil {
 			return again(fmt.Sprintf("node %d: %v", i, err))
 		}
 	}
@@ -249,7 +127,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	// it all the same (W's release frees it).
 	before := map[int]string{}
 	for _, i := range tc.slow {
-		v := nodeValue(srv[i], name)
+		v := testkit.NodeValue(srv[i], name)
 		if !strings.HasPrefix(v, "rl1:L:") || !strings.HasSuffix(v, "~d") || !strings.Contains(v, "~w~") {
 			return again(fmt.Sprintf("node %d: %q before the rollback, not a direct grant to W", i, v))
 		}
@@ -259,7 +137,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 		before[i] = v
 	}
 	for _, hd := range held {
-		hd.rollback.Release()
+		hd.Rollback.Release()
 	}
 	time.Sleep(500 * time.Millisecond) // the held rollbacks run
 	// The rollback must leave W holding the node. The grant is kept
@@ -268,7 +146,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	// lease's token. A rollback that undid the grant leaves the key
 	// missing or reserved ("rl1:R:").
 	for _, i := range tc.slow {
-		v := nodeValue(srv[i], name)
+		v := testkit.NodeValue(srv[i], name)
 		if v != before[i] && !(strings.HasPrefix(v, "rl1:L:") && strings.Contains(v, w.Token())) {
 			t.Errorf("node %d: %q after the late rollback; want W's direct grant %q kept", i, v, before[i])
 		}
@@ -284,7 +162,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	if err := w.Release(ctx); err != nil {
 		t.Errorf("release: %v", err)
 	}
-	noKeyLeft(t, srv, name, tc.down)
+	testkit.NoKeyLeft(t, srv, name, tc.down)
 	return true
 }
 
@@ -299,9 +177,9 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "dgsecond"
-	pw, wAddrs := proxied(t, addrs)
-	py, yAddrs := proxied(t, addrs)
-	fast := func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout }
+	pw, wAddrs := testkit.Proxied(t, addrs)
+	py, yAddrs := testkit.Proxied(t, addrs)
+	fast := func(cfg *coordinator.Config) { cfg.NodeTimeout = testkit.DirectNodeTimeout }
 	ch, cw, cy := newCoord(t, addrs), newCoord(t, wAddrs, fast), newCoord(t, yAddrs, fast)
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(20*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(6*time.Second), primitives.WithLabel("w"))
@@ -323,14 +201,14 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 		ygot <- lease
 	}()
 	headOf := func(i int) (wid string, live bool) {
-		m, err := srv[i].Do("ZRANGE", lockKey(name, "q"), "0", "0")
+		m, err := srv[i].Do("ZRANGE", testkit.LockKey(name, "q"), "0", "0")
 		m = strings.Trim(m, "[]")
 		if err != nil || m == "" || m == testutil.NilReply {
 			return "", false
 		}
-		exp, _ := srv[i].Do("HGET", lockKey(name, "qx"), m)
+		exp, _ := srv[i].Do("HGET", testkit.LockKey(name, "qx"), m)
 		e, _ := strconv.ParseInt(exp, 10, 64)
-		return m, e > serverMs(t, srv[i])
+		return m, e > testkit.ServerMs(t, srv[i])
 	}
 	var ywid string
 	if !testutil.Eventually(5*time.Second, func() bool {
@@ -356,17 +234,17 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	// W queues; the rollback of its attempt on node 0 is held from here on
 	// (its connection must not stay blocked past the client's write
 	// timeout: the rest runs in a few seconds).
-	rb := holdRollback(pw[0], primitives.ProcOf(cw))
-	wgot := acquireAsync(ctx, t, lw)
-	awaitCaught(t, rb.rollback, "node 0")
+	rb := testkit.HoldRollback(pw[0], testkit.ProcOf(cw))
+	wgot := testkit.AcquireAsync(ctx, t, lw)
+	testkit.AwaitCaught(t, rb.Rollback, "node 0")
 	if !testutil.Eventually(5*time.Second, func() bool {
-		v, _ := srv[0].Do("ZRANGE", lockKey(name, "q"), "0", "-1")
+		v, _ := srv[0].Do("ZRANGE", testkit.LockKey(name, "q"), "0", "-1")
 		return strings.Contains(v, "~w~")
 	}) {
 		t.Fatal("W never queued on node 0")
 	}
 	granted := time.Now() // H's release grants W directly
-	w := handOver(ctx, t, h, wgot)
+	w := testkit.HandOver(ctx, t, h, wgot)
 	defer w.Release(context.Background())
 	srv[2].Restart() // empty: it never had anyone's key
 	for _, p := range py {
@@ -375,14 +253,14 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	if !testutil.Eventually(10*time.Second, func() bool { a, ok := headOf(0); return ok && a == ywid }) {
 		t.Fatal("Y never queued again ahead of W on node 0")
 	}
-	rb.rollback.Release()
+	rb.Rollback.Release()
 	select {
 	case y := <-ygot:
 		if y != nil {
 			defer y.Release(context.Background())
 			if testutil.ValidPastStep(t, w, granted) && y.Valid() {
 				t.Fatalf("S1 violated: W (fence %d) and Y (fence %d) both Valid; node values %q %q %q", w.Fence(), y.Fence(),
-					nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+					testkit.NodeValue(srv[0], name), testkit.NodeValue(srv[1], name), testkit.NodeValue(srv[2], name))
 			}
 		}
 	case <-time.After(3 * time.Second):
@@ -390,7 +268,7 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	if !w.Valid() {
 		t.Fatalf("W lost its lease: %v", w.Err())
 	}
-	if v := nodeValue(srv[0], name); !strings.Contains(v, w.Token()) {
+	if v := testkit.NodeValue(srv[0], name); !strings.Contains(v, w.Token()) {
 		t.Fatalf("node 0: %q; want W's grant kept", v)
 	}
 	if err := w.Release(ctx); err != nil {
@@ -420,7 +298,7 @@ func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "dglate"
-	pw, paddrs := proxied(t, addrs)
+	pw, paddrs := testkit.Proxied(t, addrs)
 	ch := newCoord(t, addrs)
 	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = time.Second })
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
@@ -433,8 +311,8 @@ func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm := acquireAsync(ctx, t, lw)
-	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	warm := testkit.AcquireAsync(ctx, t, lw)
+	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 	h.Release(ctx)
 	if w := <-warm; w == nil {
 		t.FailNow()
@@ -448,34 +326,34 @@ func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 	}
 	srv[2].Restart()
 	// The reply comes within NodeTimeout, after the attempt was decided.
-	d := pw[2].Delay(700*time.Millisecond, "$7\r\nacquire\r\n", primitives.ProcOf(cw))
-	got := acquireAsync(ctx, t, lw)
-	awaitCaught(t, d, "node 2")
+	d := pw[2].Delay(700*time.Millisecond, "$7\r\nacquire\r\n", testkit.ProcOf(cw))
+	got := testkit.AcquireAsync(ctx, t, lw)
+	testkit.AwaitCaught(t, d, "node 2")
 	for _, i := range []int{0, 1} {
 		if !testutil.Eventually(5*time.Second, func() bool {
-			v, _ := srv[i].Do("HGETALL", lockKey(name, "qx"))
+			v, _ := srv[i].Do("HGETALL", testkit.LockKey(name, "qx"))
 			return strings.Contains(v, "~w~") && strings.Contains(v, " W ")
 		}) {
 			t.Fatalf("W's attempt never refused on node %d", i)
 		}
 	}
-	w := handOver(ctx, t, h, got)
+	w := testkit.HandOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	// The late grant on node 2 lands and is rolled back (asynchronously).
-	if !testutil.Eventually(5*time.Second, func() bool { return !strings.Contains(nodeValue(srv[2], name), w.Token()) }) {
-		t.Errorf("node 2: %q: a late grant that no lease renews was kept", nodeValue(srv[2], name))
+	if !testutil.Eventually(5*time.Second, func() bool { return !strings.Contains(testkit.NodeValue(srv[2], name), w.Token()) }) {
+		t.Errorf("node 2: %q: a late grant that no lease renews was kept", testkit.NodeValue(srv[2], name))
 	}
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !testutil.Eventually(5*time.Second, func() bool {
 		for i := range srv {
-			if nodeValue(srv[i], name) != "" {
+			if testkit.NodeValue(srv[i], name) != "" {
 				return false
 			}
 		}
 		return true
 	}) {
-		t.Errorf("left after W's release: %q %q %q", nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+		t.Errorf("left after W's release: %q %q %q", testkit.NodeValue(srv[0], name), testkit.NodeValue(srv[1], name), testkit.NodeValue(srv[2], name))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -66,8 +67,8 @@ func twoClients(t *testing.T) ([]*testutil.Server, *coordinator.Coordinator, *co
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	cfg := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
 	a, b := newCoord(t, testutil.Addrs(srv), cfg), newCoord(t, testutil.Addrs(srv), cfg)
-	waitAllUp(t, a)
-	waitAllUp(t, b)
+	testkit.WaitAllUp(t, a)
+	testkit.WaitAllUp(t, b)
 	return srv, a, b
 }
 
@@ -237,7 +238,7 @@ func TestReleaseBurstIsNeverDropped(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	const ttl = 10 * time.Second
 	c := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL = ttl })
-	waitAllUp(t, c)
+	testkit.WaitAllUp(t, c)
 	const n = 20000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

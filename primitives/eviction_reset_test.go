@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/testutil"
 )
 
@@ -29,19 +30,19 @@ func TestEvictionHiddenByResetstat(t *testing.T) {
 	a, lb := evictLease(t, srv, ca, cb)
 	defer a.Release(context.Background())
 	time.Sleep(1500 * time.Millisecond) // every guard has a baseline
-	used, _ := strconv.ParseInt(infoField(admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
+	used, _ := strconv.ParseInt(infoField(testkit.Admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
 	began := time.Now()
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+1<<20, 10))
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+1<<20, 10))
 	val := strings.Repeat("x", 64<<10)
 	for i := range 40 {
 		srv[0].Do("SET", fmt.Sprintf("cache:%d", i), val) // no TTL: only ours are volatile
 	}
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
-	admin(t, srv[0], "CONFIG", "RESETSTAT")
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
+	testkit.Admin(t, srv[0], "CONFIG", "RESETSTAT")
 	t.Logf("eviction burst took %v", time.Since(began).Round(time.Millisecond))
-	if admin(t, srv[0], "EXISTS", lockKey("evict", "lock")) != "0" {
+	if testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("evict", "lock")) != "0" {
 		t.Fatal("A's key was not evicted")
 	}
 	time.Sleep(1500 * time.Millisecond) // every guard looked since

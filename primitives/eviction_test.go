@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -26,9 +27,9 @@ func TestEvictingNodeIsRefused(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
-	used, _ := strconv.ParseInt(infoField(admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+2<<20, 10))
+	used, _ := strconv.ParseInt(infoField(testkit.Admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+2<<20, 10))
 	ca, cb := newCoord(t, addrs), newCoord(t, addrs)
 	for _, c := range []*coordinator.Coordinator{ca, cb} {
 		if !testutil.Eventually(5*time.Second, func() bool { return errors.Is(c.Nodes()[0].LastErr, coordinator.ErrNotArmed) }) {
@@ -49,8 +50,8 @@ func TestEvictingNodeIsRefused(t *testing.T) {
 	}
 	neverWhileValid(t, a, lb, "after the eviction")
 	// once its policy is noeviction, node 0 is counted again
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
-	admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory", "0")
 	if !testutil.Eventually(30*time.Second, func() bool {
 		ns := cb.Nodes()[0]
 		return !ns.Guarded && ns.LastErr == nil && ns.Identity != ""
@@ -71,8 +72,8 @@ func evictLease(t *testing.T, srv []*testutil.Server, ca, cb *coordinator.Coordi
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(2*time.Second, func() bool { return admin(t, srv[2], "EXISTS", lockKey("evict", "lock")) == "1" })
-	admin(t, srv[2], "DEL", lockKey("evict", "lock"))
+	testutil.Eventually(2*time.Second, func() bool { return testkit.Admin(t, srv[2], "EXISTS", testkit.LockKey("evict", "lock")) == "1" })
+	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("evict", "lock"))
 	return a, lb
 }
 

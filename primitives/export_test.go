@@ -1,11 +1,6 @@
 package primitives
 
-import (
-	"time"
-
-	"github.com/redlock-go/redlock/coordinator"
-	"github.com/redlock-go/redlock/internal/engine"
-)
+import "time"
 
 // SetFenceLifetime shortens the fence counters' lifetime (fenceKeep,
 // fenceSkew) for a test and returns the function that restores it. Call it
@@ -15,7 +10,3 @@ func SetFenceLifetime(keep, skew time.Duration) (restore func()) {
 	fenceKeep, fenceSkew = keep, skew
 	return func() { fenceKeep, fenceSkew = k, s }
 }
-
-// ProcOf returns the process id that c's direct grants are addressed to
-// (the `<topic>:ch:<proc>` channel; its enqueuing attempts carry it).
-func ProcOf(c *coordinator.Coordinator) string { return engine.Of(c).Proc() }

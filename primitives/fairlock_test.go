@@ -18,6 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redlock-go/redlock/chanapi"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -350,7 +351,7 @@ func TestFairLockChanapiCampaign(t *testing.T) {
 	// before the other queued, the holder may simply take it again)
 	got := map[*chanapi.Acquirer]int{}
 	release := func(l *primitives.Lease) {
-		if !testutil.Eventually(5*time.Second, func() bool { return allEqual(flMiniQueue(t, ms, "fcampaign"), 1) }) {
+		if !testutil.Eventually(5*time.Second, func() bool { return testkit.AllEqual(flMiniQueue(t, ms, "fcampaign"), 1) }) {
 			t.Fatalf("the other campaigner never queued: %v", flMiniQueue(t, ms, "fcampaign"))
 		}
 		l.Release(context.Background())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -98,7 +99,7 @@ func TestRepeatedAcquireNeverShortensAKey(t *testing.T) {
 				if sc, err := srv.Do("EVAL", zscoreByPrefix, "1", key, lease.Token()+"~"); err == nil && sc != testutil.NilReply {
 					checked++
 					exp, _ := strconv.ParseFloat(sc, 64)
-					if left := time.Duration(exp-float64(serverMs(t, srv))) * time.Millisecond; left < 50*time.Second {
+					if left := time.Duration(exp-float64(testkit.ServerMs(t, srv))) * time.Millisecond; left < 50*time.Second {
 						t.Errorf("%s: %s scores our token to expire in %s after the replayed acquire: shortened below the 60 s extension", kind, key, left)
 					}
 				}
@@ -118,19 +119,6 @@ func keysOf(t *testing.T, srv *testutil.Server, name string) []string {
 		t.Fatal(err)
 	}
 	return strings.Fields(strings.Trim(out, "[]"))
-}
-
-// serverMs returns the server's TIME in milliseconds.
-func serverMs(t *testing.T, srv *testutil.Server) int64 {
-	t.Helper()
-	out, err := srv.Do("TIME")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(strings.Trim(out, "[]"))
-	sec, _ := strconv.ParseInt(f[0], 10, 64)
-	usec, _ := strconv.ParseInt(f[1], 10, 64)
-	return sec*1000 + usec/1000
 }
 
 // TestSemaphoreCancelLeavesNoPermit: a waiter whose ctx ends while its
@@ -201,7 +189,7 @@ func TestRWLockWritersQueueInOneOrder(t *testing.T) {
 			addrs[j] = px.Addr()
 		}
 		c := newCoord(t, addrs)
-		waitAllUp(t, c)
+		testkit.WaitAllUp(t, c)
 		// a service that has run a while has seen its nodes' clocks
 		warm, _ := primitives.NewLock(c, "warm-"+strconv.Itoa(i))
 		l, err := warm.TryAcquire(ctx)
@@ -298,7 +286,7 @@ func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
 	var fls []*primitives.FairLock
 	for range 3 {
 		c := newCoord(t, testutil.Addrs(srv))
-		waitAllUp(t, c)
+		testkit.WaitAllUp(t, c)
 		f, err := primitives.NewFairLock(c, "stale-entry")
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +362,7 @@ func TestDowngradeFailureLeavesNoKey(t *testing.T) {
 		addrs[i] = px[i].Addr()
 	}
 	c := newCoord(t, addrs)
-	waitAllUp(t, c)
+	testkit.WaitAllUp(t, c)
 	ctx := context.Background()
 	rw, err := primitives.NewRWLock(c, "dg-fail", primitives.WithTTL(20*time.Second))
 	if err != nil {
@@ -429,8 +417,8 @@ func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	ttl := func(c *coordinator.Config) { c.DefaultTTL = 30 * time.Second }
 	a, b := newCoord(t, testutil.Addrs(srv), ttl), newCoord(t, testutil.Addrs(srv), ttl)
-	waitAllUp(t, a)
-	waitAllUp(t, b)
+	testkit.WaitAllUp(t, a)
+	testkit.WaitAllUp(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	lx, _ := primitives.NewLock(a, "wx")
@@ -463,10 +451,10 @@ func TestWakeReachesTheWaiterThatCanProgress(t *testing.T) {
 		l.Release(context.Background())
 	}
 	go hold("{x,y}", both)
-	waitQueued(t, srv, lockKey("wx", "q"), 1) // registered first
-	waitQueued(t, srv, lockKey("wy", "q"), 1)
+	testkit.WaitQueued(t, srv, testkit.LockKey("wx", "q"), 1) // registered first
+	testkit.WaitQueued(t, srv, testkit.LockKey("wy", "q"), 1)
 	go hold("{x}", onlyX)
-	waitQueued(t, srv, lockKey("wx", "q"), 2)
+	testkit.WaitQueued(t, srv, testkit.LockKey("wx", "q"), 2)
 	hx.Release(ctx)
 	select {
 	case g := <-grants:
@@ -579,7 +567,7 @@ func TestForceReleaseFencesTheStuckHolder(t *testing.T) {
 		}
 		got <- l
 	}()
-	waitQueued(t, srv, lockKey("forced", "q"), 1)
+	testkit.WaitQueued(t, srv, testkit.LockKey("forced", "q"), 1)
 	op, _ := primitives.NewLock(opC, "forced")
 	if _, err := op.ForceRelease(ctx, strings.Repeat("x", primitives.MaxReasonLen+1)); !errors.Is(err, primitives.ErrInvalidArgument) {
 		t.Fatalf("an oversized reason: %v", err)
@@ -674,7 +662,7 @@ func TestMultiLockWaiterQueuesBehindNoLaterLockWaiter(t *testing.T) {
 	}()
 	// the MultiLock is waiting (its first attempt was refused) before the
 	// Lock clients start
-	waitQueued(t, srv, lockKey("mq-a", "q"), 1)
+	testkit.WaitQueued(t, srv, testkit.LockKey("mq-a", "q"), 1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
@@ -699,7 +687,7 @@ func TestMultiLockWaiterQueuesBehindNoLaterLockWaiter(t *testing.T) {
 			}
 		})
 	}
-	waitQueued(t, srv, lockKey("mq-a", "q"), 5) // the Lock clients are queued too
+	testkit.WaitQueued(t, srv, testkit.LockKey("mq-a", "q"), 5) // the Lock clients are queued too
 	first.Release(ctx)
 	r := <-multi
 	close(stop)

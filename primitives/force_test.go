@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -32,10 +33,10 @@ func TestForceReleaseCountsEveryNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 5*time.Second, "the grant on every node", func() bool { return sameOnEveryNode(srv, lockKey("fq", "lock")) })
-	admin(t, srv[2], "DEL", lockKey("fq", "lock"))
-	counter, _ := strconv.ParseUint(admin(t, srv[2], "GET", lockKey("fq", "fence")), 10, 64)
-	admin(t, srv[2], "SET", lockKey("fq", "fence"), strconv.FormatUint(counter+100, 10), "PX", "60000")
+	testutil.WaitFor(t, 5*time.Second, "the grant on every node", func() bool { return sameOnEveryNode(srv, testkit.LockKey("fq", "lock")) })
+	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("fq", "lock"))
+	counter, _ := strconv.ParseUint(testkit.Admin(t, srv[2], "GET", testkit.LockKey("fq", "fence")), 10, 64)
+	testkit.Admin(t, srv[2], "SET", testkit.LockKey("fq", "fence"), strconv.FormatUint(counter+100, 10), "PX", "60000")
 
 	var audit strings.Builder
 	var mu sync.Mutex
@@ -64,7 +65,7 @@ func TestForceReleaseCountsEveryNode(t *testing.T) {
 
 	// The third node refuses the next holder (another holder's key there):
 	// it wins on the first two, without the counter that ran ahead.
-	admin(t, srv[2], "SET", lockKey("fq", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "20000")
+	testkit.Admin(t, srv[2], "SET", testkit.LockKey("fq", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "20000")
 	nl, _ := primitives.NewLock(newCoord(t, addrs), "fq")
 	// Acquire, not one try: node 2 refuses, so a try needs both other
 	// nodes, and under load the later of them can answer after the try

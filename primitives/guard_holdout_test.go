@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -94,7 +95,7 @@ func TestNewWritesOnlyTheGuardKeys(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv))
 	for _, s := range srv {
-		if keys := admin(t, s, "KEYS", "*"); keys != "[redlock:{guard}:armed]" {
+		if keys := testkit.Admin(t, s, "KEYS", "*"); keys != "[redlock:{guard}:armed]" {
 			t.Errorf("%s after New: keys %s; want only redlock:{guard}:armed", s.Addr(), keys)
 		}
 	}
@@ -108,7 +109,7 @@ func TestNewWritesOnlyTheGuardKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range srv {
-		if pttl := admin(t, s, "PTTL", "redlock:{guard}:horizon"); pttl == "-1" || pttl == "-2" {
+		if pttl := testkit.Admin(t, s, "PTTL", "redlock:{guard}:horizon"); pttl == "-1" || pttl == "-2" {
 			t.Errorf("%s after an acquire: the horizon's PTTL %s; want a TTL", s.Addr(), pttl)
 		}
 	}
@@ -126,7 +127,7 @@ func TestFlushAllBetweenTests(t *testing.T) {
 	l, _ := primitives.NewLock(c, "flushed", primitives.WithTTL(2*time.Second))
 	flush := func() time.Time {
 		for _, s := range srv {
-			admin(t, s, "FLUSHALL")
+			testkit.Admin(t, s, "FLUSHALL")
 		}
 		return time.Now()
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -30,8 +31,8 @@ func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
 			name := "mark"
 			lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second))
-			h, got := holdAndWait(t, lh, lw, 30*time.Second)
-			queuedOnAll(t, srv, name)
+			h, got := testkit.HoldAndWait(t, lh, lw, 30*time.Second)
+			testkit.QueuedOnAll(t, srv, name)
 			checks := func() (s int64) {
 				for _, a := range addrs {
 					s += guard.ChecksRun(a)
@@ -49,7 +50,7 @@ func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
 			defer w.Release(context.Background())
 			direct := 0
 			for _, s := range srv {
-				if v, _ := s.Do("GET", lockKey(name, "lock")); strings.HasSuffix(v, "~d") {
+				if v, _ := s.Do("GET", testkit.LockKey(name, "lock")); strings.HasSuffix(v, "~d") {
 					direct++
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -36,7 +37,7 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 	ca := newCoord(t, addrs, guardMode(mode))
 	cb := newCoord(t, addrs, guardMode(mode))
 	if how == oldSnapshot {
-		admin(t, srv[0], "SAVE")
+		testkit.Admin(t, srv[0], "SAVE")
 	}
 	ttl := 4 * time.Second
 	if mode == coordinator.GuardOff {
@@ -52,15 +53,15 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 	granted := time.Now()
 	a := acquireOnEveryNode(t, srv, la, "hole")
 	defer a.Release(context.Background())
-	admin(t, srv[2], "DEL", lockKey("hole", "lock"))
+	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("hole", "lock"))
 	switch how {
 	case emptyAtOnce:
 		srv[0].RestartEmpty()
 	case oldSnapshot:
 		srv[0].Restart() // loads the snapshot saved before A's grant
 	case scriptFlush:
-		admin(t, srv[0], "FLUSHALL")
-		admin(t, srv[0], "SCRIPT", "FLUSH")
+		testkit.Admin(t, srv[0], "FLUSHALL")
+		testkit.Admin(t, srv[0], "SCRIPT", "FLUSH")
 	}
 	cc := newCoord(t, addrs, guardMode(mode)) // a new process: never saw node 0 before
 	lockers := []*primitives.Lock{}
@@ -93,27 +94,6 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return double
-}
-
-// holdAndWait makes lh hold (TryAcquire) and lw wait for it in Acquire,
-// within wait; W's lease (nil on an error, reported) arrives on got.
-func holdAndWait(t *testing.T, lh, lw *primitives.Lock, wait time.Duration) (h *primitives.Lease, got chan *primitives.Lease) {
-	t.Helper()
-	h, err := lh.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	t.Cleanup(cancel)
-	got = make(chan *primitives.Lease, 1)
-	go func() {
-		w, err := lw.Acquire(ctx)
-		if err != nil {
-			t.Errorf("W: %v", err)
-		}
-		got <- w
-	}()
-	return h, got
 }
 
 // TestGuardClosesTheHole: with the guard no second holder gets in while A
@@ -253,7 +233,7 @@ func TestGuardRestartedNodeCountsAgain(t *testing.T) {
 // kept), and H releases: each node's release script hands the lock to W.
 // It reports how long W took to hold after the release.
 func directGrantScenario(t *testing.T, mode coordinator.GuardMode) time.Duration {
-	return directGrantScenarioWith(t, mode, func(s *testutil.Server) { admin(t, s, "SCRIPT", "FLUSH") })
+	return directGrantScenarioWith(t, mode, func(s *testutil.Server) { testkit.Admin(t, s, "SCRIPT", "FLUSH") })
 }
 
 // directGrantScenarioWith is directGrantScenario with nodes 0 and 1 made
@@ -265,8 +245,8 @@ func directGrantScenarioWith(t *testing.T, mode coordinator.GuardMode, forget fu
 	cw := newCoord(t, addrs, guardMode(mode))
 	lh, _ := primitives.NewLock(ch, "dg", primitives.WithTTL(10*time.Second))
 	lw, _ := primitives.NewLock(cw, "dg", primitives.WithTTL(3*time.Second))
-	h, got := holdAndWait(t, lh, lw, 30*time.Second)
-	queuedOnAll(t, srv, "dg")
+	h, got := testkit.HoldAndWait(t, lh, lw, 30*time.Second)
+	testkit.QueuedOnAll(t, srv, "dg")
 	forget(srv[0])
 	forget(srv[1])
 	released := time.Now()
@@ -318,7 +298,7 @@ func TestGuardClusterNodePerMaster(t *testing.T) {
 	}
 	names := spreadNames(t, cl, "pm", 2)
 	flushed := cl.MasterFor("{" + names[0] + "}")
-	admin(t, flushed, "SCRIPT", "FLUSH")
+	testkit.Admin(t, flushed, "SCRIPT", "FLUSH")
 	ctx := context.Background()
 	try := func(name string) error {
 		l, _ := primitives.NewLock(c, name, primitives.WithTTL(time.Second))
@@ -403,7 +383,7 @@ func TestGuardCoversMinHoldTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin(t, srv[2], "DEL", lockKey("tail", "lock"))
+	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("tail", "lock"))
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +423,7 @@ func TestGuardMaxTTLDiffersBetweenProcesses(t *testing.T) {
 	pl := testutil.NewProxy(t, srv[2].Addr())
 	ps := testutil.NewProxy(t, srv[2].Addr())
 	cl := newCoord(t, []string{srv[0].Addr(), srv[1].Addr(), pl.Addr()})
-	waitAllUp(t, cl)
+	testkit.WaitAllUp(t, cl)
 	ctx := context.Background()
 	ttl := 12 * time.Second
 	ll, _ := primitives.NewLock(cl, "maxttl", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))

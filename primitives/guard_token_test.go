@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -59,13 +60,13 @@ func secondFlush(t *testing.T, mode string) {
 	// each process reaches s0 through its own proxy
 	pa, pb, py := testutil.NewProxy(t, srv[0].Addr()), testutil.NewProxy(t, srv[0].Addr()), testutil.NewProxy(t, srv[0].Addr())
 	cb := newCoord(t, []string{pb.Addr(), srv[1].Addr(), srv[2].Addr()}, heldConn)
-	waitAllUp(t, cb)
+	testkit.WaitAllUp(t, cb)
 	ca := newCoord(t, []string{pa.Addr(), srv[1].Addr(), cut.Addr()}, heldConn)
-	waitAllUp(t, ca)
+	testkit.WaitAllUp(t, ca)
 	cy := newCoord(t, []string{py.Addr(), srv[1].Addr(), srv[2].Addr()}, heldConn)
-	waitAllUp(t, cy)
+	testkit.WaitAllUp(t, cy)
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(ttl))
-	key := lockKey(name, "lock")
+	key := testkit.LockKey(name, "lock")
 	mustWait(t, 30*time.Second, "B's grant written on s0", func() bool {
 		b, err := lb.TryAcquire(ctx)
 		if err != nil {
@@ -75,11 +76,11 @@ func secondFlush(t *testing.T, mode string) {
 		v, err := srv[0].Do("EXISTS", key)
 		return err == nil && v == "1"
 	})
-	id := admin(t, srv[0], "GET", advArmKey)
+	id := testkit.Admin(t, srv[0], "GET", testkit.ArmKey)
 
 	// first forget: every process guards s0; hold each one's arming
 	ha, hb, hy := pa.Hold(armScriptSub), pb.Hold(armScriptSub), py.Hold(armScriptSub)
-	admin(t, srv[0], "FLUSHALL")
+	testkit.Admin(t, srv[0], "FLUSHALL")
 	flushed := time.Now()
 	for _, h := range []struct {
 		who string
@@ -99,7 +100,7 @@ func secondFlush(t *testing.T, mode string) {
 	ha.Release()
 	hb.Release()
 	mustWait(t, 20*time.Second, "the others see s0 armed", func() bool {
-		v, _ := srv[0].Do("GET", advArmKey)
+		v, _ := srv[0].Do("GET", testkit.ArmKey)
 		return v == id && !ca.Nodes()[0].Guarded && !cb.Nodes()[0].Guarded
 	})
 	time.Sleep(1500 * time.Millisecond) // every process but Y looks at s0 armed
@@ -111,11 +112,11 @@ func secondFlush(t *testing.T, mode string) {
 		t.Fatalf("A: %v", err)
 	}
 	defer a.Release(ctx)
-	if v := admin(t, srv[0], "EXISTS", key); v != "1" {
+	if v := testkit.Admin(t, srv[0], "EXISTS", key); v != "1" {
 		t.Fatalf("A's key is not on s0")
 	}
 	// second forget, then Y's look (or its held arming) arrives
-	admin(t, srv[0], "FLUSHALL")
+	testkit.Admin(t, srv[0], "FLUSHALL")
 	forgot := time.Now()
 	time.Sleep(1500 * time.Millisecond) // every process but Y looks: s0 guarded again
 	if b, err := lb.TryAcquire(ctx); err == nil {
@@ -127,7 +128,7 @@ func secondFlush(t *testing.T, mode string) {
 		hy.Release()
 	}
 	noSecondHolder(t, a, granted, lb, forgot, func() string {
-		v, _ := srv[0].Do("GET", advArmKey)
+		v, _ := srv[0].Do("GET", testkit.ArmKey)
 		return fmt.Sprintf("s0's arm key: %q", v)
 	})
 	t.Logf("no second holder while A was valid; Y guards s0: %v", cy.Nodes()[0].Guarded)

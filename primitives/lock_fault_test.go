@@ -25,74 +25,28 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
 
 // ---------------------------------------------------------------- helpers
 
-func lockKey(name, suffix string) string { return "redlock:{" + name + "}:" + suffix }
-
-// admin runs an admin command on s and fails the test on an error reply.
-// Test goroutine only.
-func admin(t testing.TB, s *testutil.Server, args ...string) string {
-	t.Helper()
-	r, err := s.Do(args...)
-	if err != nil {
-		t.Fatalf("%s %v: %v", s.Addr(), args, err)
-	}
-	return r
-}
-
-// zcardAll returns ZCARD of key on every server (-1 on error).
-func zcardAll(servers []*testutil.Server, key string) []int {
-	out := make([]int, len(servers))
-	for i, s := range servers {
-		r, err := s.Do("ZCARD", key)
-		if err != nil {
-			out[i] = -1
-			continue
-		}
-		out[i], _ = strconv.Atoi(r)
-	}
-	return out
-}
-
-// waitQueued waits until the queue key holds n waiters on every server.
-// Then it waits until every server's clock is past the last entry's score
-// (server ms): a waiter that queues next gets a later score.
-func waitQueued(t *testing.T, srv []*testutil.Server, key string, n int) {
-	t.Helper()
-	if !testutil.Eventually(10*time.Second, func() bool { return allEqual(zcardAll(srv, key), n) }) {
-		q, _ := srv[0].Do("ZRANGE", key, "0", "-1", "WITHSCORES")
-		t.Fatalf("waited 10s for %d waiters in %s on every node: %v (node 0: %s)", n, key, zcardAll(srv, key), q)
-	}
-	for _, s := range srv {
-		f := strings.Fields(strings.Trim(admin(t, s, "ZREVRANGE", key, "0", "0", "WITHSCORES"), "[]"))
-		last, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			t.Fatalf("%s: the last score in %v: %v", key, f, err)
-		}
-		testutil.WaitFor(t, 5*time.Second, "the server clock past the last queue score",
-			func() bool { return float64(serverMs(t, s)) > last })
-	}
-}
-
 // queueGrew returns a wait for one more entry in the queue key on every
 // server than each holds now.
 func queueGrew(t *testing.T, srv []*testutil.Server, key string) (wait func()) {
-	before := zcardAll(srv, key)
+	before := testkit.ZCardAll(srv, key)
 	return func() {
 		t.Helper()
 		if !testutil.Eventually(10*time.Second, func() bool {
-			for i, n := range zcardAll(srv, key) {
+			for i, n := range testkit.ZCardAll(srv, key) {
 				if n != before[i]+1 {
 					return false
 				}
 			}
 			return true
 		}) {
-			t.Fatalf("waited 10s for a new entry in %s on every node: %v, before %v", key, zcardAll(srv, key), before)
+			t.Fatalf("waited 10s for a new entry in %s on every node: %v, before %v", key, testkit.ZCardAll(srv, key), before)
 		}
 	}
 }
@@ -131,7 +85,7 @@ func acquireOnEveryNode(t *testing.T, srv []*testutil.Server, l *primitives.Lock
 		if err != nil {
 			t.Fatal(err)
 		}
-		if testutil.Eventually(time.Second, func() bool { return sameOnEveryNode(srv, lockKey(name, "lock")) }) {
+		if testutil.Eventually(time.Second, func() bool { return sameOnEveryNode(srv, testkit.LockKey(name, "lock")) }) {
 			return lease
 		}
 		if try == 5 {
@@ -140,15 +94,6 @@ func acquireOnEveryNode(t *testing.T, srv []*testutil.Server, l *primitives.Lock
 		t.Logf("try %d: %s's key not on every node; again", try, name)
 		lease.Release(context.Background())
 	}
-}
-
-func allEqual(xs []int, v int) bool {
-	for _, x := range xs {
-		if x != v {
-			return false
-		}
-	}
-	return true
 }
 
 func stratName(s coordinator.WaitStrategy) string {
@@ -277,7 +222,7 @@ func TestLockSplitBehindSilentNodeGivesUpSoon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin(t, srv[2], "SET", lockKey("splitpause", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "60000")
+	testkit.Admin(t, srv[2], "SET", testkit.LockKey("splitpause", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "60000")
 	srv[1].Pause()
 	defer srv[1].Resume()
 	start := time.Now()
@@ -291,7 +236,7 @@ func TestLockSplitBehindSilentNodeGivesUpSoon(t *testing.T) {
 	}
 	// its grant on node 0 is rolled back, not left to expire
 	testutil.WaitFor(t, nodeTimeout/2, "the failed split attempt's grant on node 0 to go", func() bool {
-		return admin(t, srv[0], "EXISTS", lockKey("splitpause", "lock")) == "0"
+		return testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("splitpause", "lock")) == "0"
 	})
 	t.Logf("split attempt failed after %s", took)
 }
@@ -339,7 +284,7 @@ func TestLockFaultFiveNodesTwoPaused(t *testing.T) {
 				during[w] = counts[w].Load() - before[w]
 			}
 			// a fresh client on the degraded cluster (L1: New succeeds)
-			lc, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: quiet, StartTimeout: 2 * time.Second})
+			lc, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: testkit.Quiet, StartTimeout: 2 * time.Second})
 			if err != nil {
 				t.Errorf("New with 2 of 5 paused: %v", err)
 			} else {
@@ -397,7 +342,7 @@ func TestLockFaultNewWithFirstNodeDown(t *testing.T) {
 			const tries = 3
 			failed := 0
 			for i := range tries {
-				cfg := coordinator.Config{Nodes: addrs, DefaultTTL: time.Second, Logger: quiet, StartTimeout: time.Second}
+				cfg := coordinator.Config{Nodes: addrs, DefaultTTL: time.Second, Logger: testkit.Quiet, StartTimeout: time.Second}
 				start := time.Now()
 				c, err := coordinator.New(context.Background(), cfg)
 				t.Logf("try %d: New took %v, err %v", i, time.Since(start).Round(time.Millisecond), err)
@@ -496,8 +441,10 @@ func lockMajorityPaused(t *testing.T, n int) {
 	// Release returns at a quorum; the third node's copy is still sent, in
 	// order, and may be in flight when it returns: wait for it, briefly.
 	for i, s := range srv {
-		if !testutil.Eventually(2*time.Second, func() bool { return admin(t, s, "GET", lockKey("majority", "lock")) == testutil.NilReply }) {
-			t.Errorf("node %d: lock key %q left after release", i, admin(t, s, "GET", lockKey("majority", "lock")))
+		if !testutil.Eventually(2*time.Second, func() bool {
+			return testkit.Admin(t, s, "GET", testkit.LockKey("majority", "lock")) == testutil.NilReply
+		}) {
+			t.Errorf("node %d: lock key %q left after release", i, testkit.Admin(t, s, "GET", testkit.LockKey("majority", "lock")))
 		}
 	}
 }
@@ -636,7 +583,7 @@ func TestLockFaultStaleReleaseKeepsNextHolder(t *testing.T) {
 	had := make([]bool, len(srv))
 	n := 0
 	for i, s := range srv {
-		had[i] = strings.HasPrefix(admin(t, s, "GET", lockKey("stale", "lock")), want)
+		had[i] = strings.HasPrefix(testkit.Admin(t, s, "GET", testkit.LockKey("stale", "lock")), want)
 		if had[i] {
 			n++
 		}
@@ -649,7 +596,7 @@ func TestLockFaultStaleReleaseKeepsNextHolder(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // let any best-effort delete land
 	for i, s := range srv {
-		if v := admin(t, s, "GET", lockKey("stale", "lock")); had[i] && !strings.HasPrefix(v, want) {
+		if v := testkit.Admin(t, s, "GET", testkit.LockKey("stale", "lock")); had[i] && !strings.HasPrefix(v, want) {
 			t.Errorf("node %d: B's lock key became %q after A's stale Release", i, v)
 		}
 	}
@@ -730,7 +677,7 @@ func TestDemoLockStateLossDoubleGrant(t *testing.T) {
 	}
 	defer a.Release(context.Background())
 	srv[1].RestartEmpty()
-	admin(t, srv[2], "DEL", lockKey("demo", "lock"))
+	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("demo", "lock"))
 	var b *primitives.Lease
 	if !testutil.Eventually(5*time.Second, func() bool {
 		b, err = lb.TryAcquire(context.Background())
@@ -770,7 +717,7 @@ func TestLockFaultCancelWaiterLeavesQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Release(context.Background())
-	qkey, qxkey := lockKey(name, "q"), lockKey(name, "qx")
+	qkey, qxkey := testkit.LockKey(name, "q"), testkit.LockKey(name, "qx")
 
 	// A publisher storm makes the waiter re-attempt constantly, so that the
 	// cancel often lands while an enqueueing attempt is in flight.
@@ -793,10 +740,10 @@ func TestLockFaultCancelWaiterLeavesQueue(t *testing.T) {
 			}
 			out <- res{err, time.Now()}
 		}()
-		if !testutil.Eventually(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), 1) }) {
+		if !testutil.Eventually(5*time.Second, func() bool { return testkit.AllEqual(testkit.ZCardAll(srv, qkey), 1) }) {
 			cancel()
 			<-out
-			t.Fatalf("iter %d: waiter never enqueued on every node: %v", iter, zcardAll(srv, qkey))
+			t.Fatalf("iter %d: waiter never enqueued on every node: %v", iter, testkit.ZCardAll(srv, qkey))
 		}
 		stopStorm := make(chan struct{})
 		var sw sync.WaitGroup
@@ -839,7 +786,7 @@ func TestLockFaultCancelWaiterLeavesQueue(t *testing.T) {
 		})
 		if !ok {
 			failures++
-			t.Errorf("iter %d (storm %v): queue entry not gone 1s after cancel: ZCARD %v", iter, storm, zcardAll(srv, qkey))
+			t.Errorf("iter %d (storm %v): queue entry not gone 1s after cancel: ZCARD %v", iter, storm, testkit.ZCardAll(srv, qkey))
 			// clean up for the next iteration
 			for _, s := range srv {
 				s.Do("DEL", qkey, qxkey)
@@ -856,7 +803,7 @@ func TestLockFaultCancelWaiterLeavesQueue(t *testing.T) {
 // lockKeysOn lists the keys of resource name on s.
 func lockKeysOn(t *testing.T, s *testutil.Server, name string) []string {
 	t.Helper()
-	r := admin(t, s, "KEYS", "redlock:{"+name+"}*")
+	r := testkit.Admin(t, s, "KEYS", "redlock:{"+name+"}*")
 	r = strings.Trim(r, "[]")
 	if r == "" {
 		return nil
@@ -875,10 +822,10 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 		for i, s := range srv {
 			// Release returns at a quorum; the third node deletes right after.
 			testutil.Eventually(time.Second, func() bool {
-				return slices.Equal(lockKeysOn(t, s, name), []string{lockKey(name, "fence")}) || len(lockKeysOn(t, s, name)) == 0
+				return slices.Equal(lockKeysOn(t, s, name), []string{testkit.LockKey(name, "fence")}) || len(lockKeysOn(t, s, name)) == 0
 			})
 			for _, k := range lockKeysOn(t, s, name) {
-				if k == lockKey(name, "gone") {
+				if k == testkit.LockKey(name, "gone") {
 					// a released waiter's tombstone (an attempt of it still
 					// in flight must not queue it again): 3 s at most
 					if pttl, _ := s.Do("PTTL", k); !(atoi(pttl) > 0 && atoi(pttl) <= 3000) {
@@ -886,9 +833,9 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 					}
 					continue
 				}
-				if k != lockKey(name, "fence") {
+				if k != testkit.LockKey(name, "fence") {
 					val, _ := s.Do("GET", k)
-					if k != lockKey(name, "lock") {
+					if k != testkit.LockKey(name, "lock") {
 						val, _ = s.Do("TYPE", k)
 					}
 					t.Errorf("%s: node %d still has %s (%s) after Release", what, i, k, val)
@@ -913,7 +860,7 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 	if _, err := l2.TryAcquire(context.Background()); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Errorf("TryAcquire on held lock: %v", err)
 	}
-	if q := zcardAll(srv, lockKey("clean", "q")); !allEqual(q, 0) {
+	if q := testkit.ZCardAll(srv, testkit.LockKey("clean", "q")); !testkit.AllEqual(q, 0) {
 		t.Errorf("refused TryAcquire left queue entries %v", q)
 	}
 	// with a waiter: handoff, then the waiter releases
@@ -925,7 +872,7 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 		}
 		got <- b
 	}()
-	testutil.Eventually(3*time.Second, func() bool { return allEqual(zcardAll(srv, lockKey("clean", "q")), 1) })
+	testutil.Eventually(3*time.Second, func() bool { return testkit.AllEqual(testkit.ZCardAll(srv, testkit.LockKey("clean", "q")), 1) })
 	a.Release(context.Background())
 	b := <-got
 	if b != nil {
@@ -958,10 +905,10 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 		for j, s := range srv {
-			if v := admin(t, s, "GET", lockKey("cleanrace", "lock")); v != testutil.NilReply {
+			if v := testkit.Admin(t, s, "GET", testkit.LockKey("cleanrace", "lock")); v != testutil.NilReply {
 				ghosts++
 				t.Errorf("race #%d: node %d lock key %q re-created after Release (released lease's token %s; only a renewal's re-take writes it)", i, j, v, lease.Token())
-				s.Do("DEL", lockKey("cleanrace", "lock"))
+				s.Do("DEL", testkit.LockKey("cleanrace", "lock"))
 			}
 		}
 	}
@@ -994,7 +941,7 @@ func TestLockFaultHandoffOrderNoBarging(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	qkey := lockKey(name, "q")
+	qkey := testkit.LockKey(name, "q")
 	for i := range 3 {
 		c := newCoord(t, addrs)
 		l, _ := primitives.NewLock(c, name, primitives.WithTTL(5*time.Second))
@@ -1009,7 +956,7 @@ func TestLockFaultHandoffOrderNoBarging(t *testing.T) {
 			}
 			record(who, lease)
 		})
-		waitQueued(t, srv, qkey, i+1) // and the next one gets a later score
+		testkit.WaitQueued(t, srv, qkey, i+1) // and the next one gets a later score
 	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -1040,7 +987,7 @@ func TestLockFaultBadInput(t *testing.T) {
 	dbsize := func() []string {
 		out := make([]string, len(srv))
 		for i, s := range srv {
-			out[i] = admin(t, s, "DBSIZE")
+			out[i] = testkit.Admin(t, s, "DBSIZE")
 		}
 		return out
 	}
@@ -1085,7 +1032,7 @@ func TestLockFaultBadInput(t *testing.T) {
 				err = fmt.Errorf("panic: %v", r)
 			}
 		}()
-		cfg.Logger = quiet
+		cfg.Logger = testkit.Quiet
 		cfg.StartTimeout = time.Second
 		cc, err := coordinator.New(context.Background(), cfg)
 		if cc != nil {
@@ -1108,8 +1055,8 @@ func TestLockFaultBadInput(t *testing.T) {
 
 	// a user's keys at our names: ErrWrongType, and they stay untouched
 	for _, s := range srv {
-		admin(t, s, "SET", lockKey("userkey", "lock"), "hello")
-		admin(t, s, "HSET", lockKey("userhash", "fence"), "f", "v")
+		testkit.Admin(t, s, "SET", testkit.LockKey("userkey", "lock"), "hello")
+		testkit.Admin(t, s, "HSET", testkit.LockKey("userhash", "fence"), "f", "v")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -1129,19 +1076,19 @@ func TestLockFaultBadInput(t *testing.T) {
 	// then check that the user's keys were never touched.
 	for i, s := range srv {
 		if !testutil.Eventually(5*time.Second, func() bool {
-			return admin(t, s, "EXISTS", lockKey("userhash", "lock"), lockKey("userkey", "fence"), lockKey("userkey", "q")) == "0"
+			return testkit.Admin(t, s, "EXISTS", testkit.LockKey("userhash", "lock"), testkit.LockKey("userkey", "fence"), testkit.LockKey("userkey", "q")) == "0"
 		}) {
 			t.Errorf("node %d: a lock key left beside the user's keys", i)
 		}
 	}
 	for i, s := range srv {
-		if v := admin(t, s, "GET", lockKey("userkey", "lock")); v != "hello" {
+		if v := testkit.Admin(t, s, "GET", testkit.LockKey("userkey", "lock")); v != "hello" {
 			t.Errorf("node %d: user's string changed to %q", i, v)
 		}
-		if v := admin(t, s, "PTTL", lockKey("userkey", "lock")); v != "-1" {
+		if v := testkit.Admin(t, s, "PTTL", testkit.LockKey("userkey", "lock")); v != "-1" {
 			t.Errorf("node %d: user's string got a TTL %s", i, v)
 		}
-		if v := admin(t, s, "HGETALL", lockKey("userhash", "fence")); v != "[f v]" {
+		if v := testkit.Admin(t, s, "HGETALL", testkit.LockKey("userhash", "fence")); v != "[f v]" {
 			t.Errorf("node %d: user's hash changed to %s", i, v)
 		}
 	}
@@ -1230,7 +1177,7 @@ func TestLockFaultExtend(t *testing.T) {
 	// acquire of the same token never shortens a key).
 	extended := 0
 	for _, s := range srv {
-		if p, _ := strconv.Atoi(admin(t, s, "PTTL", lockKey("extend", "lock"))); p >= 4000 {
+		if p, _ := strconv.Atoi(testkit.Admin(t, s, "PTTL", testkit.LockKey("extend", "lock"))); p >= 4000 {
 			extended++
 		}
 	}
@@ -1249,7 +1196,7 @@ func TestLockFaultExtend(t *testing.T) {
 	}
 	// a minority with another owner: Extend still succeeds (quorum confirms)
 	other := "rl1:L:someoneelse"
-	admin(t, srv[0], "SET", lockKey("extend", "lock"), other, "PX", "5000")
+	testkit.Admin(t, srv[0], "SET", testkit.LockKey("extend", "lock"), other, "PX", "5000")
 	if err := lease.Extend(ctx, 5*time.Second); err != nil {
 		t.Errorf("Extend with 1 of 3 taken by another: %v", err)
 	}
@@ -1257,7 +1204,7 @@ func TestLockFaultExtend(t *testing.T) {
 		t.Fatalf("lease lost after a minority failure")
 	}
 	// a majority with another owner: Extend fails and the lease is lost
-	admin(t, srv[1], "SET", lockKey("extend", "lock"), other, "PX", "5000")
+	testkit.Admin(t, srv[1], "SET", testkit.LockKey("extend", "lock"), other, "PX", "5000")
 	err = lease.Extend(ctx, 5*time.Second)
 	if !errors.Is(err, primitives.ErrLeaseLost) {
 		t.Errorf("Extend with 2 of 3 taken by another = %v, want ErrLeaseLost", err)
@@ -1272,7 +1219,7 @@ func TestLockFaultExtend(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	for i := range 2 {
-		if v := admin(t, srv[i], "GET", lockKey("extend", "lock")); v != other {
+		if v := testkit.Admin(t, srv[i], "GET", testkit.LockKey("extend", "lock")); v != other {
 			t.Errorf("node %d: other owner's key changed to %q", i, v)
 		}
 	}
@@ -1284,8 +1231,8 @@ func TestLockFaultExtend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin(t, srv[0], "DEL", lockKey("extend-del", "lock"))
-	admin(t, srv[1], "DEL", lockKey("extend-del", "lock"))
+	testkit.Admin(t, srv[0], "DEL", testkit.LockKey("extend-del", "lock"))
+	testkit.Admin(t, srv[1], "DEL", testkit.LockKey("extend-del", "lock"))
 	err = lease2.Extend(ctx, 2*time.Second)
 	t.Logf("observation: Extend after DEL on 2 of 3 nodes returned %v (the renew op re-takes vanished keys; FAULTS F9 expects a failure)", err)
 	lease2.Release(ctx)
@@ -1374,7 +1321,7 @@ func TestLockFaultLateRollbackDeletesLaterGrant(t *testing.T) {
 		t.Fatalf("H with node 2 down: %v", err)
 	}
 	srv[2].Restart() // durable: keeps its (empty) data; it never had H's key
-	if v := admin(t, srv[2], "GET", lockKey(name, "lock")); v != testutil.NilReply {
+	if v := testkit.Admin(t, srv[2], "GET", testkit.LockKey(name, "lock")); v != testutil.NilReply {
 		t.Fatalf("node 2 has %q", v)
 	}
 
@@ -1403,7 +1350,7 @@ func TestLockFaultLateRollbackDeletesLaterGrant(t *testing.T) {
 		out <- res{lease, err}
 	}()
 	// attempt k (the first enqueueing one) has run on node 1
-	if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[1].Do("ZCARD", lockKey(name, "q")); return v == "1" }) {
+	if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[1].Do("ZCARD", testkit.LockKey(name, "q")); return v == "1" }) {
 		t.Fatalf("A never enqueued")
 	}
 	px[0].SetFault(testutil.Blackhole) // A is cut off from node 0 (a minority)
@@ -1421,7 +1368,7 @@ func TestLockFaultLateRollbackDeletesLaterGrant(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // late rollbacks land; H's handoff reservation on node 0 expires
 	vals := make([]string, 3)
 	for i, s := range srv {
-		vals[i] = admin(t, s, "GET", lockKey(name, "lock"))
+		vals[i] = testkit.Admin(t, s, "GET", testkit.LockKey(name, "lock"))
 	}
 	t.Logf("A holds (Valid %v, fence %d); node values: %v; A's value %q", a.Valid(), a.Fence(), vals, "rl1:L:"+a.Token())
 
@@ -1477,11 +1424,11 @@ func TestLockFaultQueueEntryLeftAfterAcquire(t *testing.T) {
 		}
 		got <- w
 	}()
-	qkey := lockKey(name, "q")
-	if !testutil.Eventually(5*time.Second, func() bool { return allEqual(zcardAll(srv, qkey), 1) }) {
-		t.Fatalf("waiter not enqueued on every node: %v", zcardAll(srv, qkey))
+	qkey := testkit.LockKey(name, "q")
+	if !testutil.Eventually(5*time.Second, func() bool { return testkit.AllEqual(testkit.ZCardAll(srv, qkey), 1) }) {
+		t.Fatalf("waiter not enqueued on every node: %v", testkit.ZCardAll(srv, qkey))
 	}
-	admin(t, srv[2], "SET", lockKey(name, "lock"), "rl1:L:stray", "PX", "3000")
+	testkit.Admin(t, srv[2], "SET", testkit.LockKey(name, "lock"), "rl1:L:stray", "PX", "3000")
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatalf("H release: %v", err)
 	}
@@ -1492,17 +1439,17 @@ func TestLockFaultQueueEntryLeftAfterAcquire(t *testing.T) {
 	if err := w.Release(context.Background()); err != nil {
 		t.Fatalf("W release: %v", err)
 	}
-	if !testutil.Eventually(time.Second, func() bool { return allEqual(zcardAll(srv, qkey), 0) }) {
-		ids := admin(t, srv[2], "ZRANGE", qkey, "0", "-1")
+	if !testutil.Eventually(time.Second, func() bool { return testkit.AllEqual(testkit.ZCardAll(srv, qkey), 0) }) {
+		ids := testkit.Admin(t, srv[2], "ZRANGE", qkey, "0", "-1")
 		t.Errorf("S6: 1s after the waiter's lease was released its queue entry is still on nodes: ZCARD %v (node 2: %s, PTTL %s ms)",
-			zcardAll(srv, qkey), ids, admin(t, srv[2], "PTTL", qkey))
+			testkit.ZCardAll(srv, qkey), ids, testkit.Admin(t, srv[2], "PTTL", qkey))
 		// consequence: the next release on node 2 reserves the lock for it
-		admin(t, srv[2], "DEL", lockKey(name, "lock"))
+		testkit.Admin(t, srv[2], "DEL", testkit.LockKey(name, "lock"))
 		c, err := lh.TryAcquire(context.Background())
 		if err == nil {
 			c.Release(context.Background())
 			t.Logf("after the next release node 2 holds %q (reserved for the departed waiter)",
-				admin(t, srv[2], "GET", lockKey(name, "lock")))
+				testkit.Admin(t, srv[2], "GET", testkit.LockKey(name, "lock")))
 		}
 	}
 }
@@ -1537,7 +1484,7 @@ func TestLockFaultNotifyContentionThroughput(t *testing.T) {
 			holders := map[string]int{}
 			rsv := map[string]bool{}
 			for _, s := range srv {
-				v, _ := s.Do("GET", lockKey(name, "lock"))
+				v, _ := s.Do("GET", testkit.LockKey(name, "lock"))
 				switch {
 				case strings.HasPrefix(v, "rl1:R:"):
 					rsv[v] = true
@@ -1587,7 +1534,7 @@ func TestLockFaultReleaseDuringPauseLeavesNoGhost(t *testing.T) {
 	c := newCoord(t, testutil.Addrs(srv))
 	const ttl = 500 * time.Millisecond
 	l, _ := primitives.NewLock(c, "ghost", primitives.WithTTL(ttl))
-	key := lockKey("ghost", "lock")
+	key := testkit.LockKey("ghost", "lock")
 	ghosts := 0
 	const trials = 5
 	for trial := range trials {
@@ -1603,13 +1550,13 @@ func TestLockFaultReleaseDuringPauseLeavesNoGhost(t *testing.T) {
 		releasedAt := time.Now()
 		srv[2].Resume()
 		time.Sleep(100 * time.Millisecond)
-		v := admin(t, srv[2], "GET", key)
+		v := testkit.Admin(t, srv[2], "GET", key)
 		if v != testutil.NilReply {
 			ghosts++
-			pttl := admin(t, srv[2], "PTTL", key)
+			pttl := testkit.Admin(t, srv[2], "PTTL", key)
 			t.Logf("trial %d: node 2 holds %q with PTTL %sms %v after the Release (released token %s)",
 				trial, v, pttl, time.Since(releasedAt).Round(time.Millisecond), lease.Token())
-			admin(t, srv[2], "DEL", key)
+			testkit.Admin(t, srv[2], "DEL", key)
 		}
 	}
 	if ghosts > 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -74,7 +75,7 @@ func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
 	}
 	_ = lease // a holder that will "crash": its keys are deleted by an operator below
 	wc := newCoord(t, addrs)
-	waitAllUp(t, wc)
+	testkit.WaitAllUp(t, wc)
 	for _, n := range wc.Nodes() {
 		if !n.Keyspace {
 			t.Fatalf("keyspace events not enabled by KeyspaceAuto: %+v", n)
@@ -91,7 +92,7 @@ func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitQueued(t, srv, lockKey("ks", "q"), 1) // queued: subscribed and waiting
+	testkit.WaitQueued(t, srv, testkit.LockKey("ks", "q"), 1) // queued: subscribed and waiting
 	before := engine.Of(wc).Router().Stats().Delivered
 	for _, s := range srv {
 		if _, err := s.Do("DEL", "redlock:{ks}:lock"); err != nil {
@@ -103,24 +104,6 @@ func TestLockKeyspaceEventWakesWaiter(t *testing.T) {
 	}
 	if engine.Of(wc).Router().Stats().Delivered <= before {
 		t.Fatal("no keyspace event reached the router")
-	}
-}
-
-// waitAllUp waits until every node answered and was probed (New returns as
-// soon as a quorum did).
-func waitAllUp(t *testing.T, c interface {
-	Nodes() []coordinator.NodeStatus
-}) {
-	t.Helper()
-	if !testutil.Eventually(10*time.Second, func() bool {
-		for _, n := range c.Nodes() {
-			if !n.Up || !n.Probed {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("nodes never all up: %+v", c.Nodes())
 	}
 }
 
@@ -149,7 +132,7 @@ func TestLockLostNotificationStillAcquires(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitQueued(t, srv, lockKey("f12", "q"), 1) // queued: subscribed and waiting
+	testkit.WaitQueued(t, srv, testkit.LockKey("f12", "q"), 1) // queued: subscribed and waiting
 	for _, s := range srv {
 		if _, err := s.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 			t.Fatal(err)
@@ -239,8 +222,8 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := acquireAsync(ctx, t, lb)
-	waitQueued(t, srv, lockKey("q", "q"), 1)
+	bc := testkit.AcquireAsync(ctx, t, lb)
+	testkit.WaitQueued(t, srv, testkit.LockKey("q", "q"), 1)
 	ha.Release(ctx)
 	hb := <-bc
 	hb.Release(ctx)
@@ -267,10 +250,10 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := attempts()
-	bc = acquireAsync(ctx, t, lb)
-	waitQueued(t, srv, lockKey("q", "q"), 1)
-	dc := acquireAsync(ctx, t, ld)
-	waitQueued(t, srv, lockKey("q", "q"), 2)
+	bc = testkit.AcquireAsync(ctx, t, lb)
+	testkit.WaitQueued(t, srv, testkit.LockKey("q", "q"), 1)
+	dc := testkit.AcquireAsync(ctx, t, ld)
+	testkit.WaitQueued(t, srv, testkit.LockKey("q", "q"), 2)
 	ha.Release(ctx)
 	hb = <-bc
 	if n := attempts() - before; n != 1 {

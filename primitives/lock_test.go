@@ -3,14 +3,13 @@ package primitives_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
@@ -18,24 +17,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func newCoord(t testing.TB, addrs []string, mut ...func(*coordinator.Config)) *coordinator.Coordinator {
-	t.Helper()
-	// NodeTimeout well above a loaded 2-core machine's hiccups under -race.
-	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: quiet}
-	for _, f := range mut {
-		f(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := coordinator.New(ctx, cfg)
-	if err != nil {
-		t.Fatalf("coordinator.New: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+// newCoord is testkit.NewCoord: the tests here call it hundreds of times.
+var newCoord = testkit.NewCoord
 
 func TestLockMiniBasic(t *testing.T) {
 	t.Parallel()

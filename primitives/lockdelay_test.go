@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -143,7 +144,7 @@ func TestLockDelayReleaseFreesAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := make(chan *primitives.Lease, 1)
-			queued := queueGrew(t, srv, lockKey(name, k.q))
+			queued := queueGrew(t, srv, testkit.LockKey(name, k.q))
 			go func() {
 				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -61,14 +62,6 @@ func TestWithLabelIsValidated(t *testing.T) {
 	}
 }
 
-func labels(q []primitives.HolderInfo) string {
-	var s []string
-	for _, h := range q {
-		s = append(s, h.Label)
-	}
-	return strings.Join(s, ",")
-}
-
 // Lock.Status shows the holder's label, host, pid and acquisition time on
 // every node and the waiters in queue order with the time each queued;
 // QuorumOf agrees on them, leaves out the holder's own queue entry, and
@@ -101,7 +94,7 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 			t.Fatalf("waiter %d not queued on a quorum", i+1)
 		}
 	}
-	sts := queuedOnEveryNode(t, func() []primitives.NodeState { return holder.Status(ctx) }, "w1,w2,w3")
+	sts := testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return holder.Status(ctx) }, "w1,w2,w3")
 	for _, st := range sts {
 		// printing a NodeState never shows a whole token (a capability)
 		for _, s := range []string{fmt.Sprint(st), fmt.Sprintf("%+v", st), fmt.Sprintf("%v", []primitives.NodeState{st})} {
@@ -122,8 +115,8 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 		}
 	}
 	q := primitives.QuorumOf(sts, c.Quorum())
-	if q.State != "held" || q.Holder.Label != "worker-7" || q.Fence != fmt.Sprint(lease.Fence()) || labels(q.Waiters) != "w1,w2,w3" {
-		t.Fatalf("quorum view %s (waiters %q, fence %d)", q, labels(q.Waiters), lease.Fence())
+	if q.State != "held" || q.Holder.Label != "worker-7" || q.Fence != fmt.Sprint(lease.Fence()) || testkit.Labels(q.Waiters) != "w1,w2,w3" {
+		t.Fatalf("quorum view %s (waiters %q, fence %d)", q, testkit.Labels(q.Waiters), lease.Fence())
 	}
 	line := q.String()
 	want := regexp.MustCompile(fmt.Sprintf(`^held by worker-7 on %s pid %d since \d\d:\d\d:\d\d, fence %d, 3 waiting$`,
@@ -146,7 +139,7 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 	}
 	if !testutil.Eventually(5*time.Second, func() bool {
 		q = primitives.QuorumOf(holder.Status(ctx), c.Quorum())
-		return q.State == "held" && q.Holder.Label == "w1" && labels(q.Waiters) == "w2,w3"
+		return q.State == "held" && q.Holder.Label == "w1" && testkit.Labels(q.Waiters) == "w2,w3"
 	}) {
 		t.Fatalf("after the handoff: %+v", q)
 	}
@@ -191,23 +184,4 @@ func TestLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 	if line := q.String(); !strings.HasPrefix(line, "held by owner svc-a (reentrant-1) on ") {
 		t.Fatalf("owner line %q", line)
 	}
-}
-
-// queuedOnEveryNode waits until every node's status lists the waiters
-// labelled want in that order, and returns those states.
-func queuedOnEveryNode(t *testing.T, status func() []primitives.NodeState, want string) []primitives.NodeState {
-	t.Helper()
-	var sts []primitives.NodeState
-	if !testutil.Eventually(5*time.Second, func() bool {
-		sts = status()
-		for _, st := range sts {
-			if labels(st.Queue) != want {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("per-node queues %+v", sts)
-	}
-	return sts
 }

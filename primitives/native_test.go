@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -68,7 +69,7 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 	}
 	for _, force := range []bool{false, true} {
 		c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.ForceLua = force })
-		waitAllUp(t, c)
+		testkit.WaitAllUp(t, c)
 		want := native && !force
 		for _, n := range c.Nodes() {
 			if n.NativeCAS != want || n.NativeCAD != (delex && !force) || n.NativeDELIFEQ != (delifeq && !force) {
@@ -144,7 +145,7 @@ func TestLockRenewalSeesAnotherOwner(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv))
-	waitAllUp(t, c)
+	testkit.WaitAllUp(t, c)
 	l, _ := primitives.NewLock(c, "usurped", primitives.WithTTL(3*time.Second))
 	lease, err := l.Acquire(context.Background())
 	if err != nil {
@@ -194,7 +195,7 @@ func TestNativeProbeUnderKeyPrefixACL(t *testing.T) {
 			cfg.KeyPrefix = "app:"
 			cfg.Keyspace = coordinator.KeyspaceOff
 		})
-		waitAllUp(t, c)
+		testkit.WaitAllUp(t, c)
 		want := native && user == "prefixed"
 		for _, n := range c.Nodes() {
 			if n.NativeCAS != want {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -28,7 +29,7 @@ func TestObserveNeverNoneWhileAQuorumHolds(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 5, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
-	px, paddrs := proxied(t, addrs[3:])
+	px, paddrs := testkit.Proxied(t, addrs[3:])
 	holderAddrs := append(append([]string{}, addrs[:3]...), paddrs...)
 	for _, p := range px {
 		p.SetFault(testutil.DropRequests)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -32,8 +33,8 @@ func oomScenario(t *testing.T, n int, fullBeforeNew bool) {
 	srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 	full := func() {
 		for _, s := range srv {
-			admin(t, s, "CONFIG", "SET", "maxmemory-policy", "noeviction")
-			admin(t, s, "CONFIG", "SET", "maxmemory", "1")
+			testkit.Admin(t, s, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+			testkit.Admin(t, s, "CONFIG", "SET", "maxmemory", "1")
 		}
 	}
 	if fullBeforeNew {
@@ -71,7 +72,7 @@ func oomScenario(t *testing.T, n int, fullBeforeNew bool) {
 		}
 	}
 	for _, s := range srv {
-		admin(t, s, "CONFIG", "SET", "maxmemory", "0")
+		testkit.Admin(t, s, "CONFIG", "SET", "maxmemory", "0")
 	}
 	if !testutil.Eventually(20*time.Second, func() bool {
 		lease, err = l.TryAcquire(ctx)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -69,7 +70,9 @@ func TestReleaseOfAnOvertakenLeaseIsLeaseLost(t *testing.T) {
 		}
 	}
 	for i, s := range srv {
-		if !testutil.Eventually(2*time.Second, func() bool { return admin(t, s, "GET", lockKey("overtaken", "lock")) == testutil.NilReply }) {
+		if !testutil.Eventually(2*time.Second, func() bool {
+			return testkit.Admin(t, s, "GET", testkit.LockKey("overtaken", "lock")) == testutil.NilReply
+		}) {
 			t.Errorf("node %d: lock key left after B's release", i)
 		}
 	}
@@ -89,15 +92,15 @@ func TestReleaseWhereTheKeyIsMerelyGoneIsNil(t *testing.T) {
 		name  string
 		setup func()
 	}{
-		{"missing on one node", func() { admin(t, srv[0], "DEL", lockKey("gone", "lock")) }},
+		{"missing on one node", func() { testkit.Admin(t, srv[0], "DEL", testkit.LockKey("gone", "lock")) }},
 		{"missing on every node", func() {
 			for _, s := range srv {
-				admin(t, s, "DEL", lockKey("gone", "lock"))
+				testkit.Admin(t, s, "DEL", testkit.LockKey("gone", "lock"))
 			}
 		}},
 		{"another holder on one node, missing on another", func() {
-			admin(t, srv[0], "SET", lockKey("gone", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "20000")
-			admin(t, srv[1], "DEL", lockKey("gone", "lock"))
+			testkit.Admin(t, srv[0], "SET", testkit.LockKey("gone", "lock"), "rl1:L:0123456789abcdef0123456789abcdef", "PX", "20000")
+			testkit.Admin(t, srv[1], "DEL", testkit.LockKey("gone", "lock"))
 		}},
 	} {
 		lease, err := l.TryAcquire(ctx)
@@ -105,14 +108,14 @@ func TestReleaseWhereTheKeyIsMerelyGoneIsNil(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		testutil.WaitFor(t, 5*time.Second, tc.name+": the grant on every node", func() bool {
-			return sameOnEveryNode(srv, lockKey("gone", "lock"))
+			return sameOnEveryNode(srv, testkit.LockKey("gone", "lock"))
 		})
 		tc.setup()
 		if err := lease.Release(ctx); err != nil {
 			t.Errorf("%s: Release: %v, want nil", tc.name, err)
 		}
 		for _, s := range srv {
-			admin(t, s, "DEL", lockKey("gone", "lock"))
+			testkit.Admin(t, s, "DEL", testkit.LockKey("gone", "lock"))
 		}
 	}
 }

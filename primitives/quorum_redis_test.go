@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -123,9 +124,9 @@ func TestTryAcquireOfALockHeldOnExactlyAQuorumIsNotRetried(t *testing.T) {
 	}
 	defer lease.Release(context.Background())
 	testutil.WaitFor(t, 5*time.Second, "the third node's grant", func() bool {
-		return admin(t, srv[2], "EXISTS", lockKey("quorum-held", "lock")) == "1"
+		return testkit.Admin(t, srv[2], "EXISTS", testkit.LockKey("quorum-held", "lock")) == "1"
 	})
-	admin(t, srv[2], "DEL", lockKey("quorum-held", "lock"))
+	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("quorum-held", "lock"))
 	other, _ := primitives.NewLock(newCoord(t, addrs), "quorum-held")
 	before := scriptCallsAll(t, srv)
 	if _, err := other.TryAcquire(context.Background()); !errors.Is(err, primitives.ErrNotAcquired) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -24,7 +25,7 @@ func BenchmarkRenewalBurstServerCost(b *testing.B) {
 	testutil.RequireRedis(b)
 	const n = 1000
 	srv := testutil.StartServer(b, testutil.ServerOptions{})
-	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet})
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: testkit.Quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -23,7 +24,7 @@ func TestRESP2EveryPrimitiveAndPush(t *testing.T) {
 		urls[i] = "redis://" + a + "?protocol=2"
 	}
 	c := newCoord(t, urls, func(cfg *coordinator.Config) { cfg.Keyspace = coordinator.KeyspaceOff })
-	waitAllUp(t, c)
+	testkit.WaitAllUp(t, c)
 	for _, n := range c.Nodes() {
 		if n.RESP3 {
 			t.Fatalf("node %s speaks RESP3 with ?protocol=2", n.Addr)
@@ -64,7 +65,7 @@ func TestRESP2EveryPrimitiveAndPush(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitQueued(t, srv, lockKey("resp2-push", "q"), 1) // queued: subscribed and waiting
+	testkit.WaitQueued(t, srv, testkit.LockKey("resp2-push", "q"), 1) // queued: subscribed and waiting
 	before := engine.Of(c).Router().Stats().Delivered
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)

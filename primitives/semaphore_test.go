@@ -22,6 +22,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redlock-go/redlock/chanapi"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	"pgregory.net/rapid"
@@ -516,7 +517,7 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 		px[i] = testutil.NewProxy(t, addrs[i])
 		paddrs[i] = px[i].Addr()
 	}
-	cw, err := coordinator.New(ctx, coordinator.Config{Nodes: paddrs, Logger: quiet})
+	cw, err := coordinator.New(ctx, coordinator.Config{Nodes: paddrs, Logger: testkit.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +562,7 @@ func TestSemaphoreRealHandoffSkipsDeadWaiter(t *testing.T) {
 		}
 		xdone <- l
 	}()
-	waitQueued(t, srv, "redlock:{deadwaiter}:sq", 2)
+	testkit.WaitQueued(t, srv, "redlock:{deadwaiter}:sq", 2)
 	start := time.Now()
 	h.Release(ctx)
 	l := <-xdone

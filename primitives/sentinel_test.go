@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -18,23 +19,8 @@ func sentinelQuorum(t *testing.T, mut ...func(*coordinator.Config)) (*testutil.S
 	set := testutil.StartSentinelSet(t, testutil.SentinelOptions{})
 	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	c := newCoord(t, append([]string{set.URL()}, testutil.Addrs(srv)...), mut...)
-	waitAllUp(t, c)
+	testkit.WaitAllUp(t, c)
 	return set, srv, c
-}
-
-// waitMaster waits until node 0 of c follows the master at addr, and
-// returns its status.
-func waitMaster(t *testing.T, c *coordinator.Coordinator, addr string) coordinator.NodeStatus {
-	t.Helper()
-	var st coordinator.NodeStatus
-	ok := testutil.Eventually(15*time.Second, func() bool {
-		st = c.Nodes()[0]
-		return st.Master == addr && st.Up
-	})
-	if !ok {
-		t.Fatalf("node 0 never followed the master to %s: %+v", addr, st)
-	}
-	return st
 }
 
 // A Sentinel-managed master is one node of the quorum, named by its set.
@@ -64,8 +50,8 @@ func TestSentinelNodeLosslessFailover(t *testing.T) {
 	defer lease.Release(ctx)
 	set.WaitSynced()
 	next := set.Failover()
-	waitMaster(t, c, next.Addr())
-	if flags := admin(t, next, "CONFIG", "GET", "notify-keyspace-events"); !strings.Contains(flags, "K") {
+	testkit.WaitMaster(t, c, next.Addr())
+	if flags := testkit.Admin(t, next, "CONFIG", "GET", "notify-keyspace-events"); !strings.Contains(flags, "K") {
 		t.Errorf("keyspace flags on the new master = %q, want K merged in again", flags)
 	}
 	// Three TTLs on the new master: every renewal must keep the lease.
@@ -77,7 +63,7 @@ func TestSentinelNodeLosslessFailover(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if keys := admin(t, next, "KEYS", "redlock:{sentinel-lossless}*"); keys == "[]" {
+	if keys := testkit.Admin(t, next, "KEYS", "redlock:{sentinel-lossless}*"); keys == "[]" {
 		t.Fatalf("no key of the held lease on the new master")
 	}
 	if err := lease.Release(ctx); err != nil {
@@ -103,7 +89,7 @@ func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 	cut := testutil.NewProxy(t, srv[1].Addr())
 	ttl := 6 * time.Second
 	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
-	waitAllUp(t, ca)
+	testkit.WaitAllUp(t, ca)
 	cut.SetFault(testutil.Reset)
 	set.Link.SetFault(testutil.Blackhole)
 	ctx := context.Background()
@@ -116,7 +102,7 @@ func lossyFailover(t *testing.T, mode coordinator.GuardMode) bool {
 	defer a.Release(ctx)
 	set.Master.Kill()
 	next := set.WaitSwitch(set.Master)
-	if v := admin(t, next, "KEYS", "redlock:{sentinel-lossy}*"); v != "[]" {
+	if v := testkit.Admin(t, next, "KEYS", "redlock:{sentinel-lossy}*"); v != "[]" {
 		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
 	}
 	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
@@ -150,8 +136,8 @@ func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
 	ttl := 10 * time.Second
 	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
 	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
-	waitAllUp(t, ca)
-	waitAllUp(t, cb)
+	testkit.WaitAllUp(t, ca)
+	testkit.WaitAllUp(t, cb)
 	cut.SetFault(testutil.Reset)
 	set.Link.SetFault(testutil.Blackhole)
 	ctx := context.Background()
@@ -165,7 +151,7 @@ func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
 	set.Master.Kill()
 	next := set.WaitSwitch(set.Master)
 	switched := time.Now()
-	if v := admin(t, next, "KEYS", "redlock:{sentinel-missed}*"); v != "[]" {
+	if v := testkit.Admin(t, next, "KEYS", "redlock:{sentinel-missed}*"); v != "[]" {
 		t.Fatalf("the promoted replica has A's keys (%s): the failover was not lossy", v)
 	}
 	lb, _ := primitives.NewLock(cb, "sentinel-missed", primitives.WithTTL(ttl))
@@ -215,13 +201,13 @@ func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
 	ttl := 8 * time.Second
 	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
 	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
-	waitAllUp(t, ca)
-	waitAllUp(t, cb)
+	testkit.WaitAllUp(t, ca)
+	testkit.WaitAllUp(t, cb)
 	x := set.Master
 	set.WaitSynced()
 	y := set.Failover()
 	for _, c := range []*coordinator.Coordinator{ca, cb} {
-		waitMaster(t, c, y.Addr())
+		testkit.WaitMaster(t, c, y.Addr())
 		if mode == coordinator.GuardAuto && !testutil.Eventually(30*time.Second, func() bool {
 			st := c.Nodes()[0]
 			return !st.Guarded && strings.HasPrefix(st.Identity, infoRunID(t, y))
@@ -245,7 +231,7 @@ func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
 	if next != x {
 		t.Fatalf("the sentinels promoted %s, want X %s", next.Addr(), x.Addr())
 	}
-	if v := admin(t, x, "KEYS", "redlock:{sentinel-failback}*"); v != "[]" {
+	if v := testkit.Admin(t, x, "KEYS", "redlock:{sentinel-failback}*"); v != "[]" {
 		t.Fatalf("X has A's keys (%s): the fail-back was not lossy", v)
 	}
 	lb, _ := primitives.NewLock(cb, "sentinel-failback", primitives.WithTTL(ttl))
@@ -259,7 +245,7 @@ func lossyFailback(t *testing.T, mode coordinator.GuardMode) bool {
 // infoRunID returns s's run_id.
 func infoRunID(t *testing.T, s *testutil.Server) string {
 	t.Helper()
-	for _, line := range strings.Split(admin(t, s, "INFO", "server"), "\n") {
+	for _, line := range strings.Split(testkit.Admin(t, s, "INFO", "server"), "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
 			return v
 		}
@@ -335,7 +321,7 @@ func countsAgain(t *testing.T, cb *coordinator.Coordinator, lb *primitives.Lock,
 		if err != nil {
 			t.Fatalf("B after the guard: %v", err)
 		}
-		landed := admin(t, master, "KEYS", key) != "[]"
+		landed := testkit.Admin(t, master, "KEYS", key) != "[]"
 		b.Release(ctx)
 		if landed {
 			return

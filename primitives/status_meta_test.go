@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -35,7 +36,7 @@ func releaseFrom(ch chan *primitives.Lease) {
 }
 
 func sortedLabels(q []primitives.HolderInfo) string {
-	s := strings.Split(labels(q), ",")
+	s := strings.Split(testkit.Labels(q), ",")
 	slices.Sort(s)
 	return strings.Join(s, ",")
 }
@@ -70,7 +71,7 @@ func TestFairLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 			releaseFrom(w)
 		}
 	}()
-	sts := queuedOnEveryNode(t, func() []primitives.NodeState { return holder.Status(ctx) }, "w1,w2,w3")
+	sts := testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return holder.Status(ctx) }, "w1,w2,w3")
 	for _, st := range sts {
 		if st.Err != nil || st.State != "held" || st.Info.Label != "worker-7" || st.Info.Host != host || st.Info.PID != pid {
 			t.Fatalf("node %s: %+v", st.Node, st)
@@ -87,8 +88,8 @@ func TestFairLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 	q := primitives.QuorumOf(sts, c.Quorum())
 	want := regexp.MustCompile(fmt.Sprintf(`^held by worker-7 on %s pid %d since \d\d:\d\d:\d\d, fence %d, 3 waiting$`,
 		regexp.QuoteMeta(host), pid, lease.Fence()))
-	if !want.MatchString(q.String()) || labels(q.Waiters) != "w1,w2,w3" {
-		t.Fatalf("quorum line %q (waiters %q), want %s", q, labels(q.Waiters), want)
+	if !want.MatchString(q.String()) || testkit.Labels(q.Waiters) != "w1,w2,w3" {
+		t.Fatalf("quorum line %q (waiters %q), want %s", q, testkit.Labels(q.Waiters), want)
 	}
 	if strings.Contains(q.String(), lease.Token()) || strings.Contains(fmt.Sprint(sts[0].Info, sts[0].Queue, q), lease.Token()) {
 		t.Fatal("a whole token is shown")
@@ -99,9 +100,9 @@ func TestFairLockStatusShowsHolderAndOrderedWaiters(t *testing.T) {
 	}
 	if !testutil.Eventually(10*time.Second, func() bool {
 		q = primitives.QuorumOf(holder.Status(ctx), c.Quorum())
-		return q.State == "held" && q.Holder.Label == "w1" && labels(q.Waiters) == "w2,w3"
+		return q.State == "held" && q.Holder.Label == "w1" && testkit.Labels(q.Waiters) == "w2,w3"
 	}) {
-		t.Fatalf("after the handoff: %s (waiters %q)", q, labels(q.Waiters))
+		t.Fatalf("after the handoff: %s (waiters %q)", q, testkit.Labels(q.Waiters))
 	}
 }
 
@@ -150,7 +151,7 @@ func TestRWLockStatusShowsHoldersAndWaiters(t *testing.T) {
 	if !testutil.Eventually(5*time.Second, func() bool {
 		sts = rw("x").Status(ctx)
 		for _, st := range sts {
-			if st.WriterInfo.Label != "writer-1" || labels(st.WriterQueue) != "writer-2" || sortedLabels(st.ReaderWaiters) != "r1,r2" {
+			if st.WriterInfo.Label != "writer-1" || testkit.Labels(st.WriterQueue) != "writer-2" || sortedLabels(st.ReaderWaiters) != "r1,r2" {
 				return false
 			}
 		}
@@ -166,8 +167,8 @@ func TestRWLockStatusShowsHoldersAndWaiters(t *testing.T) {
 	q = primitives.RWQuorumOf(sts, c.Quorum())
 	want := regexp.MustCompile(fmt.Sprintf(`^written by writer-1 on %s pid %d since \d\d:\d\d:\d\d, fence %d, 1 writer waiting, 2 readers waiting$`,
 		regexp.QuoteMeta(host), pid, wl.Fence()))
-	if !want.MatchString(q.String()) || labels(q.WaitingReaders) != "r1,r2" || labels(q.WaitingWriters) != "writer-2" {
-		t.Fatalf("write phase: %q (waiting readers %q), want %s", q, labels(q.WaitingReaders), want)
+	if !want.MatchString(q.String()) || testkit.Labels(q.WaitingReaders) != "r1,r2" || testkit.Labels(q.WaitingWriters) != "writer-2" {
+		t.Fatalf("write phase: %q (waiting readers %q), want %s", q, testkit.Labels(q.WaitingReaders), want)
 	}
 	if strings.Contains(q.String(), wl.Token()) || strings.Contains(fmt.Sprint(sts), wl.Token()) {
 		t.Fatal("a whole token is shown")
@@ -178,7 +179,7 @@ func TestRWLockStatusShowsHoldersAndWaiters(t *testing.T) {
 	}
 	if !testutil.Eventually(10*time.Second, func() bool {
 		q = view()
-		return q.State == "read" && sortedLabels(q.Readers) == "r1,r2" && labels(q.WaitingWriters) == "writer-2" && len(q.WaitingReaders) == 0
+		return q.State == "read" && sortedLabels(q.Readers) == "r1,r2" && testkit.Labels(q.WaitingWriters) == "writer-2" && len(q.WaitingReaders) == 0
 	}) {
 		t.Fatalf("read phase: %s", q)
 	}
@@ -240,7 +241,7 @@ func TestSemaphoreStatusShowsPermitHoldersAndWaiters(t *testing.T) {
 			for _, p := range st.Permits {
 				hs = append(hs, p.Holder)
 			}
-			if sortedLabels(hs) != "h1,h2" || labels(st.Queue) != "w1,w2" {
+			if sortedLabels(hs) != "h1,h2" || testkit.Labels(st.Queue) != "w1,w2" {
 				return false
 			}
 		}
@@ -258,8 +259,8 @@ func TestSemaphoreStatusShowsPermitHoldersAndWaiters(t *testing.T) {
 	q := primitives.SemaphoreQuorumOf(sts, c.Quorum())
 	want := regexp.MustCompile(fmt.Sprintf(`^2 of 2 permits: h[12] on %[1]s pid %[2]d since \d\d:\d\d:\d\d, h[12] on %[1]s pid %[2]d since \d\d:\d\d:\d\d; 2 waiting$`,
 		regexp.QuoteMeta(host), pid))
-	if !want.MatchString(q.String()) || q.Permits != 2 || labels(q.Waiters) != "w1,w2" {
-		t.Fatalf("quorum line %q (waiters %q), want %s", q, labels(q.Waiters), want)
+	if !want.MatchString(q.String()) || q.Permits != 2 || testkit.Labels(q.Waiters) != "w1,w2" {
+		t.Fatalf("quorum line %q (waiters %q), want %s", q, testkit.Labels(q.Waiters), want)
 	}
 	for _, l := range held {
 		if strings.Contains(q.String(), l.Token()) || strings.Contains(fmt.Sprint(sts[0].Permits, q), l.Token()) {
@@ -276,7 +277,7 @@ func TestSemaphoreStatusShowsPermitHoldersAndWaiters(t *testing.T) {
 		for _, p := range q.Holders {
 			hs = append(hs, p.Holder)
 		}
-		return sortedLabels(hs) == "h2,w1" && labels(q.Waiters) == "w2"
+		return sortedLabels(hs) == "h2,w1" && testkit.Labels(q.Waiters) == "w2"
 	}) {
 		t.Fatalf("after the release: %s", q)
 	}

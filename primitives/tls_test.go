@@ -8,6 +8,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -27,7 +28,7 @@ func TestTLSEveryPrimitive(t *testing.T) {
 		cfg.DefaultTTL = 20 * time.Second
 		cfg.Keyspace = coordinator.KeyspaceOff
 	})
-	waitAllUp(t, c)
+	testkit.WaitAllUp(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// woken has acquire wait until queued says it is queued, then releases.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	"go.opentelemetry.io/otel/attribute"
@@ -123,7 +124,7 @@ func TestTraceWaiterLinksToItsHolder(t *testing.T) {
 		}
 		got <- l
 	}()
-	queuedOnEveryNode(t, func() []primitives.NodeState { return hl.Status(ctx) }, "waiter")
+	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return hl.Status(ctx) }, "waiter")
 	if n := sumOf(t, w.reader, "redlock.acquire.waiting"); n != 1 {
 		t.Errorf("waiting now: %d, want 1", n)
 	}

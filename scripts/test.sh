@@ -128,8 +128,9 @@ gotest() {
 # ten minutes), and its tests mostly wait on servers: the CPU is idle
 # four fifths of the time (measured: 42 s of CPU in a 102 s run). So it
 # runs as two processes beside the other packages, the three at once:
-# the multi-server and adversarial suites (shard a), and the rest.
-shard='^Test(Adv|Cluster|Sentinel|Guard)'
+# the multi-server suites (shard a), and the rest. The adversarial suites
+# are a package of their own, tests/adversarial, run with the others.
+shard='^Test(Cluster|Sentinel|Guard)'
 
 # suite NAME SKIP PKG...: go test of PKG (-skip SKIP if not empty), the
 # primitives package split in its two shards. Arguments given to test.sh
@@ -197,15 +198,16 @@ failed=()
 # test (client logic, about 100 s and 60 s there) run on Redis 7.0 only.
 next_run='Native|Probe|Renew|Retake|ACL|TLS|RESP2|TestLock|TestFairLock|TestSemaphore|TestRWLock|TestMultiLock|TestLatch'
 next_skip='TestLockFault(S1Pause|FiveNodes|CancelWaiter|NewWithFirstNode|CleanState|LateRollback|FenceMonotonic|NotifyContention|MajorityPaused|HandoffOrder|ProxyDropped|ReleaseDuringPause)|TestSemaphoreProperty'
-# The adversarial suites (every TestAdv*: the node guard's, leader
-# observation's, the direct grant's late messages, the marked grant's)
-# attack the protocol's logic, not a server's behaviour, and wait out many
-# TTLs: they run once, on Redis 7.0, above. So does the guard's recovery
-# measurement, and the races between processes' guards that the
-# unarmed-since token closes (stale states, held armings). The guard's
-# other tests (TestGuard*), the cluster resharding tests and the Sentinel
-# failovers run on every server.
-matrix_skip='TestAdv|TestGuardRestartedNodeCountsAgain|TestGuardSecondFlush|TestClusterGuard(StaleArming|PartitionedGuard|HorizonUnread|SecondForget)'
+# The adversarial suites (tests/adversarial, every TestAdv*: the node
+# guard's, leader observation's, the direct grant's late messages, the
+# marked grant's) attack the protocol's logic, not a server's behaviour,
+# and wait out many TTLs: they run once, on Redis 7.0, above; their
+# package is not in matrix_pkgs. So does the guard's recovery measurement,
+# and the races between processes' guards that the unarmed-since token
+# closes (stale states, held armings). The guard's other tests
+# (TestGuard*), the cluster resharding tests and the Sentinel failovers
+# run on every server.
+matrix_skip='TestGuardRestartedNodeCountsAgain|TestGuardSecondFlush|TestClusterGuard(StaleArming|PartitionedGuard|HorizonUnread|SecondForget)'
 for entry in "redis8" "valkey9 REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE_CAD=delifeq" \
   "redisnext REDLOCK_EXPECT_NATIVE_CAS=1 REDLOCK_EXPECT_NATIVE_CAD=delex"; do
   read -r name envs <<<"$entry"

@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -66,7 +67,7 @@ func adv4SlowLook(t *testing.T, n int, start, stall time.Duration) {
 	}
 	pa0 := testutil.NewProxy(t, addrs[0])
 	aaddrs[0] = pa0.Addr()
-	ca := newCoord(t, aaddrs)
+	ca := testkit.NewCoord(t, aaddrs)
 	const ttl = 10 * time.Second
 	la, _ := primitives.NewLock(ca, "slowlook", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	granted := time.Now()
@@ -76,7 +77,7 @@ func adv4SlowLook(t *testing.T, n int, start, stall time.Duration) {
 	}
 	defer a.Release(context.Background())
 	for i := q; i < n; i++ {
-		if r := admin(t, srv[i], "EXISTS", "redlock:{guard}:horizon"); r != "0" {
+		if r := testkit.Admin(t, srv[i], "EXISTS", "redlock:{guard}:horizon"); r != "0" {
 			t.Fatalf("node %d has a horizon: %s", i, r)
 		}
 	}
@@ -95,7 +96,7 @@ func adv4SlowLook(t *testing.T, n int, start, stall time.Duration) {
 	pa0.SetFault(testutil.Blackhole)
 	srv[0].RestartEmpty()
 	began := time.Now()
-	cc := newCoord(t, caddrs, func(cfg *coordinator.Config) { cfg.StartTimeout = start })
+	cc := testkit.NewCoord(t, caddrs, func(cfg *coordinator.Config) { cfg.StartTimeout = start })
 	for _, look := range looks {
 		adv3Caught(t, look, "New returned without a look at a stalled node")
 	}

@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
@@ -103,10 +104,10 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	all := testutil.StartServers(t, n+bad, testutil.ServerOptions{})
 	srv, spares := all[:n], all[n:]
 	addrs := testutil.Addrs(srv)
-	ch := newCoord(t, addrs)
-	cw := newCoord(t, addrs)
-	waitAllUp(t, ch)
-	waitAllUp(t, cw)
+	ch := testkit.NewCoord(t, addrs)
+	cw := testkit.NewCoord(t, addrs)
+	testkit.WaitAllUp(t, ch)
+	testkit.WaitAllUp(t, cw)
 	const name = "mk"
 	// H's TTL is W's: a forgotten node's copy of H's key comes from a
 	// replica detached before the resync, and must outlive the resync
@@ -115,8 +116,8 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	// The guard's hold does not grow: W's 20 s are in use anyway.
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(20*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(20*time.Second))
-	h, got := holdAndWait(t, lh, lw, 60*time.Second)
-	queuedOnAll(t, srv, name)
+	h, got := testkit.HoldAndWait(t, lh, lw, 60*time.Second)
+	testkit.QueuedOnAll(t, srv, name)
 	if id := advIdentity(t, srv[n-1]); !cachedMarking(t, srv[n-1], id) {
 		t.Fatalf("the marking copy of node %d's identity %s is not cached (the test's SHA is wrong)", n-1, id)
 	}
@@ -189,23 +190,23 @@ func TestAdvMarkResyncFromOwnOldReplica(t *testing.T) {
 			}
 			for i, y := range spares {
 				if !testutil.Eventually(5*time.Second, func() bool {
-					v, err := y.Do("GET", advArmKey)
+					v, err := y.Do("GET", testkit.ArmKey)
 					return err == nil && v == before[i]
 				}) {
 					t.Fatalf("the replica never received the arm key %s", before[i])
 				}
 			}
 			for _, y := range spares {
-				admin(t, y, "REPLICAOF", "NO", "ONE")
+				testkit.Admin(t, y, "REPLICAOF", "NO", "ONE")
 			}
 			for i, s := range bad {
 				resyncFrom(t, s, spares[i])
 			}
 			for i, s := range bad {
-				if ak := admin(t, s, "GET", advArmKey); ak != before[i] {
+				if ak := testkit.Admin(t, s, "GET", testkit.ArmKey); ak != before[i] {
 					t.Fatalf("node %d: arm key %q after the resync, want its old identity %s", i, ak, before[i])
 				}
-				if ex := admin(t, s, "ZCARD", lockKey("mk", "q")); ex != "1" {
+				if ex := testkit.Admin(t, s, "ZCARD", testkit.LockKey("mk", "q")); ex != "1" {
 					t.Fatalf("node %d lost W's queue entry in the resync (ZCARD %s)", i, ex)
 				}
 				if !cachedMarking(t, s, before[i]) {
@@ -240,5 +241,5 @@ func markingSHA(identity string) string {
 // cachedMarking reports SCRIPT EXISTS of the marking copy for identity on s.
 func cachedMarking(t *testing.T, s *testutil.Server, identity string) bool {
 	t.Helper()
-	return admin(t, s, "SCRIPT", "EXISTS", markingSHA(identity)) == "[1]"
+	return testkit.Admin(t, s, "SCRIPT", "EXISTS", markingSHA(identity)) == "[1]"
 }

@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -100,7 +101,7 @@ func adv3HungLook(t *testing.T, latency time.Duration, name string) {
 	look := p.Hold("SCRIPT", "EXISTS")
 	t.Cleanup(look.Release)
 	start := time.Now()
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2500 * time.Millisecond })
+	c := testkit.NewCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2500 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, look, "New returned without a look at node 2")
 	adv3FirstAcquire(t, c, name)
@@ -122,7 +123,7 @@ func TestAdv3LateNodeHungLookDefaultStartTimeout(t *testing.T) {
 	start := time.Now()
 	// NodeTimeout 750 ms: the dial timeout (4 × NodeTimeout) outlasts the
 	// held handshake, so node 2 connects at about 2.3 s.
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 750 * time.Millisecond })
+	c := testkit.NewCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 750 * time.Millisecond })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, hello, "node 2's handshake never came")
 	select {
@@ -166,7 +167,7 @@ func adv3LongLook(t *testing.T, n int) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		cfg := coordinator.Config{Nodes: addrs1, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: quiet}
+		cfg := coordinator.Config{Nodes: addrs1, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: testkit.Quiet}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c, err := coordinator.New(ctx, cfg)
@@ -179,12 +180,12 @@ func adv3LongLook(t *testing.T, n int) {
 	}
 	held := time.Now()
 
-	c2 := newCoord(t, direct) // P2: fresh deployment, arms everything
+	c2 := testkit.NewCoord(t, direct) // P2: fresh deployment, arms everything
 	const ttl = 8 * time.Second
 	granted := time.Now()
 	a := advHold(t, c2, srv, "longlook", ttl) // A on nodes 0..Q-1
-	admin(t, srv[0], "FLUSHALL")
-	admin(t, srv[0], "SCRIPT", "FLUSH")
+	testkit.Admin(t, srv[0], "FLUSHALL")
+	testkit.Admin(t, srv[0], "SCRIPT", "FLUSH")
 	elapsed := time.Since(held)
 	look.Release()
 	r := <-done
@@ -220,7 +221,7 @@ func TestAdv3HungArmEatsStartTimeout(t *testing.T) {
 	arm := p.Hold("SCRIPT", "LOAD")
 	t.Cleanup(arm.Release)
 	start := time.Now()
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2 * time.Second })
+	c := testkit.NewCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2 * time.Second })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, arm, "New returned without arming node 0")
 	adv3FirstAcquire(t, c, "hungarm")
@@ -249,7 +250,7 @@ func TestAdv3NodeDiesDuringNewShortStartTimeout(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2 * time.Second })
+	c := testkit.NewCoord(t, addrs, func(cfg *coordinator.Config) { cfg.StartTimeout = 2 * time.Second })
 	t.Logf("New took %v", time.Since(start).Round(time.Millisecond))
 	adv3Caught(t, look, "New returned without a look at node 2")
 	adv3FirstAcquire(t, c, "diesduringnew")
@@ -310,7 +311,7 @@ func TestAdv3ClusterRetryTruncatesHealthyMaster(t *testing.T) {
 	}()
 	remap := map[string]string{f.Addr(): pf.Addr(), h.Addr(): ph.Addr()}
 	start := time.Now()
-	c := newCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) {
+	c := testkit.NewCoord(t, []string{cl.URL()}, func(cfg *coordinator.Config) {
 		cfg.ClientOption = func(node int, opt *rueidis.ClientOption) {
 			opt.ConnWriteTimeout = time.Minute
 			opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
@@ -349,7 +350,7 @@ func TestAdv3FirstRaiseLateStillAcquires(t *testing.T) {
 		raises = append(raises, p.Delay(1200*time.Millisecond, "EVALSHA", "{guard}:horizon"))
 		addrs[i] = p.Addr()
 	}
-	c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 750 * time.Millisecond })
+	c := testkit.NewCoord(t, addrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = 750 * time.Millisecond })
 	l, _ := primitives.NewLock(c, "lateraise")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -15,13 +16,11 @@ import (
 // per identity, the horizon key carrying the largest MaxTTL). Each asserts
 // S1 on every hold: a second holder granted while A is still Valid().
 
-const advArmKey = "redlock:{guard}:armed"
-
 // replicaOf makes r a replica of m and waits for its full sync.
 func replicaOf(t *testing.T, r, m *testutil.Server) {
 	t.Helper()
 	host, port, _ := strings.Cut(m.Addr(), ":")
-	admin(t, r, "REPLICAOF", host, port)
+	testkit.Admin(t, r, "REPLICAOF", host, port)
 	if !testutil.Eventually(20*time.Second, func() bool {
 		s, err := r.Do("INFO", "replication")
 		return err == nil && strings.Contains(s, "master_link_status:up")
@@ -49,10 +48,10 @@ func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
 		srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
 		y, srv := srv[n], srv[:n]
 		addrs := testutil.Addrs(srv)
-		ca := newCoord(t, addrs)
-		cb := newCoord(t, addrs)
-		waitAllUp(t, ca)
-		waitAllUp(t, cb)
+		ca := testkit.NewCoord(t, addrs)
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, ca)
+		testkit.WaitAllUp(t, cb)
 		// A's TTL in use first: the horizon it leaves holds node 0 out when
 		// its first replica changes its replication id (so its arm key is
 		// still I1 when the replica copies it)
@@ -60,22 +59,22 @@ func TestAdv2ResyncFromOwnOldReplica(t *testing.T) {
 		i1 := cb.Nodes()[0].Identity
 		replicaOf(t, y, srv[0])
 		if !testutil.Eventually(5*time.Second, func() bool {
-			v, err := y.Do("GET", advArmKey)
+			v, err := y.Do("GET", testkit.ArmKey)
 			return err == nil && v == i1
 		}) {
 			t.Fatalf("the replica never received the arm key %s", i1)
 		}
-		admin(t, y, "REPLICAOF", "NO", "ONE")
+		testkit.Admin(t, y, "REPLICAOF", "NO", "ONE")
 		const ttl = 8 * time.Second
 		granted := time.Now()
 		a := advHold(t, ca, srv, "ownreplica", ttl)
 		resyncFrom(t, srv[0], y)
-		if r := admin(t, srv[0], "EXISTS", lockKey("ownreplica", "lock")); r != "0" {
+		if r := testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("ownreplica", "lock")); r != "0" {
 			t.Fatalf("node 0 still has A's key after the resync: %s", r)
 		}
 		t.Logf("node 0 promoted again with A Valid for %v more: identity %s, arm key %q (its identity before the round trip: %s)",
-			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), admin(t, srv[0], "GET", advArmKey), i1)
-		cc := newCoord(t, addrs) // a new process
+			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), testkit.Admin(t, srv[0], "GET", testkit.ArmKey), i1)
+		cc := testkit.NewCoord(t, addrs) // a new process
 		if d := advContend(t, a, granted, "ownreplica", ttl, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
@@ -93,7 +92,7 @@ func advIdentity(t *testing.T, s *testutil.Server) string {
 		}
 		return ""
 	}
-	return field(admin(t, s, "INFO", "server"), "run_id") + "/" + field(admin(t, s, "INFO", "replication"), "master_replid")
+	return field(testkit.Admin(t, s, "INFO", "server"), "run_id") + "/" + field(testkit.Admin(t, s, "INFO", "replication"), "master_replid")
 }
 
 // TestAdv2DebugReloadOldSnapshot attacks the arm key with a node that goes
@@ -114,22 +113,22 @@ func TestAdv2DebugReloadOldSnapshot(t *testing.T) {
 	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
 		srv := testutil.StartServers(t, n, testutil.ServerOptions{Debug: true})
 		addrs := testutil.Addrs(srv)
-		ca := newCoord(t, addrs)
-		cb := newCoord(t, addrs)
-		waitAllUp(t, ca)
-		waitAllUp(t, cb)
+		ca := testkit.NewCoord(t, addrs)
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, ca)
+		testkit.WaitAllUp(t, cb)
 		before := advIdentity(t, srv[0])
-		admin(t, srv[0], "SAVE")
+		testkit.Admin(t, srv[0], "SAVE")
 		const ttl = 8 * time.Second
 		granted := time.Now()
 		a := advHold(t, ca, srv, "reload", ttl)
-		admin(t, srv[0], "DEBUG", "RELOAD", "NOSAVE")
-		if r := admin(t, srv[0], "EXISTS", lockKey("reload", "lock")); r != "0" {
+		testkit.Admin(t, srv[0], "DEBUG", "RELOAD", "NOSAVE")
+		if r := testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("reload", "lock")); r != "0" {
 			t.Fatalf("node 0 still has A's key after the reload: %s", r)
 		}
 		t.Logf("node 0 reloaded with A Valid for %v more: identity %s (was %s), arm key %q",
-			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), before, admin(t, srv[0], "GET", advArmKey))
-		cc := newCoord(t, addrs)
+			time.Until(a.Deadline()).Round(time.Millisecond), advIdentity(t, srv[0]), before, testkit.Admin(t, srv[0], "GET", testkit.ArmKey))
+		cc := testkit.NewCoord(t, addrs)
 		d := advContend(t, a, granted, "reload", ttl, cb, cc)
 		if d == "" {
 			t.Fatal("no second holder after DEBUG RELOAD: the known hole is closed; make this test assert S1")
@@ -160,8 +159,8 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 		addrs := testutil.Addrs(srv)
 		pa := testutil.NewProxy(t, srv[0].Addr())
 		aaddrs := append([]string{pa.Addr()}, addrs[1:]...)
-		ca := newCoord(t, aaddrs)
-		waitAllUp(t, ca)
+		ca := testkit.NewCoord(t, aaddrs)
+		testkit.WaitAllUp(t, ca)
 		const ttl = 12 * time.Second
 		granted := time.Now()
 		a := advHold(t, ca, srv, "learnlate", ttl)
@@ -178,7 +177,7 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 			ps = append(ps, p)
 			saddrs[i] = p.Addr()
 		}
-		cs := newCoord(t, saddrs, func(c *coordinator.Config) {
+		cs := testkit.NewCoord(t, saddrs, func(c *coordinator.Config) {
 			c.MaxTTL = 3 * time.Second
 			c.StartTimeout = 30 * time.Second // the slow nodes' handshakes
 		})
@@ -219,14 +218,14 @@ func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
 	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	cut := testutil.NewProxy(t, srv[1].Addr())
 	const ttl = 20 * time.Second
-	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()})
-	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()})
-	waitAllUp(t, ca)
-	waitAllUp(t, cb)
+	ca := testkit.NewCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()})
+	cb := testkit.NewCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()})
+	testkit.WaitAllUp(t, ca)
+	testkit.WaitAllUp(t, cb)
 	x, y := set.Master, set.Replica
 	i1 := cb.Nodes()[0].Identity
 	set.WaitSynced()
-	if v := admin(t, y, "GET", advArmKey); v != i1 {
+	if v := testkit.Admin(t, y, "GET", testkit.ArmKey); v != i1 {
 		t.Fatalf("Y's arm key %q, want X's identity %s", v, i1)
 	}
 	set.Link.SetFault(testutil.Blackhole) // Y misses every write from now on
@@ -243,15 +242,15 @@ func TestAdv2SentinelFailbackBeforeTheNewMasterIsArmed(t *testing.T) {
 		t.Fatalf("promoted %s, want Y", got.Addr())
 	}
 	set.WaitSyncedTo(y, x)
-	if v := admin(t, x, "EXISTS", lockKey("failback-early", "lock")); v != "0" {
+	if v := testkit.Admin(t, x, "EXISTS", testkit.LockKey("failback-early", "lock")); v != "0" {
 		t.Fatalf("X kept A's key through the resync: the fail-over was not lossy")
 	}
 	t.Logf("X resynced from Y: arm key %q (I1 %s); B: node 0 guarded %v; A Valid for %v more",
-		admin(t, x, "GET", advArmKey), i1, cb.Nodes()[0].Guarded, time.Until(a.Deadline()).Round(time.Millisecond))
+		testkit.Admin(t, x, "GET", testkit.ArmKey), i1, cb.Nodes()[0].Guarded, time.Until(a.Deadline()).Round(time.Millisecond))
 	if got := set.Failover(); got != x {
 		t.Fatalf("failed back to %s, want X", got.Addr())
 	}
-	waitMaster(t, cb, x.Addr())
+	testkit.WaitMaster(t, cb, x.Addr())
 	t.Logf("failed back to X with A Valid for %v more", time.Until(a.Deadline()).Round(time.Millisecond))
 	if d := advContend(t, a, granted, "failback-early", 2*time.Second, cb); d != "" {
 		t.Errorf("S1 broken: %s", d)
@@ -273,10 +272,10 @@ func TestAdv2LateArmedCallAcrossAReArm(t *testing.T) {
 	other, srv := srv[3], srv[:3]
 	addrs := testutil.Addrs(srv)
 	p0 := testutil.NewProxy(t, srv[0].Addr())
-	ca := newCoord(t, addrs)
-	cb := newCoord(t, append([]string{p0.Addr()}, addrs[1:]...))
-	waitAllUp(t, ca)
-	waitAllUp(t, cb)
+	ca := testkit.NewCoord(t, addrs)
+	cb := testkit.NewCoord(t, append([]string{p0.Addr()}, addrs[1:]...))
+	testkit.WaitAllUp(t, ca)
+	testkit.WaitAllUp(t, cb)
 	i1 := ca.Nodes()[0].Identity
 	ctx := context.Background()
 	lb, _ := primitives.NewLock(cb, "late", primitives.WithTTL(4*time.Second), primitives.WithAutoRenew(false))
@@ -311,12 +310,12 @@ func TestAdv2LateArmedCallAcrossAReArm(t *testing.T) {
 		t.Fatalf("node 0 never re-armed under its new identity: %+v", ca.Nodes()[0])
 	}
 	t.Logf("node 0 re-armed under %s (was %s); I1's copy %s still loaded: %s",
-		ca.Nodes()[0].Identity, i1, sha[:8], admin(t, srv[0], "SCRIPT", "EXISTS", sha))
+		ca.Nodes()[0].Identity, i1, sha[:8], testkit.Admin(t, srv[0], "SCRIPT", "EXISTS", sha))
 	reply, err := p0.Replay(late)
 	if err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
 		t.Errorf("the late I1 acquire ran on node 0 re-armed under I2: reply %q, err %v", reply, err)
 	}
-	if v := admin(t, srv[0], "EXISTS", lockKey("late", "lock")); v != "0" {
+	if v := testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("late", "lock")); v != "0" {
 		t.Errorf("the late acquire wrote the lock key on node 0")
 	}
 }

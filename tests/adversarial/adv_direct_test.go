@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -25,7 +26,7 @@ func bothValid(t *testing.T, a *primitives.Lease, granted time.Time, b *primitiv
 	if a != nil && b != nil && b.Valid() && testutil.ValidPastStep(t, a, granted) {
 		vals := make([]string, len(srv))
 		for i, s := range srv {
-			vals[i] = nodeValue(s, name)
+			vals[i] = testkit.NodeValue(s, name)
 		}
 		t.Fatalf("S1 violated: two valid leases (fences %d and %d); node values %q", a.Fence(), b.Fence(), vals)
 	}
@@ -45,9 +46,9 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "advqx"
-	pw, paddrs := proxied(t, addrs)
-	ch := newCoord(t, addrs)
-	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout })
+	pw, paddrs := testkit.Proxied(t, addrs)
+	ch := testkit.NewCoord(t, addrs)
+	cw := testkit.NewCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = testkit.DirectNodeTimeout })
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	const wTTL = 6 * time.Second
@@ -59,23 +60,23 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := []delayedAttempt{holdRollback(pw[0], primitives.ProcOf(cw)), holdRollback(pw[1], primitives.ProcOf(cw))}
+	held := []testkit.DelayedAttempt{testkit.HoldRollback(pw[0], testkit.ProcOf(cw)), testkit.HoldRollback(pw[1], testkit.ProcOf(cw))}
 	defer func() {
 		for _, hd := range held {
-			hd.rollback.Release()
+			hd.Rollback.Release()
 		}
 	}()
-	got := acquireAsync(ctx, t, lw)
+	got := testkit.AcquireAsync(ctx, t, lw)
 	for i, hd := range held {
-		awaitCaught(t, hd.rollback, "node "+string(rune('0'+i)))
+		testkit.AwaitCaught(t, hd.Rollback, "node "+string(rune('0'+i)))
 	}
-	queuedOnOnce(t, srv, name, 0, 1)
+	testkit.QueuedOnOnce(t, srv, name, 0, 1)
 	for i, hd := range held {
-		if err := hd.ran(srv[i], name); err != nil {
+		if err := hd.Ran(srv[i], name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w := handOver(ctx, t, h, got)
+	w := testkit.HandOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	// Keep W's lease alive: the renewals to nodes 0 and 1 go through once
 	// the client replaced the stuck connections.
@@ -95,20 +96,20 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	}
 	t.Logf("W extended %s after it held", time.Since(held0))
 	for _, i := range []int{0, 1} {
-		if !testutil.Eventually(15*time.Second, func() bool { v, _ := srv[i].Do("EXISTS", lockKey(name, "qx")); return v == "0" }) {
+		if !testutil.Eventually(15*time.Second, func() bool { v, _ := srv[i].Do("EXISTS", testkit.LockKey(name, "qx")); return v == "0" }) {
 			t.Fatalf("node %d: W's queue entry never expired", i)
 		}
-		if v := nodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
+		if v := testkit.NodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
 			t.Fatalf("node %d: %q; want W's key", i, v)
 		}
 	}
 	t.Logf("queue entries expired; W valid %v; releasing the stuck rollbacks", w.Valid())
 	for _, hd := range held {
-		hd.rollback.Release()
+		hd.Rollback.Release()
 	}
 	time.Sleep(500 * time.Millisecond) // the stuck rollbacks run
 	for _, i := range []int{0, 1} {
-		if v := nodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
+		if v := testkit.NodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
 			t.Errorf("node %d: %q after the late rollback; want W's key kept", i, v)
 		}
 	}
@@ -125,7 +126,7 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 // holdsEverywhere reports whether every node's key is l's.
 func holdsEverywhere(srv []*testutil.Server, name string, l *primitives.Lease) bool {
 	for _, s := range srv {
-		if !strings.Contains(nodeValue(s, name), l.Token()) {
+		if !strings.Contains(testkit.NodeValue(s, name), l.Token()) {
 			return false
 		}
 	}
@@ -141,7 +142,7 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "advleave"
-	ch, cw := newCoord(t, addrs), newCoord(t, addrs)
+	ch, cw := testkit.NewCoord(t, addrs), testkit.NewCoord(t, addrs)
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(5*time.Second), primitives.WithLabel("w"))
@@ -154,21 +155,21 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	c1, cancel1 := context.WithCancel(ctx)
 	first := make(chan error, 1)
 	go func() { _, err := lw.Acquire(c1); first <- err }()
-	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 	cancel1()
 	if err := <-first; err == nil {
 		t.Fatal("the cancelled Acquire returned a lease")
 	}
 	// The next Acquire queues at once (the Lock expects contention) and is
 	// granted directly, inside the first one's NodeTimeout.
-	got := acquireAsync(ctx, t, lw)
-	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	got := testkit.AcquireAsync(ctx, t, lw)
+	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 	granted := time.Now()
-	w := handOver(ctx, t, h, got)
+	w := testkit.HandOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	time.Sleep(600 * time.Millisecond) // the late leave (NodeTimeout 250 ms later) lands
 	if !holdsEverywhere(srv, name, w) {
-		t.Errorf("W's keys after the late leave: %q %q %q", nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+		t.Errorf("W's keys after the late leave: %q %q %q", testkit.NodeValue(srv[0], name), testkit.NodeValue(srv[1], name), testkit.NodeValue(srv[2], name))
 	}
 	y, err := ly.TryAcquire(ctx)
 	if err == nil {
@@ -189,7 +190,7 @@ func TestAdvCancelAsGrantsArrive(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
-	ch, cw := newCoord(t, addrs), newCoord(t, addrs)
+	ch, cw := testkit.NewCoord(t, addrs), testkit.NewCoord(t, addrs)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for round := range 6 {
@@ -208,7 +209,7 @@ func TestAdvCancelAsGrantsArrive(t *testing.T) {
 		}
 		done := make(chan res, 1)
 		go func() { l, err := lw.Acquire(wctx); done <- res{l, err} }()
-		queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+		testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 		// Vary which goes first by a few hundred microseconds.
 		go func() { time.Sleep(time.Duration(round) * 200 * time.Microsecond); wcancel() }()
 		granted := time.Now()
@@ -236,7 +237,7 @@ func TestAdvCancelAsGrantsArrive(t *testing.T) {
 		ycancel()
 		if err != nil {
 			t.Fatalf("round %d: W gave up (%v) and the lock stayed blocked: %v; nodes %q %q %q", round, r.err, err,
-				nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+				testkit.NodeValue(srv[0], name), testkit.NodeValue(srv[1], name), testkit.NodeValue(srv[2], name))
 		}
 		y.Release(ctx)
 	}
@@ -253,9 +254,9 @@ func TestAdvReleaseWhileAttemptCopyInFlight(t *testing.T) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "advrelfly"
-	pw, paddrs := proxied(t, addrs)
-	ch := newCoord(t, addrs)
-	cw := newCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = directNodeTimeout })
+	pw, paddrs := testkit.Proxied(t, addrs)
+	ch := testkit.NewCoord(t, addrs)
+	cw := testkit.NewCoord(t, paddrs, func(cfg *coordinator.Config) { cfg.NodeTimeout = testkit.DirectNodeTimeout })
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(10*time.Second), primitives.WithLabel("w"))
@@ -265,11 +266,11 @@ func TestAdvReleaseWhileAttemptCopyInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := pw[2].Delay(4*directNodeTimeout, "$7\r\nacquire\r\n", primitives.ProcOf(cw))
-	got := acquireAsync(ctx, t, lw)
-	awaitCaught(t, d, "node 2")
-	queuedOnOnce(t, srv, name, 0, 1)
-	w := handOver(ctx, t, h, got)
+	d := pw[2].Delay(4*testkit.DirectNodeTimeout, "$7\r\nacquire\r\n", testkit.ProcOf(cw))
+	got := testkit.AcquireAsync(ctx, t, lw)
+	testkit.AwaitCaught(t, d, "node 2")
+	testkit.QueuedOnOnce(t, srv, name, 0, 1)
+	w := testkit.HandOver(ctx, t, h, got)
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -277,9 +278,9 @@ func TestAdvReleaseWhileAttemptCopyInFlight(t *testing.T) {
 	case <-d.Caught():
 	default:
 	}
-	time.Sleep(6 * directNodeTimeout) // the late copy and W's release run on node 2
+	time.Sleep(6 * testkit.DirectNodeTimeout) // the late copy and W's release run on node 2
 	for i, s := range srv {
-		if v := nodeValue(s, name); v != "" {
+		if v := testkit.NodeValue(s, name); v != "" {
 			t.Errorf("node %d: %q left after W's release", i, v)
 		}
 	}
@@ -300,7 +301,7 @@ func TestAdvGrantTooLateThenAttempt(t *testing.T) {
 	// Under load W's attempts drift: at the release its latest one can be
 	// recent enough for its direct grants, and W takes them (as it
 	// should). The case is then set up again.
-	untilReached(t, 4, func() bool { return grantTooLateTry(t) })
+	testkit.UntilReached(t, 4, func() bool { return grantTooLateTry(t) })
 }
 
 // grantTooLateTry runs TestAdvGrantTooLateThenAttempt's case once. It
@@ -309,7 +310,7 @@ func grantTooLateTry(t *testing.T) bool {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "advlate"
-	ch, cw := newCoord(t, addrs), newCoord(t, addrs)
+	ch, cw := testkit.NewCoord(t, addrs), testkit.NewCoord(t, addrs)
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	ly, _ := primitives.NewLock(ch, name, primitives.WithTTL(10*time.Second))
 	const wTTL = 2 * time.Second
@@ -320,12 +321,12 @@ func grantTooLateTry(t *testing.T) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := acquireAsync(ctx, t, lw)
-	queuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	got := testkit.AcquireAsync(ctx, t, lw)
+	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 	// W's next attempt is due a TTL after its last refusal.
 	time.Sleep(wTTL * 6 / 10)
 	released := time.Now()
-	w := handOver(ctx, t, h, got)
+	w := testkit.HandOver(ctx, t, h, got)
 	defer w.Release(context.Background())
 	if left := time.Until(w.Deadline()); w.Deadline().Before(released.Add(wTTL / 2)) {
 		t.Errorf("W holds with %s left: the stale grants were taken", left)
@@ -336,7 +337,7 @@ func grantTooLateTry(t *testing.T) bool {
 	}
 	// the attempt's copies all land (it returned at a quorum)
 	if !testutil.Eventually(5*time.Second, func() bool { return holdsEverywhere(srv, name, w) }) {
-		t.Errorf("W's keys: %q %q %q", nodeValue(srv[0], name), nodeValue(srv[1], name), nodeValue(srv[2], name))
+		t.Errorf("W's keys: %q %q %q", testkit.NodeValue(srv[0], name), testkit.NodeValue(srv[1], name), testkit.NodeValue(srv[2], name))
 	}
 	y, err := ly.TryAcquire(ctx)
 	if err == nil {
@@ -346,6 +347,6 @@ func grantTooLateTry(t *testing.T) bool {
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	noKeyLeft(t, srv, name, -1)
+	testkit.NoKeyLeft(t, srv, name, -1)
 	return true
 }

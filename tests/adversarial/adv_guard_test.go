@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -48,7 +49,7 @@ func advHold(t *testing.T, c *coordinator.Coordinator, srv []*testutil.Server, n
 	}
 	t.Cleanup(func() { a.Release(context.Background()) })
 	for _, s := range srv[advQuorum(len(srv)):] {
-		admin(t, s, "DEL", lockKey(name, "lock"))
+		testkit.Admin(t, s, "DEL", testkit.LockKey(name, "lock"))
 	}
 	return a
 }
@@ -107,14 +108,14 @@ func advTry(t *testing.T, a *primitives.Lease, granted time.Time, i int, l *prim
 func resyncFrom(t *testing.T, s, master *testutil.Server) {
 	t.Helper()
 	host, port, _ := strings.Cut(master.Addr(), ":")
-	admin(t, s, "REPLICAOF", host, port)
+	testkit.Admin(t, s, "REPLICAOF", host, port)
 	if !testutil.Eventually(20*time.Second, func() bool {
 		r, err := s.Do("INFO", "replication")
 		return err == nil && strings.Contains(r, "master_link_status:up")
 	}) {
 		t.Fatal("replica never synced")
 	}
-	admin(t, s, "REPLICAOF", "NO", "ONE")
+	testkit.Admin(t, s, "REPLICAOF", "NO", "ONE")
 }
 
 // TestAdvGuardResyncedNodeKeepsArmedScripts: a node that lost A's key by a
@@ -132,19 +133,19 @@ func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
 		srv := testutil.StartServers(t, n+1, testutil.ServerOptions{})
 		other, srv := srv[n], srv[:n]
 		addrs := testutil.Addrs(srv)
-		ca := newCoord(t, addrs)
-		cb := newCoord(t, addrs)
-		waitAllUp(t, ca)
-		waitAllUp(t, cb)
+		ca := testkit.NewCoord(t, addrs)
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, ca)
+		testkit.WaitAllUp(t, cb)
 		old := ca.Nodes()[0].Identity
 		const ttl = 8 * time.Second
 		granted := time.Now()
 		a := advHold(t, ca, srv, "resync", ttl)
 		resyncFrom(t, srv[0], other)
-		if r := admin(t, srv[0], "EXISTS", lockKey("resync", "lock")); r != "0" {
+		if r := testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("resync", "lock")); r != "0" {
 			t.Fatalf("node 0 still has A's key after the resync: %s", r)
 		}
-		cc := newCoord(t, addrs) // a new process
+		cc := testkit.NewCoord(t, addrs) // a new process
 		time.Sleep(1500 * time.Millisecond)
 		st := cb.Nodes()[0]
 		t.Logf("node 0 after the resync: identity %s (was %s), guarded in B: %v, in C: %v",
@@ -165,14 +166,14 @@ func TestAdvGuardFlushAll(t *testing.T) {
 	forEachN(t, []int{3, 5}, func(t *testing.T, n int) {
 		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 		addrs := testutil.Addrs(srv)
-		ca := newCoord(t, addrs)
-		cb := newCoord(t, addrs)
-		waitAllUp(t, cb)
+		ca := testkit.NewCoord(t, addrs)
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, cb)
 		const ttl = 8 * time.Second
 		granted := time.Now()
 		a := advHold(t, ca, srv, "flushall", ttl)
-		admin(t, srv[0], "FLUSHALL")
-		cc := newCoord(t, addrs)
+		testkit.Admin(t, srv[0], "FLUSHALL")
+		cc := testkit.NewCoord(t, addrs)
 		if d := advContend(t, a, granted, "flushall", ttl, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
@@ -193,9 +194,9 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 		p1 := testutil.NewProxy(t, srv[1].Addr())
 		aaddrs := append([]string(nil), addrs...)
 		aaddrs[1] = p1.Addr()
-		ca := newCoord(t, aaddrs)
-		cb := newCoord(t, addrs)
-		waitAllUp(t, ca)
+		ca := testkit.NewCoord(t, aaddrs)
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, ca)
 		h := p1.Hold("$7\r\nEVALSHA\r\n", "{guard}:horizon")
 		defer h.Release()
 		// A's first lease (2 s) puts its TTL in use: its raise to node 1
@@ -222,11 +223,11 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 		// A holds on every node but 1; keep it on exactly a quorum that
 		// includes node 0 and excludes node 1.
 		for i := advQuorum(n) + 1; i < n; i++ {
-			admin(t, srv[i], "DEL", lockKey("bigttl", "lock"))
+			testkit.Admin(t, srv[i], "DEL", testkit.LockKey("bigttl", "lock"))
 		}
 		srv[0].RestartEmpty()
 		h.Release()
-		cc := newCoord(t, addrs)
+		cc := testkit.NewCoord(t, addrs)
 		// 20 s is long: contend for 12 s of it, past every 2 s horizon.
 		stop := time.Now().Add(12 * time.Second)
 		ls := []*primitives.Lock{}
@@ -271,10 +272,10 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 		q0 := testutil.NewProxy(t, srv[0].Addr())
 		a2 := append([]string(nil), addrs...)
 		a2[0] = q0.Addr()
-		c1 := newCoord(t, a1)
-		c2 := newCoord(t, a2)
-		waitAllUp(t, c1)
-		waitAllUp(t, c2)
+		c1 := testkit.NewCoord(t, a1)
+		c2 := testkit.NewCoord(t, a2)
+		testkit.WaitAllUp(t, c1)
+		testkit.WaitAllUp(t, c2)
 		h := p0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
 		defer h.Release()
 		h2 := q0.Hold("$6\r\nSCRIPT\r\n", "$4\r\nLOAD\r\n")
@@ -297,7 +298,7 @@ func TestAdvGuardSecondRestartDuringArming(t *testing.T) {
 		a := advHold(t, c2, srv, "rearm", ttl)
 		srv[0].RestartEmpty()
 		h.Release()
-		c3 := newCoord(t, addrs)
+		c3 := testkit.NewCoord(t, addrs)
 		if d := advContend(t, a, granted, "rearm", ttl, c1, c2, c3); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
@@ -319,9 +320,9 @@ func TestAdvGuardRollingRestart(t *testing.T) {
 	forEachN(t, []int{3, 4, 5}, func(t *testing.T, n int) {
 		srv := testutil.StartServers(t, n, testutil.ServerOptions{})
 		addrs := testutil.Addrs(srv)
-		ca := newCoord(t, addrs)
-		cb := newCoord(t, addrs)
-		waitAllUp(t, ca)
+		ca := testkit.NewCoord(t, addrs)
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, ca)
 		const ttl = 4 * time.Second
 		la, _ := primitives.NewLock(ca, "rolling", primitives.WithTTL(ttl))
 		granted := time.Now() // (A renews: a step before its last renewal is counted too)
@@ -348,7 +349,7 @@ func TestAdvGuardRollingRestart(t *testing.T) {
 		}
 		for i := range srv {
 			srv[i].RestartEmpty()
-			cs = append(cs, newCoord(t, addrs))
+			cs = append(cs, testkit.NewCoord(t, addrs))
 			try(time.Now().Add(2 * time.Second))
 		}
 		try(time.Now().Add(3 * time.Second))
@@ -385,8 +386,8 @@ func TestAdvGuardSingleNode(t *testing.T) {
 			t.Parallel()
 			srv := testutil.StartServers(t, 1, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
-			ca := newCoord(t, addrs)
-			cb := newCoord(t, addrs)
+			ca := testkit.NewCoord(t, addrs)
+			cb := testkit.NewCoord(t, addrs)
 			const ttl = 6 * time.Second
 			la, _ := primitives.NewLock(ca, "single", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 			granted := time.Now()
@@ -400,7 +401,7 @@ func TestAdvGuardSingleNode(t *testing.T) {
 			lb, _ := primitives.NewLock(cb, "single", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
 			var lc *primitives.Lock
 			if withC {
-				cc := newCoord(t, addrs)
+				cc := testkit.NewCoord(t, addrs)
 				lc, _ = primitives.NewLock(cc, "single", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
 			}
 			bIn, cIn := false, false
@@ -448,9 +449,9 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 			paddrs = append(paddrs, p.Addr())
 		}
 		const ttl = 20 * time.Second
-		ca := newCoord(t, paddrs, func(c *coordinator.Config) { c.DefaultTTL = ttl })
-		cb := newCoord(t, addrs)
-		waitAllUp(t, ca)
+		ca := testkit.NewCoord(t, paddrs, func(c *coordinator.Config) { c.DefaultTTL = ttl })
+		cb := testkit.NewCoord(t, addrs)
+		testkit.WaitAllUp(t, ca)
 		granted := time.Now()
 		a := advHold(t, ca, srv, "frozen", ttl)
 		for _, p := range ps {
@@ -458,7 +459,7 @@ func TestAdvGuardFrozenLongTTLHolder(t *testing.T) {
 		}
 		time.Sleep(4 * time.Second)
 		srv[0].RestartEmpty()
-		cc := newCoord(t, addrs)
+		cc := testkit.NewCoord(t, addrs)
 		if d := advContend(t, a, granted, "frozen", 2*time.Second, cb, cc); d != "" {
 			t.Errorf("S1 broken: %s", d)
 		}
@@ -481,8 +482,8 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	addrs := testutil.Addrs(srv)
 	const maxTTL = 10 * time.Second
 	mt := func(c *coordinator.Config) { c.MaxTTL = maxTTL }
-	ca := newCoord(t, addrs, mt)
-	waitAllUp(t, ca)
+	ca := testkit.NewCoord(t, addrs, mt)
+	testkit.WaitAllUp(t, ca)
 	time.Sleep(maxTTL + 1500*time.Millisecond) // node 0 has been up longer than MaxTTL
 	const ttl = 8 * time.Second
 	granted := time.Now()
@@ -492,7 +493,7 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	p1.SetFault(testutil.Blackhole)
 	caddrs := append([]string(nil), addrs...)
 	caddrs[1] = p1.Addr()
-	cc := newCoord(t, caddrs, mt) // a new process, node 1 unreachable for it
+	cc := testkit.NewCoord(t, caddrs, mt) // a new process, node 1 unreachable for it
 	t.Logf("C: node 0 guarded %v until %v", cc.Nodes()[0].Guarded, cc.Nodes()[0].GuardedUntil)
 	if d := advContend(t, a, granted, "uptime", 2*time.Second, cc); d != "" {
 		t.Errorf("S1 broken: %s", d)
@@ -519,9 +520,9 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 	p1 := testutil.NewProxy(t, srv[1].Addr())
 	aaddrs := append([]string(nil), addrs...)
 	aaddrs[1] = p1.Addr()
-	ca := newCoord(t, aaddrs)
-	cb := newCoord(t, addrs)
-	waitAllUp(t, ca)
+	ca := testkit.NewCoord(t, aaddrs)
+	cb := testkit.NewCoord(t, addrs)
+	testkit.WaitAllUp(t, ca)
 	la, _ := primitives.NewLock(ca, "extend", primitives.WithTTL(2*time.Second), primitives.WithAutoRenew(false))
 	a, err := la.TryAcquire(context.Background())
 	if err != nil {
@@ -542,12 +543,12 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 	if d := time.Since(began); d > time.Second {
 		t.Errorf("Extend with one node held took %v, want about NodeTimeout (250ms)", d.Round(time.Millisecond))
 	}
-	if !testutil.Eventually(5*time.Second, func() bool { return admin(t, srv[1], "EXISTS", lockKey("extend", "lock")) == "0" }) {
+	if !testutil.Eventually(5*time.Second, func() bool { return testkit.Admin(t, srv[1], "EXISTS", testkit.LockKey("extend", "lock")) == "0" }) {
 		t.Fatal("A's 2 s key on node 1 never expired")
 	}
 	srv[0].RestartEmpty()
 	h.Release()
-	cc := newCoord(t, addrs)
+	cc := testkit.NewCoord(t, addrs)
 	stop := time.Now().Add(12 * time.Second)
 	var ls []*primitives.Lock
 	for _, c := range []*coordinator.Coordinator{cb, cc} {
@@ -589,7 +590,7 @@ func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
 	pa2.SetFault(testutil.Blackhole)
 	aaddrs := append([]string(nil), addrs...)
 	aaddrs[2] = pa2.Addr()
-	ca := newCoord(t, aaddrs)
+	ca := testkit.NewCoord(t, aaddrs)
 	const ttl = 8 * time.Second
 	la, _ := primitives.NewLock(ca, "fresh", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	granted := time.Now()
@@ -598,7 +599,7 @@ func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Release(context.Background())
-	if r := admin(t, srv[2], "EXISTS", "redlock:{guard}:horizon"); r != "0" {
+	if r := testkit.Admin(t, srv[2], "EXISTS", "redlock:{guard}:horizon"); r != "0" {
 		t.Fatalf("node 2 has a horizon: %s", r)
 	}
 	pc1 := testutil.NewProxy(t, srv[1].Addr())
@@ -606,7 +607,7 @@ func TestAdvGuardFreshRuleNewProcessStartup(t *testing.T) {
 	caddrs := append([]string(nil), addrs...)
 	caddrs[1] = pc1.Addr()
 	srv[0].RestartEmpty()
-	cc := newCoord(t, caddrs)
+	cc := testkit.NewCoord(t, caddrs)
 	st := cc.Nodes()[0]
 	t.Logf("C after New: node 0 guarded %v until %v", st.Guarded, st.GuardedUntil)
 	if d := advContend(t, a, granted, "fresh", 2*time.Second, cc); d != "" {

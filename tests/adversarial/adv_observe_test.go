@@ -1,4 +1,4 @@
-package primitives_test
+package adversarial_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -135,7 +136,7 @@ func advServers(t *testing.T, n int) []*testutil.Server {
 // advLock is a Lock on its own coordinator.
 func advLock(t *testing.T, addrs []string, name, label string, opts ...primitives.Option) *primitives.Lock {
 	t.Helper()
-	c := newCoord(t, addrs)
+	c := testkit.NewCoord(t, addrs)
 	l, err := primitives.NewLock(c, name, append([]primitives.Option{primitives.WithLabel(label)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +241,7 @@ func TestAdvObserveCrashWithNodesDownAndStopped(t *testing.T) {
 	t.Parallel()
 	srv := advServers(t, 5)
 	addrs := testutil.Addrs(srv)
-	px, paddrs := proxied(t, addrs)
+	px, paddrs := testkit.Proxied(t, addrs)
 	ctx := context.Background()
 	w := watchAll(t, advLock(t, addrs, "crash5", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
@@ -288,8 +289,8 @@ func TestAdvObserveDelayedGrantReleaseAndRead(t *testing.T) {
 	t.Parallel()
 	srv := advServers(t, 3)
 	addrs := testutil.Addrs(srv)
-	hpx, haddrs := proxied(t, addrs)
-	opx, oaddrs := proxied(t, addrs)
+	hpx, haddrs := testkit.Proxied(t, addrs)
+	opx, oaddrs := testkit.Proxied(t, addrs)
 	ctx := context.Background()
 	w := watchAll(t, advLock(t, oaddrs, "slow", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
@@ -338,7 +339,7 @@ func TestAdvObserveFlagExpiredOnAMinority(t *testing.T) {
 	t.Parallel()
 	srv := advServers(t, 5)
 	addrs := testutil.Addrs(srv)
-	hpx, haddrs := proxied(t, addrs)
+	hpx, haddrs := testkit.Proxied(t, addrs)
 	ctx := context.Background()
 	w := watchAll(t, advLock(t, addrs, "flag", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
@@ -410,13 +411,13 @@ func TestAdvObserveEmptyRestartWhileHeld(t *testing.T) {
 	// holder's renewals re-take it. Node 0's restart must leave a quorum.
 	if !testutil.Eventually(10*time.Second, func() bool {
 		for _, s := range srv {
-			if !strings.Contains(nodeValue(s, "restart"), lease.Token()) {
+			if !strings.Contains(testkit.NodeValue(s, "restart"), lease.Token()) {
 				return false
 			}
 		}
 		return true
 	}) {
-		t.Fatalf("the holder never held every node: %q %q %q", nodeValue(srv[0], "restart"), nodeValue(srv[1], "restart"), nodeValue(srv[2], "restart"))
+		t.Fatalf("the holder never held every node: %q %q %q", testkit.NodeValue(srv[0], "restart"), testkit.NodeValue(srv[1], "restart"), testkit.NodeValue(srv[2], "restart"))
 	}
 	from := len(w.all())
 	srv[0].RestartEmpty()
@@ -452,7 +453,7 @@ func TestAdvObserveSplitHandoffOnEvenNodes(t *testing.T) {
 	var locks [2]*primitives.Lock
 	for i, label := range []string{"a", "b"} {
 		var paddrs []string
-		px[i], paddrs = proxied(t, addrs)
+		px[i], paddrs = testkit.Proxied(t, addrs)
 		locks[i] = advLock(t, paddrs, "split", label)
 	}
 	lease, err := locks[0].Acquire(ctx)
@@ -488,7 +489,7 @@ func TestAdvObserveLateSubscription(t *testing.T) {
 	t.Parallel()
 	srv := advServers(t, 3)
 	addrs := testutil.Addrs(srv)
-	opx, oaddrs := proxied(t, addrs)
+	opx, oaddrs := testkit.Proxied(t, addrs)
 	ctx := context.Background()
 	var subs []*testutil.Held
 	for _, p := range opx {
@@ -553,7 +554,7 @@ func TestAdvObserveBlockedNamesEndOnTime(t *testing.T) {
 	t.Run("lock delay after a crash", func(t *testing.T) {
 		w := watchAll(t, advLock(t, addrs, "ld", "observer"))
 		w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
-		px, paddrs := proxied(t, addrs)
+		px, paddrs := testkit.Proxied(t, addrs)
 		l := advLock(t, paddrs, "ld", "delayed", primitives.WithTTL(time.Second), primitives.WithLockDelay(time.Second))
 		start := time.Now()
 		lease, err := l.TryAcquire(ctx)
@@ -580,7 +581,7 @@ func TestAdvObserveBlockedNamesEndOnTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.await(t, "the holder", advPush, leading("holder"))
-		px, paddrs := proxied(t, addrs)
+		px, paddrs := testkit.Proxied(t, addrs)
 		waiter := advLock(t, paddrs, "dg", "waiter", primitives.WithTTL(time.Second))
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -590,7 +591,7 @@ func TestAdvObserveBlockedNamesEndOnTime(t *testing.T) {
 				l.Release(ctx)
 			}
 		}()
-		waitQueued(t, srv, lockKey("dg", "q"), 1)
+		testkit.WaitQueued(t, srv, testkit.LockKey("dg", "q"), 1)
 		// its process dies: its requests go nowhere, its subscriptions stay
 		for _, p := range px {
 			p.SetFault(testutil.DropRequests)
@@ -618,7 +619,7 @@ func TestAdvObserveMultiLockOwnerAndForce(t *testing.T) {
 	w := watchAll(t, advLock(t, addrs, "other", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
 
-	ml, err := primitives.NewMultiLock(newCoord(t, addrs), []string{"aaa", "other", "zzz"}, primitives.WithLabel("multi"))
+	ml, err := primitives.NewMultiLock(testkit.NewCoord(t, addrs), []string{"aaa", "other", "zzz"}, primitives.WithLabel("multi"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,8 +671,8 @@ func TestAdvObserveDeadlineReadHeld(t *testing.T) {
 	t.Parallel()
 	srv := advServers(t, 3)
 	addrs := testutil.Addrs(srv)
-	hpx, haddrs := proxied(t, addrs)
-	opx, oaddrs := proxied(t, addrs)
+	hpx, haddrs := testkit.Proxied(t, addrs)
+	opx, oaddrs := testkit.Proxied(t, addrs)
 	ctx := context.Background()
 	w := watchAll(t, advLock(t, oaddrs, "heldread", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
@@ -711,7 +712,7 @@ func TestAdvObserveDeadlineReadHeld(t *testing.T) {
 // granted by a handoff may keep its entry.) The lease (nil on an error,
 // reported) comes on the channel.
 func acquireQueued(t *testing.T, srv []*testutil.Server, name string, l *primitives.Lock) <-chan *primitives.Lease {
-	key := lockKey(name, "q")
+	key := testkit.LockKey(name, "q")
 	members := func(s *testutil.Server) ([]string, error) {
 		q, err := s.Do("ZRANGE", key, "0", "-1")
 		return strings.Fields(strings.Trim(q, "[]")), err

@@ -1,0 +1,107 @@
+package testkit
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Labels joins the labels of q with commas, in order.
+func Labels(q []primitives.HolderInfo) string {
+	var s []string
+	for _, h := range q {
+		s = append(s, h.Label)
+	}
+	return strings.Join(s, ",")
+}
+
+// QueuedOnEveryNode waits until every node's status lists the waiters
+// labelled want in that order, and returns those states.
+func QueuedOnEveryNode(t *testing.T, status func() []primitives.NodeState, want string) []primitives.NodeState {
+	t.Helper()
+	var sts []primitives.NodeState
+	if !testutil.Eventually(5*time.Second, func() bool {
+		sts = status()
+		for _, st := range sts {
+			if Labels(st.Queue) != want {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("per-node queues %+v", sts)
+	}
+	return sts
+}
+
+// QueuedOnOnce waits until name's queue holds one waiter on each node.
+func QueuedOnOnce(t *testing.T, srv []*testutil.Server, name string, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		if !testutil.Eventually(5*time.Second, func() bool { v, _ := srv[i].Do("ZCARD", LockKey(name, "q")); return v == "1" }) {
+			q, _ := srv[i].Do("ZRANGE", LockKey(name, "q"), "0", "-1")
+			t.Fatalf("W never queued on node %d (queue %s, lock %q)", i, q, NodeValue(srv[i], name))
+		}
+	}
+}
+
+// QueuedOnAll is QueuedOnOnce on every node of srv.
+func QueuedOnAll(t *testing.T, srv []*testutil.Server, name string) {
+	t.Helper()
+	for i := range srv {
+		QueuedOnOnce(t, srv, name, i)
+	}
+}
+
+// AcquireAsync runs l.Acquire in a goroutine: its lease (nil on error,
+// reported) comes on the channel.
+func AcquireAsync(ctx context.Context, t *testing.T, l *primitives.Lock) <-chan *primitives.Lease {
+	got := make(chan *primitives.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	return got
+}
+
+// HoldAndWait makes lh hold (TryAcquire) and lw wait for it in Acquire,
+// within wait; W's lease (nil on an error, reported) arrives on got.
+func HoldAndWait(t *testing.T, lh, lw *primitives.Lock, wait time.Duration) (h *primitives.Lease, got chan *primitives.Lease) {
+	t.Helper()
+	h, err := lh.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	got = make(chan *primitives.Lease, 1)
+	go func() {
+		w, err := lw.Acquire(ctx)
+		if err != nil {
+			t.Errorf("W: %v", err)
+		}
+		got <- w
+	}()
+	return h, got
+}
+
+// HandOver releases h and returns the lease the waiting Acquire got from
+// it (the test fails if it got none); the caller releases that one.
+func HandOver(ctx context.Context, t *testing.T, h *primitives.Lease, got <-chan *primitives.Lease) *primitives.Lease {
+	t.Helper()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	return w
+}

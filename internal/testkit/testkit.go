@@ -1,0 +1,75 @@
+// Package testkit holds the test helpers that the primitives tests and the
+// adversarial suite (tests/adversarial) share. It is for tests only: a
+// helper fails the test it is given.
+package testkit
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/engine"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Quiet is a logger that discards everything.
+var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// NewCoord returns a coordinator on addrs, closed when the test ends. Each
+// mut edits the config first.
+func NewCoord(t testing.TB, addrs []string, mut ...func(*coordinator.Config)) *coordinator.Coordinator {
+	t.Helper()
+	// NodeTimeout well above a loaded 2-core machine's hiccups under -race.
+	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: Quiet}
+	for _, f := range mut {
+		f(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := coordinator.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("coordinator.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// WaitAllUp waits until every node answered and was probed (New returns as
+// soon as a quorum did).
+func WaitAllUp(t *testing.T, c interface {
+	Nodes() []coordinator.NodeStatus
+}) {
+	t.Helper()
+	if !testutil.Eventually(10*time.Second, func() bool {
+		for _, n := range c.Nodes() {
+			if !n.Up || !n.Probed {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("nodes never all up: %+v", c.Nodes())
+	}
+}
+
+// WaitMaster waits until node 0 of c follows the master at addr, and
+// returns its status.
+func WaitMaster(t *testing.T, c *coordinator.Coordinator, addr string) coordinator.NodeStatus {
+	t.Helper()
+	var st coordinator.NodeStatus
+	ok := testutil.Eventually(15*time.Second, func() bool {
+		st = c.Nodes()[0]
+		return st.Master == addr && st.Up
+	})
+	if !ok {
+		t.Fatalf("node 0 never followed the master to %s: %+v", addr, st)
+	}
+	return st
+}
+
+// ProcOf returns the process id that c's direct grants are addressed to
+// (the `<topic>:ch:<proc>` channel; its enqueuing attempts carry it).
+func ProcOf(c *coordinator.Coordinator) string { return engine.Of(c).Proc() }
