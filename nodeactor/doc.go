@@ -44,8 +44,9 @@
 //  7. Follow-ups go first. A program's next step and a cluster node's
 //     delayed resend go at the head of the lane's next batch.
 //  8. Joined calls only move requests earlier past other resources. The
-//     requests of a batch that share a Join script go as one call at the
-//     place of the first; one joins only if no request of its own
+//     requests of a batch that share a join script (Call.Join, or
+//     Script.JoinedAs) and are all armed or all plain go as one call at
+//     the place of the first; one joins only if no request of its own
 //     resource that is not in the call lies between, and the call runs its
 //     elements in order. A fallback or resend of the call redoes it whole,
 //     and every later request of any of its resources (point 6), whether

@@ -10,8 +10,9 @@ import (
 // of several requests (Call.Join).
 type unit struct {
 	call  Call
-	first int   // index in the batch of the (first) request
-	elems []int // a joined call: the batch indexes of its elements, in order
+	first int     // index in the batch of the (first) request
+	elems []int   // a joined call: the batch indexes of its elements, in order
+	join  *Script // the joined call's script, while the unit may take more
 }
 
 // resources lists the resources a unit touches, for fallbacks.
@@ -31,7 +32,28 @@ func (u *unit) resources(live []Request) []string {
 // join, nor does anything on a Redis Cluster node: the keys of a joined
 // call may lie in different slots.
 func (a *Actor) joinable(c *Call) bool {
-	return c.Join != nil && c.Join.Script != nil && c.Next == nil && !c.Mark && !a.opt.Cluster
+	return c.joinScript() != nil && c.Next == nil && !c.Mark && !a.opt.Cluster
+}
+
+// joinScript is the script of c's joined call: its Join's, or its
+// script's element form (Script.JoinedAs); nil when it has none.
+func (c *Call) joinScript() *Script {
+	switch {
+	case c.Join != nil:
+		return c.Join.Script
+	case c.Script != nil:
+		return c.Script.many
+	}
+	return nil
+}
+
+// joinElem is c's element of a joined call: its Join's keys and
+// arguments, or its own.
+func (c *Call) joinElem() (keys, args []string) {
+	if c.Join != nil {
+		return c.Join.Keys, c.Join.Args
+	}
+	return c.Keys, c.Args
 }
 
 // units turns a batch into its commands: requests whose Join names the same
@@ -55,27 +77,28 @@ func (a *Actor) units(live []Request, us []unit) []unit {
 			us = append(us, unit{call: *c, first: i})
 			continue
 		}
-		if open >= 0 && us[open].call.Script == c.Join.Script && us[open].call.Armed == c.Armed && !touched[resource(*c)] {
-			us[open].elems = append(us[open].elems, i)
+		if open >= 0 && us[open].join == c.joinScript() && us[open].call.Armed == c.Armed && !touched[resource(*c)] {
+			u := &us[open]
+			if u.elems == nil {
+				// a second element: the unit becomes a joined call, armed
+				// when its elements are (one guard check for the call)
+				u.call, u.elems = Call{Script: u.join, Armed: c.Armed}, []int{u.first}
+			}
+			u.elems = append(u.elems, i)
 			continue
 		}
 		open = len(us)
 		clear(touched)
-		// armed when its elements are: one guard check for the call
-		us = append(us, unit{call: Call{Script: c.Join.Script, Armed: c.Armed}, first: i, elems: []int{i}})
+		// its own call until another joins it
+		us = append(us, unit{call: *c, first: i, join: c.joinScript()})
 	}
 	for k := range us {
-		u := &us[k]
-		switch {
-		case u.elems == nil:
-		case len(u.elems) == 1:
-			u.call, u.elems = live[u.first].Call, nil
-		default:
+		if u := &us[k]; u.elems != nil {
 			var keys, args []string
 			for _, i := range u.elems {
-				jn := live[i].Call.Join
-				keys = append(keys, jn.Keys...)
-				args = append(args, jn.Args...)
+				k, a := live[i].Call.joinElem()
+				keys = append(keys, k...)
+				args = append(args, a...)
 			}
 			u.call.Keys, u.call.Args = keys, args
 		}

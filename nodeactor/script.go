@@ -27,6 +27,19 @@ type Script struct {
 	// markable: the body has MarkLine, so the guard loads a marking copy
 	// of it (markedFor) for Call.Mark.
 	markable bool
+
+	// many is the script's element form (JoinedAs), or nil.
+	many *Script
+}
+
+// JoinedAs makes many the element form of s: a lane may run two or more
+// calls of s in one batch as one call of many, which gets every call's
+// Keys and then Args, one call after the other, and answers one reply
+// per call, exactly what s answers it (as Join, without a Join per
+// call). It returns s; call it before the script is in use.
+func (s *Script) JoinedAs(many *Script) *Script {
+	s.many = many
+	return s
 }
 
 // MarkLine is the line of a script's body that its marking copy replaces

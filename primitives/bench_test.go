@@ -42,34 +42,49 @@ func BenchmarkLockUncontended(b *testing.B) {
 }
 
 // BenchmarkLockParallel is W4-like: many goroutines on independent keys
-// through one Coordinator (3 nodes, 2×GOMAXPROCS×32 goroutines).
+// through one Coordinator (1 and 3 nodes, 2×GOMAXPROCS×32 goroutines).
 // Both report client-cpu-ns/op beside ns/op: this process's CPU time per
 // Acquire+Release (the redis-servers are other processes), steadier than
 // wall time on a shared machine.
 func BenchmarkLockParallel(b *testing.B) {
 	testutil.RequireRedis(b)
-	addrs := testutil.Addrs(testutil.StartServers(b, 3, testutil.ServerOptions{}))
-	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: testkit.Quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	var seq atomic.Int64
-	b.SetParallelism(32)
-	b.ResetTimer()
-	defer reportClientCPU(b)()
-	b.RunParallel(func(pb *testing.PB) {
-		l, _ := primitives.NewLock(c, "w4-"+strconv.FormatInt(seq.Add(1), 10))
-		ctx := context.Background()
-		for pb.Next() {
-			lease, err := l.TryAcquire(ctx)
+	for _, n := range []int{1, 3} {
+		b.Run(strconv.Itoa(n)+"nodes", func(b *testing.B) {
+			srv := testutil.StartServers(b, n, testutil.ServerOptions{})
+			c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: testutil.Addrs(srv), Logger: testkit.Quiet})
 			if err != nil {
-				b.Error(err)
-				return
+				b.Fatal(err)
 			}
-			lease.Release(ctx)
-		}
-	})
+			defer c.Close()
+			// the scripts' server time per op, on every node (INFO
+			// commandstats: EVAL and EVALSHA, the guard's included)
+			serverUs := func() (us float64) {
+				for _, s := range srv {
+					_, u := evalStats(b, s)
+					us += u
+				}
+				return us
+			}
+			var seq atomic.Int64
+			b.SetParallelism(32)
+			us0 := serverUs()
+			b.ResetTimer()
+			defer reportClientCPU(b)()
+			b.RunParallel(func(pb *testing.PB) {
+				l, _ := primitives.NewLock(c, "w4-"+strconv.FormatInt(seq.Add(1), 10))
+				ctx := context.Background()
+				for pb.Next() {
+					lease, err := l.TryAcquire(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					lease.Release(ctx)
+				}
+			})
+			b.ReportMetric((serverUs()-us0)/float64(b.N), "server-µs/op")
+		})
+	}
 }
 
 // BenchmarkLockHandoff is W2 with and without the node guard: a waiter

@@ -23,7 +23,8 @@ var (
 	lockScript = nodeactor.NewScript("lock", scripts.Lock)
 	// lockTryScript is lock.lua's acquire for an attempt that does not
 	// queue (scripts.LockTryAcquire): the uncontended path's server cost.
-	lockTryScript = nodeactor.NewFixedScript("lock.try", scripts.LockTry)
+	// A lane joins the calls of a batch (lockTryManyScript).
+	lockTryScript = nodeactor.NewFixedScript("lock.try", scripts.LockTry).JoinedAs(lockTryManyScript)
 	// lockRenewScript renews many plain Lock leases in one call: a node
 	// actor's lane joins the plain renewals of a batch into one
 	// (nodeactor.Join; docs/architecture.md, "Batched renewals").

@@ -40,9 +40,7 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 		a.Seq, a.Proc = seq, l.c.Proc()
 	}
 	if t, ok := a.Try(); ok {
-		args := t.Args()
-		return nodeactor.Call{Script: lockTryScript, Keys: l.keys, Args: args,
-			Join: &nodeactor.Join{Script: lockTryManyScript, Keys: l.keys, Args: args}}
+		return nodeactor.Call{Script: lockTryScript, Keys: l.keys, Args: t.Args()}
 	}
 	return l.call(a)
 }
