@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"strings"
 	"testing"
 	"time"
@@ -31,28 +32,12 @@ func TestTLSNodes(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{TLS: true})
 	tc := srv[0].TLSConfig()
-	allUp(t, newTLSCoord(t, coordinator.Config{Nodes: testutil.Addrs(srv), TLS: tc}))
+	testkit.WaitAllUp(t, newTLSCoord(t, coordinator.Config{Nodes: testutil.Addrs(srv), TLS: tc}))
 	var urls []string
 	for _, a := range testutil.Addrs(srv) {
 		urls = append(urls, "rediss://"+a)
 	}
-	allUp(t, newTLSCoord(t, coordinator.Config{Nodes: urls, TLS: tc}))
-}
-
-// allUp waits until every node answered and was probed (New returns as
-// soon as a quorum did).
-func allUp(t *testing.T, c *coordinator.Coordinator) {
-	t.Helper()
-	if !testutil.Eventually(10*time.Second, func() bool {
-		for _, n := range c.Nodes() {
-			if !n.Up || !n.Probed {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("nodes never all up: %+v", c.Nodes())
-	}
+	testkit.WaitAllUp(t, newTLSCoord(t, coordinator.Config{Nodes: urls, TLS: tc}))
 }
 
 // A client without TLS against TLS-only nodes fails New with an error
