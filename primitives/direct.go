@@ -88,7 +88,7 @@ func (w *lockWaiter) offer(ctx context.Context, gs []notify.Grant) (*Lease, time
 		// acquire or rollback call of its own.
 		h, err := c.TakeGrants(ctx, engine.DirectSpec{Start: w.start, TTL: w.l.o.ttl, Life: w.l.o.keyLife(), Grants: votes, Nodes: nodes, Marked: marks,
 			MinValidity: w.l.o.ttl / 2, Key: w.l.keys[0],
-			Op: newExclusiveOp(w.l, &waiter{queued: w.l, wid: w.wid}, token, nodeactor.Call{}, nodeactor.Call{})})
+			Op: newExclusiveOp(nil, &waiter{queued: w.l, wid: w.wid}, token, nodeactor.Call{}, nodeactor.Call{})})
 		if err == nil {
 			c.Instruments().DirectGrants.Add(ctx, 1)
 			return newLease(h), 0

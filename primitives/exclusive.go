@@ -20,6 +20,44 @@ type exclusive interface {
 	fenceCall(fence int64) nodeactor.Call
 	holdSpec(token string, fence uint64) engine.HoldSpec
 	leaseTTL() time.Duration
+	// traits are what the primitive adds to the shared attempt.
+	traits() traits
+}
+
+// traits are what an exclusive primitive adds to the shared attempt, each
+// optional (nil or zero: none). Each is the primitive itself, by the
+// interface it implements: no allocation per attempt.
+type traits struct {
+	token   tokener     // attempt tokens with holder metadata; nil: a random token
+	forNode nodeAdapter // per-node calls; nil: the same call on every node
+	claim   claimer     // drops a won waiter's queue entries; nil: none
+	// life is how long the grant's keys may live, when longer than the
+	// lease's TTL (a lock delay, a min-hold tail).
+	life time.Duration
+}
+
+// tokener is implemented by primitives whose attempt tokens carry holder
+// metadata (Lock, MultiLock, FairLock, RWLock: see meta.go): attemptToken
+// returns the value an attempt writes; enqueue tells whether the attempt
+// queues wid. With tracing on, the token carries the acquire span's
+// traceparent too.
+type tokener interface {
+	attemptToken(wid string, enqueue bool) string
+}
+
+// nodeAdapter is implemented by primitives whose calls must change per node:
+// a MultiLock on a Redis Cluster node runs one step per slot group. forNode
+// returns a fresh call each time (a program keeps per-run state).
+type nodeAdapter interface {
+	forNode(node int, call nodeactor.Call) nodeactor.Call
+}
+
+// claimer is implemented by primitives whose waiters queue on the nodes and
+// must drop their entries as soon as they win (FairLock): after a won
+// quorum, claimCall is sent to every node. (Lock drops its entry with the
+// lease's release instead, which costs no extra round.)
+type claimer interface {
+	claimCall(token, wid string) nodeactor.Call
 }
 
 // queued is an exclusive primitive whose blocked Acquire keeps a place in
@@ -35,7 +73,7 @@ type queued interface {
 // primitive plus the waiter's id and queue score (chosen once, the same on
 // every node; 0 until known). Only its Acquire goroutine touches it.
 // attemptExclusive asks the primitive, not the waiter, for the optional
-// nodeAdapter, tokener and claimer.
+// traits.
 type waiter struct {
 	queued
 	wid   string
@@ -50,40 +88,15 @@ func (w *waiter) holdSpec(token string, fence uint64) engine.HoldSpec {
 	return w.holdSpecWid(token, w.wid, fence)
 }
 
-// primitive returns the waiting primitive (for its optional interfaces).
-func (w *waiter) primitive() any { return w.queued }
-
-// nodeAdapter is implemented by primitives whose calls must change per node:
-// a MultiLock on a Redis Cluster node runs one step per slot group. forNode
-// returns a fresh call each time (a program keeps per-run state).
-type nodeAdapter interface {
-	forNode(node int, call nodeactor.Call) nodeactor.Call
-}
+func (w *waiter) traits() traits { return w.queued.traits() }
 
 // perNode returns the call for each node: call itself, adapted per node
-// when x is a nodeAdapter.
-func perNode(x any, call nodeactor.Call) func(int) nodeactor.Call {
-	if a, ok := x.(nodeAdapter); ok {
+// by a when set.
+func perNode(a nodeAdapter, call nodeactor.Call) func(int) nodeactor.Call {
+	if a != nil {
 		return func(i int) nodeactor.Call { return a.forNode(i, call) }
 	}
 	return func(int) nodeactor.Call { return call }
-}
-
-// tokener is implemented by primitives whose attempt tokens carry holder
-// metadata (Lock, MultiLock, FairLock, RWLock: see meta.go): attemptToken
-// returns the value an attempt writes; enqueue tells whether the attempt
-// queues wid. With tracing on, the token carries the acquire span's
-// traceparent too.
-type tokener interface {
-	attemptToken(wid string, enqueue bool) string
-}
-
-// claimer is implemented by primitives whose waiters queue on the nodes and
-// must drop their entries as soon as they win (FairLock): after a won
-// quorum, claimCall is sent to every node. (Lock drops its entry with the
-// lease's release instead, which costs no extra round.)
-type claimer interface {
-	claimCall(token, wid string) nodeactor.Call
 }
 
 // fenceInit is the value a node with no fence counter starts it from: the
@@ -116,35 +129,26 @@ func attemptExclusive(ctx context.Context, c *engine.Engine, x exclusive, wid st
 // attemptSplits is attemptExclusive; with splits, a refused round that may
 // be a split vote waits for its last answers to tell (tryExclusive).
 func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid string, enqueue, splits bool) attemptResult {
-	var base any = x // the primitive, for its optional interfaces
-	if w, ok := x.(interface{ primitive() any }); ok {
-		base = w.primitive()
-	}
+	tr := x.traits()
 	token := ""
-	if tk, ok := base.(tokener); ok {
-		token = withTraceParent(c, ctx, tk.attemptToken(wid, enqueue))
+	if tr.token != nil {
+		token = withTraceParent(c, ctx, tr.token.attemptToken(wid, enqueue))
 	} else {
 		token = newToken()
 	}
-	var life time.Duration
-	for _, p := range []any{x, base} {
-		if kl, ok := p.(interface{ keyLife() time.Duration }); ok {
-			life = max(life, kl.keyLife())
-		}
-	}
 	res := c.Attempt(ctx, engine.AttemptSpec{
-		Op:     newExclusiveOp(base, x, token, x.acquireCall(token, wid, enqueue), x.rollbackCall(token, wid)),
+		Op:     newExclusiveOp(tr.forNode, x, token, x.acquireCall(token, wid, enqueue), x.rollbackCall(token, wid)),
 		TTL:    x.leaseTTL(),
-		Life:   life,
+		Life:   tr.life,
 		Queue:  enqueue, // a waiter's place on every node, also a slow one
 		Splits: splits,
 		Wait:   !splits, // a blocking Acquire's attempt; tryExclusive's splits
 	})
 	if res.Hold != nil {
-		if cl, ok := base.(claimer); ok && enqueue {
+		if tr.claim != nil && enqueue {
 			// Drop the waiter's queue entries everywhere (grants keep them so a
 			// split attempt keeps its place).
-			claim := cl.claimCall(token, wid)
+			claim := tr.claim.claimCall(token, wid)
 			c.Broadcast(ctx, func(int) nodeactor.Call { return claim })
 		}
 	}
@@ -152,27 +156,27 @@ func attemptSplits(ctx context.Context, c *engine.Engine, x exclusive, wid strin
 }
 
 // exclusiveOp is one attempt of an exclusive primitive x under token: its
-// calls (adapted per node by base, the primitive), the Lock family's vote,
-// and x's hold. It is the engine.Op of Lock, MultiLock, RWLock, FairLock
+// calls (adapted per node by forNode), the Lock family's vote, and x's
+// hold. It is the engine.Op of Lock, MultiLock, RWLock, FairLock
 // and a Semaphore slot.
 type exclusiveOp struct {
-	base              any
+	forNode           nodeAdapter
 	x                 exclusive
 	token             string
 	acquire, rollback func(int) nodeactor.Call
 	vote              func(nodeactor.Reply) (engine.Vote, error)
 }
 
-func newExclusiveOp(base any, x exclusive, token string, acquire, rollback nodeactor.Call) *exclusiveOp {
-	return &exclusiveOp{base: base, x: x, token: token,
-		acquire: perNode(base, acquire), rollback: perNode(base, rollback), vote: lockVote}
+func newExclusiveOp(forNode nodeAdapter, x exclusive, token string, acquire, rollback nodeactor.Call) *exclusiveOp {
+	return &exclusiveOp{forNode: forNode, x: x, token: token,
+		acquire: perNode(forNode, acquire), rollback: perNode(forNode, rollback), vote: lockVote}
 }
 
 func (o *exclusiveOp) Acquire(i int) nodeactor.Call                  { return o.acquire(i) }
 func (o *exclusiveOp) Rollback(i int) nodeactor.Call                 { return o.rollback(i) }
 func (o *exclusiveOp) Vote(rep nodeactor.Reply) (engine.Vote, error) { return o.vote(rep) }
 func (o *exclusiveOp) Fence(f int64, i int) nodeactor.Call {
-	return perNode(o.base, o.x.fenceCall(f))(i)
+	return perNode(o.forNode, o.x.fenceCall(f))(i)
 }
 func (o *exclusiveOp) Hold(fence uint64) engine.HoldSpec { return o.x.holdSpec(o.token, fence) }
 

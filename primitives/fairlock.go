@@ -215,7 +215,7 @@ func (w *fairWaiter) fenceCall(fence int64) nodeactor.Call {
 
 func (w *fairWaiter) leaseTTL() time.Duration { return w.f.o.ttl }
 
-func (w *fairWaiter) keyLife() time.Duration { return w.f.o.keyLife() }
+func (w *fairWaiter) traits() traits { return traits{token: w, claim: w, life: w.f.o.keyLife()} }
 
 // attemptToken carries the holder metadata and, when the attempt queues,
 // the waiter whose entry the hold keeps (meta.go).

@@ -215,7 +215,7 @@ func (l *Lock) holdSpecWid(token, wid string, fence uint64) engine.HoldSpec {
 
 func (l *Lock) leaseTTL() time.Duration { return l.o.ttl }
 
-func (l *Lock) keyLife() time.Duration { return l.o.keyLife() }
+func (l *Lock) traits() traits { return traits{token: l, life: l.o.keyLife()} }
 
 func (l *Lock) attemptToken(wid string, enqueue bool) string {
 	if !enqueue {

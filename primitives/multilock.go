@@ -173,6 +173,8 @@ func (m *MultiLock) fenceCall(f int64) nodeactor.Call {
 
 func (m *MultiLock) leaseTTL() time.Duration { return m.o.ttl }
 
+func (m *MultiLock) traits() traits { return traits{token: m, forNode: m} }
+
 // attemptToken: a MultiLock's values are Lock values, with the holder's
 // metadata (meta.go) and, for a queued attempt, its waiter id.
 func (m *MultiLock) attemptToken(wid string, enqueue bool) string {

@@ -213,6 +213,8 @@ func (s *rwSide) fenceCall(f int64) nodeactor.Call {
 
 func (s *rwSide) leaseTTL() time.Duration { return s.rw.o.ttl }
 
+func (s *rwSide) traits() traits { return traits{token: s} }
+
 // attemptToken carries the holder metadata and, for a queued writer, the
 // waiter whose entry the hold keeps (meta.go); a reader's entry goes with
 // its grant.

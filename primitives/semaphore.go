@@ -341,7 +341,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	// claim, and queued the waiter again).
 	claim := s.call(scripts.SemUnqueue{Claim: true, Waiter: wid, Window: s.o.set.HandoffWindow, Channel: s.channel})
 	cl := engine.NewPending(func(node int) { s.c.SendLate(node, claim) })
-	op := newExclusiveOp(x, x, token, call, x.rollbackCall(token, wid))
+	op := newExclusiveOp(nil, x, token, call, x.rollbackCall(token, wid))
 	op.vote = s.semVote
 	spec := engine.AttemptSpec{Op: op, TTL: s.o.ttl, Wait: pr.wait}
 	if enqueue {
@@ -411,6 +411,8 @@ func (x semSlot) fenceCall(f int64) nodeactor.Call {
 }
 
 func (x semSlot) leaseTTL() time.Duration { return x.s.o.ttl }
+
+func (x semSlot) traits() traits { return traits{} }
 
 func (x semSlot) holdSpec(token string, fence uint64) engine.HoldSpec {
 	s := x.s
