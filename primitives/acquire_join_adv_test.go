@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +82,130 @@ func TestAdvJoinedPoisonedFenceFailsItsNeighbours(t *testing.T) {
 	}
 	if failed > 0 {
 		t.Fatalf("%d acquires of clean resources failed because they were joined with the acquire of a resource whose fence counter makes INCR raise", failed)
+	}
+}
+
+// Three nodes, two processes. Process A reaches node 0 through a proxy and
+// node 2 not at all (its requests dropped). A joined batch of A's
+// acquires on node 0 is held at the proxy until every attempt gave up
+// (one grant, node 1's, of three), and A's rollbacks queue behind it on
+// the same connection. Meanwhile process B takes half of the resources
+// on all three nodes directly. Then the held joined call runs. Its
+// elements must not disturb B's keys, and its grants of the other half
+// must be rolled back at once (long before the 10 s TTL), so that no
+// second holder ever appears.
+func TestAdvJoinedLateBatchNoSecondHolder(t *testing.T) {
+	testutil.RequireRedis(t)
+	const n, bTakes = 6, 3
+	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
+	p0 := testutil.NewProxy(t, srv[0].Addr())
+	p2 := testutil.NewProxy(t, srv[2].Addr())
+	ca := newCoord(t, []string{p0.Addr(), srv[1].Addr(), p2.Addr()}, func(c *coordinator.Config) {
+		c.NodeTimeout, c.DefaultTTL = time.Second, 10*time.Second
+	})
+	cb := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = time.Second, 10*time.Second })
+	ctx := context.Background()
+	lock := func(c *coordinator.Coordinator, name string) *primitives.Lock {
+		l, err := primitives.NewLock(c, name, primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	blocker, err := lock(ca, "blocker").TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int) string { return fmt.Sprintf("redlock:{jl%d}:lock", i) }
+	p2.SetFault(testutil.DropRequests)
+	h1 := p0.Hold("{blocker}")
+	h2 := p0.HoldAfter(h1, "{jl0}")
+	defer h1.Release()
+	defer h2.Release()
+	go blocker.Extend(ctx, 10*time.Second)
+	select {
+	case <-h1.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocker's renewal never reached the proxy")
+	}
+	time.Sleep(200 * time.Millisecond)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			lease, err := lock(ca, fmt.Sprint("jl", i)).TryAcquire(ctx)
+			if lease != nil {
+				errs <- fmt.Errorf("A's acquire %d succeeded with one reachable grant", i)
+				return
+			}
+			t.Logf("A's acquire %d: %v", i, err)
+			errs <- nil
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	h1.Release()
+	select {
+	case <-h2.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's acquires never reached node 0's proxy")
+	}
+	d := string(h2.Data())
+	t.Logf("held chunk: %d bytes, %d EVALSHA, has {jl0} %v {jl5} %v", len(d), strings.Count(d, "EVALSHA"), strings.Contains(d, "{jl0}"), strings.Contains(d, "{jl5}"))
+	// B takes the first bTakes resources on every node meanwhile
+	var bl []*primitives.Lease
+	for i := range bTakes {
+		lease, err := lock(cb, fmt.Sprint("jl", i)).TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("B's acquire %d while A's joined call is held: %v", i, err)
+		}
+		bl = append(bl, lease)
+	}
+	h2.Release()
+	// A's late grants of the rest go at once (rolled back), B's keys stay
+	if !testutil.Eventually(3*time.Second, func() bool {
+		for i := bTakes; i < n; i++ {
+			if v, _ := srv[0].Do("GET", key(i)); v != testutil.NilReply {
+				return false
+			}
+		}
+		return true
+	}) {
+		for i := bTakes; i < n; i++ {
+			v, _ := srv[0].Do("GET", key(i))
+			ttl, _ := srv[0].Do("PTTL", key(i))
+			t.Errorf("node 0 key %d = %q (PTTL %s): a late joined grant was not rolled back", i, v, ttl)
+		}
+	}
+	for i, l := range bl {
+		var vs []string
+		held := 0
+		for _, s := range srv {
+			v, _ := s.Do("GET", key(i))
+			vs = append(vs, v)
+			if strings.HasPrefix(v, "rl1:L:"+l.Token()) {
+				held++
+			}
+		}
+		t.Logf("resource %d (B's): nodes hold %q", i, vs)
+		if held < 2 {
+			t.Errorf("resource %d: B's token on %d nodes after A's late joined call ran: %q", i, held, vs)
+		}
+		if !l.Valid() {
+			t.Errorf("B's lease %d no longer valid", i)
+		}
+	}
+	// nobody else may take B's resources now (A with every node back)
+	p2.SetFault(testutil.Pass)
+	time.Sleep(2 * time.Second)
+	for i := range bTakes {
+		if lease, err := lock(ca, fmt.Sprint("jl", i)).TryAcquire(ctx); err == nil {
+			t.Errorf("A took resource %d while B holds it (fence %d vs B's %d)", i, lease.Fence(), bl[i].Fence())
+		}
+	}
+	for _, l := range bl {
+		l.Release(ctx)
 	}
 }
