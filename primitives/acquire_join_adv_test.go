@@ -209,3 +209,65 @@ func TestAdvJoinedLateBatchNoSecondHolder(t *testing.T) {
 		l.Release(ctx)
 	}
 }
+
+// The node forgets (FLUSHALL: its arm key goes) while an armed joined call
+// is held at the proxy, on its way. When it arrives, the guard's check of
+// the call must refuse every element: no element may write a grant, and
+// no attempt may count one.
+func TestAdvJoinedArmedCallAfterFlushallRefusesAll(t *testing.T) {
+	const n = 6
+	j := newJoinNode(t, "jg", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	h1 := j.proxy.Hold("{blocker}")
+	h2 := j.proxy.HoldAfter(h1, "{jg0}")
+	defer h1.Release()
+	defer h2.Release()
+	go j.blocker.Extend(context.Background(), 10*time.Second)
+	<-h1.Caught()
+	type result struct {
+		i     int
+		lease *primitives.Lease
+		err   error
+	}
+	got := make(chan result, n)
+	for i := range n {
+		go func() {
+			l, err := primitives.NewLock(j.c, fmt.Sprint("jg", i), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
+			if err != nil {
+				got <- result{i: i, err: err}
+				return
+			}
+			lease, err := l.TryAcquire(context.Background())
+			got <- result{i, lease, err}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	h1.Release()
+	select {
+	case <-h2.Caught():
+	case <-time.After(5 * time.Second):
+		for range n {
+			r := <-got
+			t.Logf("acquire %d: %v", r.i, r.err)
+		}
+		t.Fatal("the joined call never reached the proxy")
+	}
+	d := string(h2.Data())
+	t.Logf("held: %d EVALSHA, {jg0} %v {jg5} %v", strings.Count(d, "EVALSHA"), strings.Contains(d, "{jg0}"), strings.Contains(d, "{jg5}"))
+	if _, err := j.srv.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	h2.Release()
+	for range n {
+		r := <-got
+		t.Logf("acquire %d: %v", r.i, r.err)
+		if r.lease != nil {
+			t.Errorf("acquire %d granted by a node that forgot", r.i)
+			r.lease.Release(context.Background())
+		}
+	}
+	for i := range n {
+		if v, _ := j.srv.Do("GET", j.key(i)); v != testutil.NilReply {
+			t.Errorf("node key %d = %q after the refused joined call", i, v)
+		}
+	}
+}
