@@ -271,3 +271,53 @@ func TestAdvJoinedArmedCallAfterFlushallRefusesAll(t *testing.T) {
 		}
 	}
 }
+
+// Several acquires of one resource (and of others) in one joined call:
+// the elements run in order, so exactly one of each resource's attempts
+// is granted and its key holds that attempt's token.
+func TestAdvJoinedSameResourceTwice(t *testing.T) {
+	const names, each = 3, 4
+	j := newJoinNode(t, "js", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	if _, err := j.srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	release := j.hold()
+	type result struct {
+		i     int
+		lease *primitives.Lease
+		err   error
+	}
+	got := make(chan result, names*each)
+	for k := range names * each {
+		go func() {
+			l, err := primitives.NewLock(j.c, fmt.Sprint("js", k%names), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
+			if err != nil {
+				got <- result{i: k % names, err: err}
+				return
+			}
+			lease, err := l.TryAcquire(context.Background())
+			got <- result{k % names, lease, err}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	release()
+	won := make([][]*primitives.Lease, names)
+	for range names * each {
+		r := <-got
+		if r.lease != nil {
+			won[r.i] = append(won[r.i], r.lease)
+		}
+	}
+	t.Logf("EVALSHA calls: %d", j.evalsha())
+	for i, ls := range won {
+		if len(ls) != 1 {
+			t.Errorf("resource %d: %d holders at once", i, len(ls))
+			continue
+		}
+		v, _ := j.srv.Do("GET", j.key(i))
+		if !strings.HasPrefix(v, "rl1:L:"+ls[0].Token()) {
+			t.Errorf("resource %d: key %q, holder %s", i, v, ls[0].Token())
+		}
+		ls[0].Release(context.Background())
+	}
+}
