@@ -17,12 +17,11 @@ import (
 // A fence counter that passes lock_try.lua's format check ('^%d+$') but
 // makes INCR raise (a value at the int64 limit) is an error raised inside
 // the script, not an error reply of its element. Alone, only that
-// resource's acquire fails. Joined, the raise ends the whole call: every
-// other acquire of the batch on that node gets the call's error too, and
-// their grants written before it are rolled back. "Everything above the
-// lane is unchanged: each request gets its own element as its reply"
-// does not hold for them.
-func TestAdvJoinedPoisonedFenceFailsItsNeighbours(t *testing.T) {
+// resource's acquire fails; joined, too: the element runs under pcall
+// (scripts.manyOf). Found by the adversarial review: before the pcall the
+// raise ended the whole call, and every other acquire of the batch got
+// its error.
+func TestAdvJoinedPoisonedFenceFailsOnlyItsOwnAcquire(t *testing.T) {
 	const n, poisoned = 8, 3
 	j := newJoinNode(t, "jp", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
 	fenceKey := func(i int) string { return fmt.Sprintf("redlock:{jp%d}:fence", i) }

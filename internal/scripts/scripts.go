@@ -59,11 +59,11 @@ const (
 
 // manyOf returns body's element form: a call passes each element's nk
 // keys and na arguments one after the other, and the answer has one
-// reply per element, what body answers for that element alone (an error
-// reply of body is that element's). body runs as it is, inside a
-// function whose KEYS and ARGV are the element's; its prelude ("-- use:")
-// is pulled in once, above it. body must read only KEYS[1..nk] and
-// ARGV[1..na].
+// reply per element, what body answers for that element alone. body runs
+// as it is, inside a function whose KEYS and ARGV are the element's,
+// under pcall: an error it returns or raises is that element's answer,
+// and the next element runs. Its prelude ("-- use:") is pulled in once,
+// above it. body must read only KEYS[1..nk] and ARGV[1..na].
 func manyOf(body string, nk, na int) string {
 	use := useLine.FindString(body)
 	body = useLine.ReplaceAllString(body, "")
@@ -75,7 +75,11 @@ func manyOf(body string, nk, na int) string {
 		"  local k, a = {}, {}\n" +
 		"  for j = 1, " + itoa(int64(nk)) + " do k[j] = KEYS[i * " + itoa(int64(nk)) + " + j] end\n" +
 		"  for j = 1, " + itoa(int64(na)) + " do a[j] = ARGV[i * " + itoa(int64(na)) + " + j] end\n" +
-		"  out[i + 1] = one(k, a)\n" +
+		"  local ok, r = pcall(one, k, a)\n" +
+		"  if not ok then\n" +
+		"    if type(r) == 'table' and r.err then r = redis.error_reply(r.err) else r = redis.error_reply(tostring(r)) end\n" +
+		"  end\n" +
+		"  out[i + 1] = r\n" +
 		"end\n" +
 		"return out\n"
 }
