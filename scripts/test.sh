@@ -128,9 +128,11 @@ gotest() {
 # ten minutes), and its tests mostly wait on servers: the CPU is idle
 # four fifths of the time (measured: 42 s of CPU in a 102 s run). So it
 # runs as two processes beside the other packages, the three at once:
-# the multi-server suites (shard a), and the rest. The adversarial suites
-# are a package of their own, tests/adversarial, run with the others.
-shard='^Test(Cluster|Sentinel|Guard)'
+# the multi-server and guard suites with the Lock's fault tests, which run
+# one at a time (shard a: about 260 s), and the rest (about 250 s). The
+# adversarial suites are a package of their own, tests/adversarial, run
+# with the others.
+shard='^Test(Cluster|Sentinel|Guard|LockFault)'
 
 # quiet: tests that time a proxy's held request against the client's
 # retries, and under the shards' load met interleavings they do not set up
