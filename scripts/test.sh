@@ -129,7 +129,7 @@ gotest() {
 # four fifths of the time (measured: 42 s of CPU in a 102 s run). So it
 # runs as two processes beside the other packages, the three at once:
 # the multi-server and guard suites with the Lock's fault tests, which run
-# one at a time (shard a: about 260 s), and the rest (about 250 s). The
+# one at a time (shard a: about 265 s), and the rest (about 215 s). The
 # adversarial suites are a package of their own, tests/adversarial, run
 # with the others.
 shard='^Test(Cluster|Sentinel|Guard|LockFault)'
