@@ -23,7 +23,7 @@ import (
 // its error.
 func TestAdvJoinedPoisonedFenceFailsOnlyItsOwnAcquire(t *testing.T) {
 	const n, poisoned = 8, 3
-	j := newJoinNode(t, "jp", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	j := newBatchNode(t, "jp")
 	fenceKey := func(i int) string { return fmt.Sprintf("redlock:{jp%d}:fence", i) }
 	if _, err := j.srv.Do("SET", fenceKey(poisoned), "9223372036854775807"); err != nil {
 		t.Fatal(err)
@@ -48,18 +48,7 @@ func TestAdvJoinedPoisonedFenceFailsOnlyItsOwnAcquire(t *testing.T) {
 	}
 	// Joined: the same acquires queued for one batch.
 	release := j.hold()
-	type result struct {
-		i     int
-		lease *primitives.Lease
-		err   error
-	}
-	got := make(chan result, n)
-	for i := range n {
-		go func() {
-			lease, err := try(i)
-			got <- result{i, lease, err}
-		}()
-	}
+	got := j.tryAll("jp", upTo(n)...)
 	time.Sleep(300 * time.Millisecond)
 	release()
 	failed := 0
@@ -223,30 +212,14 @@ func TestAdvJoinedLateBatchNoSecondHolder(t *testing.T) {
 // no attempt may count one.
 func TestAdvJoinedArmedCallAfterFlushallRefusesAll(t *testing.T) {
 	const n = 6
-	j := newJoinNode(t, "jg", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	j := newBatchNode(t, "jg")
 	h1 := j.proxy.Hold("{blocker}")
 	h2 := j.proxy.HoldAfter(h1, "{jg0}")
 	defer h1.Release()
 	defer h2.Release()
 	go j.blocker.Extend(context.Background(), 10*time.Second)
 	<-h1.Caught()
-	type result struct {
-		i     int
-		lease *primitives.Lease
-		err   error
-	}
-	got := make(chan result, n)
-	for i := range n {
-		go func() {
-			l, err := primitives.NewLock(j.c, fmt.Sprint("jg", i), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
-			if err != nil {
-				got <- result{i: i, err: err}
-				return
-			}
-			lease, err := l.TryAcquire(context.Background())
-			got <- result{i, lease, err}
-		}()
-	}
+	got := j.tryAll("jg", upTo(n)...)
 	time.Sleep(300 * time.Millisecond)
 	h1.Release()
 	select {
@@ -284,28 +257,16 @@ func TestAdvJoinedArmedCallAfterFlushallRefusesAll(t *testing.T) {
 // is granted and its key holds that attempt's token.
 func TestAdvJoinedSameResourceTwice(t *testing.T) {
 	const names, each = 3, 4
-	j := newJoinNode(t, "js", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	j := newBatchNode(t, "js")
 	if _, err := j.srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
 	}
 	release := j.hold()
-	type result struct {
-		i     int
-		lease *primitives.Lease
-		err   error
-	}
-	got := make(chan result, names*each)
+	var all []int // each name, each times
 	for k := range names * each {
-		go func() {
-			l, err := primitives.NewLock(j.c, fmt.Sprint("js", k%names), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
-			if err != nil {
-				got <- result{i: k % names, err: err}
-				return
-			}
-			lease, err := l.TryAcquire(context.Background())
-			got <- result{k % names, lease, err}
-		}()
+		all = append(all, k%names)
 	}
+	got := j.tryAll("js", all...)
 	time.Sleep(300 * time.Millisecond)
 	release()
 	won := make([][]*primitives.Lease, names)

@@ -18,31 +18,13 @@ import (
 // acquire alone.
 func TestTryAcquiresOfABatchCostOneCall(t *testing.T) {
 	const n, wrong = 20, 7
-	// NodeTimeout: the attempts wait for the held lane.
-	j := newJoinNode(t, "ja", 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
+	j := newBatchNode(t, "ja")
 	j.srv.Do("RPUSH", j.key(wrong), "a user's list")
 	if _, err := j.srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
 	}
 	release := j.hold()
-	type result struct {
-		i     int
-		lease *primitives.Lease
-		err   error
-	}
-	got := make(chan result, n)
-	for i := range n {
-		go func() {
-			// below the blocker's TTL: no horizon raise of its own
-			l, err := primitives.NewLock(j.c, fmt.Sprint("ja", i), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
-			if err != nil {
-				got <- result{i: i, err: err}
-				return
-			}
-			lease, err := l.TryAcquire(context.Background())
-			got <- result{i, lease, err}
-		}()
-	}
+	got := j.tryAll("ja", upTo(n)...)
 	// The attempts reach the held lane's queue in microseconds each.
 	time.Sleep(300 * time.Millisecond)
 	release()
@@ -75,4 +57,46 @@ func TestTryAcquiresOfABatchCostOneCall(t *testing.T) {
 	if typ, _ := j.srv.Do("TYPE", j.key(wrong)); typ != "list" {
 		t.Fatalf("the user's list became a %s", typ)
 	}
+}
+
+// tryResult is one TryAcquire's outcome, for tryAll.
+type tryResult struct {
+	i     int // the name's index
+	lease *primitives.Lease
+	err   error
+}
+
+// tryAll starts, each in its own goroutine, a TryAcquire of "<prefix><i>"
+// for every i in names (TTL 5 s: below the blocker's, so no horizon raise
+// of its own; no auto-renewal) on j's coordinator, and returns their
+// outcomes as they come.
+func (j *joinNode) tryAll(prefix string, names ...int) <-chan tryResult {
+	got := make(chan tryResult, len(names))
+	for _, i := range names {
+		go func() {
+			l, err := primitives.NewLock(j.c, fmt.Sprint(prefix, i), primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
+			if err != nil {
+				got <- tryResult{i: i, err: err}
+				return
+			}
+			lease, err := l.TryAcquire(context.Background())
+			got <- tryResult{i, lease, err}
+		}()
+	}
+	return got
+}
+
+// upTo returns 0, 1, ..., n-1.
+func upTo(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// newBatchNode is a joinNode without leases whose attempts wait for its
+// held lane (NodeTimeout 3 s).
+func newBatchNode(t *testing.T, prefix string) *joinNode {
+	return newJoinNode(t, prefix, 0, nil, func(c *coordinator.Config) { c.NodeTimeout, c.DefaultTTL = 3*time.Second, 10*time.Second })
 }
