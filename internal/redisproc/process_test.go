@@ -89,6 +89,10 @@ func TestProcessLifecycle(t *testing.T) {
 // a process nor its temporary directory behind.
 func TestStartReportsTheLog(t *testing.T) {
 	testutil.RequireRedis(t)
+	// A temporary directory of its own: the suite's other processes start
+	// servers in the shared one meanwhile (a clean-clone run counted one
+	// of theirs).
+	t.Setenv("TMPDIR", t.TempDir())
 	before := tempDirs(t)
 	p, err := redisproc.Start(redisproc.Config{Args: []string{"--no-such-directive", "x"}})
 	if err == nil {
