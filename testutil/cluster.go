@@ -110,7 +110,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 // another client port on a clash, but the bus port is in the arguments:
 // a clash there needs a new one.
 func startClusterNode(t testing.TB, so ServerOptions) (*Server, error) {
-	for attempt := range clusterStartAttempts {
+	for attempt := 1; ; attempt++ {
 		bus, err := redisproc.FreePort()
 		if err != nil {
 			return nil, err
@@ -123,14 +123,13 @@ func startClusterNode(t testing.TB, so ServerOptions) (*Server, error) {
 			"--cluster-port", strconv.Itoa(bus),
 		}, so.Args...)
 		s, err := newServer(t, o, nil)
-		if err == nil || !errors.Is(err, redisproc.ErrPortInUse) || attempt == clusterStartAttempts-1 {
+		if err == nil || !errors.Is(err, redisproc.ErrPortInUse) || attempt == clusterStartAttempts {
 			return s, err
 		}
 		if s != nil {
 			s.cleanup()
 		}
 	}
-	return nil, errors.New("unreachable")
 }
 
 // Role returns "master" or "slave" as s reports it ("" if it does not answer).

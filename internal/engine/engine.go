@@ -183,7 +183,7 @@ func (c *Engine) addNodes(specs []NodeSpec) {
 		nodes[i] = n
 	}
 	c.guard = guard.New(guard.Config{Nodes: nodes, Quorum: c.quorum, Fanout: c.guardFanout,
-		KeyPrefix: set.KeyPrefix, DriftFactor: set.DriftFactor, MaxTTL: set.MaxTTL,
+		KeyPrefix: set.KeyPrefix, DriftFactor: set.DriftFactor, Drift: c.Drift, MaxTTL: set.MaxTTL,
 		NodeTimeout: set.NodeTimeout, Logger: set.Logger})
 }
 

@@ -64,7 +64,10 @@ func newSimCluster(t *testing.T, nodes, procs int) *simCluster {
 			gnodes[i] = a
 		}
 		pr.g = New(Config{Nodes: gnodes, Quorum: nodes/2 + 1, Fanout: simFanout(pr.actors, c.drift),
-			DriftFactor: c.drift, MaxTTL: simMaxTTL, NodeTimeout: simNodeTimeout,
+			DriftFactor: c.drift, MaxTTL: simMaxTTL,
+			Drift: func(d time.Duration) time.Duration {
+				return time.Duration(float64(d)*c.drift) + 2*time.Millisecond
+			}, NodeTimeout: simNodeTimeout,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		for _, a := range pr.actors {
 			a.onGuarded = pr.g.OnGuarded

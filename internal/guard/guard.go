@@ -105,6 +105,9 @@ type Config struct {
 	Fanout      Fanout
 	KeyPrefix   string
 	DriftFactor float64
+	// Drift is the clock-rate drift over a duration (the engine's one
+	// rule: DriftFactor of it, plus 2 ms).
+	Drift       func(time.Duration) time.Duration
 	MaxTTL      time.Duration
 	NodeTimeout time.Duration
 	Logger      *slog.Logger
@@ -191,10 +194,8 @@ func New(cfg Config) *Guard {
 	return g
 }
 
-// drift is the clock-rate drift over d, plus 2 ms (the Redlock spec's).
-func (g *Guard) drift(d time.Duration) time.Duration {
-	return time.Duration(float64(d)*g.cfg.DriftFactor) + 2*time.Millisecond
-}
+// drift is the clock-rate drift over d (Config.Drift).
+func (g *Guard) drift(d time.Duration) time.Duration { return g.cfg.Drift(d) }
 
 // enough reports whether k nodes make a quorum.
 func (g *Guard) enough(k int) bool { return k >= g.cfg.Quorum }
