@@ -132,6 +132,13 @@ type Actor struct {
 	since atomic.Pointer[[2]string]
 	// armedCopies caches the armed copies for armedAs (armedScript).
 	armedCopies atomic.Pointer[armedSet]
+	// watch counts loss pushes, ended connections and dials on a watched
+	// connection (watch.go); watching says the connection is one; verdict
+	// is the last INFO that confirmed the identity under a watch value.
+	watch        atomic.Uint64
+	watching     atomic.Bool
+	verdict      atomic.Pointer[verdict]
+	watchRefused atomic.Pointer[error] // why the node refused a watched connection (probeGuard warns)
 	// unarmable is the node's answer that failed the guard's last look or
 	// arming (OOM, MISCONF, NOPERM...): an armed call's NOSCRIPT is then
 	// reported as that cause, not as a forget (nil once a look or an

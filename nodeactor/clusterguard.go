@@ -113,7 +113,7 @@ func (a *Actor) unarmed() *armedSet {
 	if set := a.noneArmed.Load(); set != nil {
 		return set
 	}
-	set := newArmedSet(a.opt.Guard, "", true)
+	set := newArmedSet(a.opt.Guard, "", true, false)
 	a.noneArmed.Store(set)
 	return set
 }
@@ -137,7 +137,7 @@ func (a *Actor) setMasterArmed(addr, identity string) {
 		}
 	}
 	if set := next[addr]; set == nil || set.identity != identity {
-		next[addr] = newArmedSet(a.opt.Guard, identity, true)
+		next[addr] = newArmedSet(a.opt.Guard, identity, true, false)
 	}
 	a.masterArms.Store(&next)
 }
@@ -280,7 +280,7 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 func (a *Actor) masterSHAs(ss []*Script, id string) []string {
 	out := []string{armedMarker(a.opt.Guard).SHA}
 	for _, s := range ss {
-		out = append(out, s.sharded.armedFor(a.opt.Guard, id, true).SHA)
+		out = append(out, s.sharded.armedFor(a.opt.Guard, id, true, false).SHA)
 	}
 	return out
 }
@@ -341,7 +341,7 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 	ss := registered()
 	cmds := rueidis.Commands{mc.B().Info().Section("server", "replication").Build()}
 	for _, s := range ss {
-		cmds = append(cmds, mc.B().ScriptLoad().Script(s.sharded.armedFor(a.opt.Guard, want, true).Body).Build(),
+		cmds = append(cmds, mc.B().ScriptLoad().Script(s.sharded.armedFor(a.opt.Guard, want, true, false).Body).Build(),
 			mc.B().ScriptLoad().Script(s.sharded.Body).Build())
 	}
 	cmds = append(cmds, mc.B().ScriptLoad().Script(armedMarker(a.opt.Guard).Body).Build())

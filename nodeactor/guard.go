@@ -77,9 +77,9 @@ func (a *Actor) markedScript(s *Script, id string) *Script {
 // armedSetFor returns the cached armed set of identity id, made anew when
 // the identity changed.
 func (a *Actor) armedSetFor(id string) *armedSet {
-	set := a.armedCopies.Load()
-	if set == nil || set.identity != id {
-		set = newArmedSet(a.opt.Guard, id, false)
+	set, w := a.armedCopies.Load(), a.watching.Load()
+	if set == nil || set.identity != id || set.watched != w {
+		set = newArmedSet(a.opt.Guard, id, false, w)
 		a.armedCopies.Store(set)
 	}
 	return set
@@ -216,6 +216,10 @@ func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client) {
 		return
 	}
 	a.guarded.Store(err != nil || infoField(info, "run_id") != "")
+	if p := a.watchRefused.Load(); p != nil && a.guarded.Load() && !a.watching.Load() {
+		a.opt.Logger.Warn("redlock: the node refused CLIENT TRACKING: armed calls read INFO each (grant +client|tracking, docs/operations.md)",
+			"node", a.opt.Addr, "err", *p)
+	}
 }
 
 // Look reads the node's identity, which armed scripts it has, and the
@@ -334,7 +338,7 @@ func (a *Actor) lookAgain(ctx context.Context, cl rueidis.Client, lk *Look) ([]i
 	ss := registered()
 	shas := []string{armedMarker(a.opt.Guard).SHA}
 	for _, s := range ss {
-		shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false).SHA)
+		shas = append(shas, s.armedFor(a.opt.Guard, lk.Identity, false, a.watching.Load()).SHA)
 	}
 	for _, s := range ss {
 		if s.markable {
@@ -420,7 +424,7 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 	for _, s := range ss {
 		// the plain copy too: releases, rollbacks and renewals run it, and
 		// its first call would otherwise cost a NOSCRIPT round trip
-		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want, false).Body).Build(),
+		cmds = append(cmds, cl.B().ScriptLoad().Script(s.armedFor(a.opt.Guard, want, false, a.watching.Load()).Body).Build(),
 			cl.B().ScriptLoad().Script(s.Body).Build())
 		if s.markable {
 			cmds = append(cmds, cl.B().ScriptLoad().Script(s.markedFor(a.opt.Guard, want).Body).Build())
@@ -432,11 +436,16 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 		token = p[1]
 	}
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(want, token).Build())
+	seq := a.watch.Load()
 	if err := armed(ctx, cl, cl.DoMulti(ctx, cmds...), want, "", 1); err != nil {
 		a.since.Store(nil)
 		return err
 	}
 	a.armedAs.Store(&want)
+	if a.watch.Load() == seq {
+		// the pipeline's INFO named want on this connection (watch.go)
+		a.verdict.Store(&verdict{seq: seq, id: want})
+	}
 	return nil
 }
 

@@ -43,7 +43,23 @@ type Capabilities struct {
 // to enable keyspace events.
 var ErrKeyspaceUnavailable = errors.New("redlock: keyspace events required but cannot be enabled")
 
+// connect makes the node's client: a watched connection where the guard
+// may apply (watch.go), else, or where the node refuses tracking (an
+// ACL, RESP2), a plain one.
 func (a *Actor) connect() (rueidis.Client, error) {
+	if a.wantsWatch() {
+		cl, err := a.connectWith(true)
+		if err == nil || !errors.Is(err, rueidis.ErrNoCache) {
+			a.watching.Store(err == nil)
+			return cl, err
+		}
+		a.watchRefused.Store(&err)
+	}
+	a.watching.Store(false)
+	return a.connectWith(false)
+}
+
+func (a *Actor) connectWith(watched bool) (rueidis.Client, error) {
 	opt := a.opt.Client
 	opt.DisableCache = true
 	opt.ForceSingleClient = !a.opt.Cluster
@@ -69,9 +85,16 @@ func (a *Actor) connect() (rueidis.Client, error) {
 	if opt.ConnWriteTimeout == 0 {
 		opt.ConnWriteTimeout = 3 * a.opt.DialTimeout
 	}
+	plain := opt
+	if watched {
+		a.watchOptions(&opt)
+	}
 	cl, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, a.explain(err, opt)
+		if watched && errors.Is(err, rueidis.ErrNoCache) {
+			return nil, err
+		}
+		return nil, a.explain(err, plain)
 	}
 	if a.opt.Cluster && cl.Mode() != rueidis.ClientModeCluster {
 		// rueidis falls back to a single-node client when the seeds are not

@@ -112,9 +112,9 @@ func (a *Actor) exec(batch []Request, clock *batchClock, scratch *[]unit) (next 
 			*scratch = us[:0]
 		}
 	}()
-	res, rtt := a.send(ctx, cl, live, us)
+	res, rtt, untrusted := a.send(ctx, cl, live, us)
 	a.noteHealth(res, rtt)
-	return a.deliver(live, us, res, rtt)
+	return a.deliver(live, us, res, rtt, untrusted)
 }
 
 // liveRequests filters batch in place (index i is read before it is
@@ -150,15 +150,23 @@ func (a *Actor) liveRequests(batch []Request) (live []Request, deadline time.Tim
 // send runs the batch's units as one pipelined DoMulti, and once more
 // the commands a broken connection failed and the fallbacks. It returns
 // one result per unit and the first DoMulti's round trip.
-func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us []unit) ([]rueidis.RedisResult, time.Duration) {
+func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us []unit) (res []rueidis.RedisResult, rtt time.Duration, untrusted bool) {
 	caps := a.caps.Load()
-	cmds := make(rueidis.Commands, len(us))
+	w, pre := a.watchFor(us), 0
+	if w != nil && w.verify {
+		pre = 1 // the verifying INFO goes first, on the same connection
+	}
+	cmds := make(rueidis.Commands, pre+len(us))
+	if pre > 0 {
+		cmds[0] = infoCmd(cl)
+	}
 	for i := range us {
-		cmds[i] = a.build(cl, us[i].call, false, caps)
+		cmds[pre+i] = a.build(cl, us[i].call, false, caps)
 	}
 	start := time.Now()
-	res := cl.DoMulti(ctx, cmds...)
-	rtt := time.Since(start)
+	all := cl.DoMulti(ctx, cmds...)
+	res = all[pre:]
+	rtt = time.Since(start)
 	// A broken connection (the node restarted, a proxy reset it) fails the
 	// commands that were on it; rueidis reconnects on the next command. Send
 	// those once more, before anything queued after them: every redlock
@@ -196,7 +204,7 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 			res[redo[j]] = rr
 		}
 	}
-	return res, rtt
+	return res, rtt, w != nil && !a.trusted(w, all[0])
 }
 
 // noteHealth marks the node down on a network error among res, else up
@@ -215,7 +223,7 @@ func (a *Actor) noteHealth(res []rueidis.RedisResult, rtt time.Duration) {
 // their own, a program's step its next call (returned in next). On a
 // cluster an urgent request a connection error failed goes once more
 // after clusterRetry (wait).
-func (a *Actor) deliver(live []Request, us []unit, res []rueidis.RedisResult, rtt time.Duration) (next []Request, wait time.Duration) {
+func (a *Actor) deliver(live []Request, us []unit, res []rueidis.RedisResult, rtt time.Duration, untrusted bool) (next []Request, wait time.Duration) {
 	for k, rr := range res {
 		i := us[k].first
 		if err := rr.NonRedisError(); err != nil && a.opt.Cluster && live[i].Lane == Urgent && !live[i].retried &&
@@ -232,6 +240,11 @@ func (a *Actor) deliver(live []Request, us []unit, res []rueidis.RedisResult, rt
 			wait = clusterRetry
 			continue
 		}
+		if untrusted && a.armed(us[k].call) {
+			// the watch moved or the identity is not the calls': whatever
+			// the node answered, the guard's refusal (watch.go)
+			rr = errWatchMovedResult
+		}
 		rep := a.reply(&us[k].call, &live[i], rr, rtt)
 		if us[k].elems != nil {
 			// a joined call: each element's request gets its own reply
@@ -247,6 +260,9 @@ func (a *Actor) deliver(live []Request, us []unit, res []rueidis.RedisResult, rt
 	return next, wait
 }
 
+// errWatchMovedResult is an untrusted armed call's result (deliver).
+var errWatchMovedResult = rueidis.NewErrorResult(errWatchMoved)
+
 // reply reads one result of call, sent for request r: a NOSCRIPT of an
 // armed call is the node guard's refusal (ErrNodeGuarded).
 func (a *Actor) reply(call *Call, r *Request, rr rueidis.RedisResult, rtt time.Duration) Reply {
@@ -257,7 +273,7 @@ func (a *Actor) reply(call *Call, r *Request, rr rueidis.RedisResult, rtt time.D
 		rep.Msg = msg
 	case rueidis.IsRedisNil(err):
 		rep.Msg = msg
-	case a.armed(*call) && isNoScript(err):
+	case a.armed(*call) && (isNoScript(err) || errors.Is(err, errWatchMoved)):
 		rep.Err = a.notArmed(err)
 		if a.opt.Cluster {
 			a.suspectCall(r.Call)

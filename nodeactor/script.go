@@ -110,10 +110,16 @@ func registered() []*Script {
 // copies without them, so the body sees its own. The script cache survives FLUSHALL and a replica's
 // full resync; the arm key does not: it is emptied by FLUSHALL and
 // replaced by the master's on a resync (docs/lock.md, "Node guard").
-const armedPrelude = armedCheck +
-	// locals that shadow the globals for the body (a copy: newer servers
-	// make KEYS and ARGV read-only)
-	"local KEYS, ARGV = (function(k, a) local k2, a2 = {}, {} " +
+const armedPrelude = armedCheck + shadowArgs
+
+// watchedPrelude is armedPrelude on a watched connection: the lane, not
+// the script, compares the identity (watch.go).
+const watchedPrelude = watchedCheck + shadowArgs
+
+// shadowArgs ends a single node's armed prelude: locals that shadow the
+// globals for the body (a copy: newer servers make KEYS and ARGV
+// read-only).
+const shadowArgs = "local KEYS, ARGV = (function(k, a) local k2, a2 = {}, {} " +
 	"for i = 1, #k - 1 do k2[i] = k[i] end for i = 1, #a - 1 do a2[i] = a[i] end return k2, a2 end)(KEYS, ARGV)\n"
 
 // armedCheck is armedPrelude's check alone: the armed prelude of a fixed
@@ -135,7 +141,17 @@ const armedCheck = "do local id, lim = string.match(ARGV[#ARGV], '^([^;]*);?(%d*
 	"if redis.call('GET', KEYS[#KEYS]) ~= id or " +
 	"not " + replidFound + " then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key or replication id is not the identity it was armed under)') end " +
-	"if lim ~= '' then local t = redis.call('TIME') " +
+	clockCheck
+
+// watchedCheck is armedCheck without the INFO: on a watched connection
+// the lane reads the identity once per watch value (watch.go).
+const watchedCheck = "do local id, lim = string.match(ARGV[#ARGV], '^([^;]*);?(%d*)$') " +
+	"if redis.call('GET', KEYS[#KEYS]) ~= id then " +
+	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end " +
+	clockCheck
+
+// clockCheck ends both: the clock's limit.
+const clockCheck = "if lim ~= '' then local t = redis.call('TIME') " +
 	"if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(lim) then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node clock is ahead of the guard estimate (a forward step: keys may have expired early)') end end end\n"
 
@@ -167,15 +183,19 @@ const clusterCheck = "do local n = #ARGV local id = ARGV[n] " +
 // but not that master's copies. The marker's copy is made with identity
 // "" (one body for every identity). cluster selects clusterPrelude. Armed calls take their copies from
 // the actor's armedSet, made once per identity, so nothing here is cached.
-func (s *Script) armedFor(tag, identity string, cluster bool) *Script {
+func (s *Script) armedFor(tag, identity string, cluster, watched bool) *Script {
 	prelude := armedPrelude
 	switch {
 	case cluster && s.fixed:
 		prelude = clusterCheck
 	case cluster:
 		prelude = clusterPrelude
+	case s.fixed && watched:
+		prelude = watchedCheck
 	case s.fixed:
 		prelude = armedCheck
+	case watched:
+		prelude = watchedPrelude
 	}
 	body := prelude + s.Body + "\n-- redlock guard " + tag + "\n"
 	if identity != "" {
@@ -202,17 +222,18 @@ func (s *Script) markedFor(tag, identity string) *Script {
 type armedSet struct {
 	identity string
 	cluster  bool
+	watched  bool // the watched prelude (watch.go)
 	copies   map[*Script]*Script
 	marks    map[*Script]*Script
 }
 
 // newArmedSet makes the armed copies of every registered script.
-func newArmedSet(tag, identity string, cluster bool) *armedSet {
-	set := &armedSet{identity: identity, cluster: cluster, copies: map[*Script]*Script{}, marks: map[*Script]*Script{}}
+func newArmedSet(tag, identity string, cluster, watched bool) *armedSet {
+	set := &armedSet{identity: identity, cluster: cluster, watched: watched, copies: map[*Script]*Script{}, marks: map[*Script]*Script{}}
 	for _, s := range registered() {
-		set.copies[s] = s.armedFor(tag, identity, cluster)
+		set.copies[s] = s.armedFor(tag, identity, cluster, watched)
 		if s.sharded != s {
-			set.copies[s.sharded] = s.sharded.armedFor(tag, identity, cluster)
+			set.copies[s.sharded] = s.sharded.armedFor(tag, identity, cluster, watched)
 		}
 		if s.markable && !cluster {
 			set.marks[s] = s.markedFor(tag, identity)
@@ -235,7 +256,7 @@ func (set *armedSet) get(s *Script, tag string) *Script {
 	if a, ok := set.copies[s]; ok {
 		return a
 	}
-	return s.armedFor(tag, set.identity, set.cluster)
+	return s.armedFor(tag, set.identity, set.cluster, set.watched)
 }
 
 func newScript(name, body string) *Script {

@@ -1,0 +1,116 @@
+package nodeactor
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+
+	"github.com/redis/rueidis"
+)
+
+// The watched connection (docs/lock.md, "The watched connection"). A
+// single node's connection has CLIENT TRACKING on. The node then pushes an
+// invalidation of all keys to it whenever it loses its dataset in place
+// (FLUSHALL, a full resync, DEBUG RELOAD), before the reply of any later
+// command. The watch counts those pushes, every connection that ends and
+// every new dial. The armed prelude no longer reads INFO: the lane reads
+// the identity once per watch value and trusts an armed reply only if the
+// watch did not move.
+
+// errWatchMoved is why an armed reply did not count: the watch moved
+// during the call, or the identity read before it was not the one the
+// call carried.
+var errWatchMoved = errors.New("NOSCRIPT redlock node guard: the node lost its dataset, or its connection or identity changed, during the call (watched connection): its identity is read again")
+
+// verdict is an INFO of the node, read on the connection of watch value
+// seq, that named identity id.
+type verdict struct {
+	seq uint64
+	id  string
+}
+
+// wantsWatch reports whether the actor asks for a watched connection: the
+// guard is on and the node is not a Redis Cluster (one client, many
+// masters: their prelude keeps the INFO).
+func (a *Actor) wantsWatch() bool { return a.opt.Guard != "" && !a.opt.Cluster }
+
+// Watching reports whether the node's connection is watched. When it is
+// not (tracking refused), the armed prelude reads INFO per call.
+func (a *Actor) Watching() bool { return a.watching.Load() }
+
+// watchOptions turns opt into a watched connection's: tracking on (OPTIN:
+// no key is tracked, only flushes are pushed), every push and every ended
+// connection bumps the watch, and so does every dial, before it.
+func (a *Actor) watchOptions(opt *rueidis.ClientOption) {
+	opt.DisableCache = false
+	user := opt.OnInvalidations
+	opt.OnInvalidations = func(m []rueidis.RedisMessage) {
+		a.watch.Add(1)
+		if user != nil {
+			user(m)
+		}
+	}
+	dialCtx, dial := opt.DialCtxFn, opt.DialFn
+	opt.DialFn = nil
+	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		a.watch.Add(1)
+		switch {
+		case dialCtx != nil:
+			return dialCtx(ctx, dst, d, tc)
+		case dial != nil:
+			return dial(dst, d, tc)
+		case tc != nil:
+			return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+		}
+		return d.DialContext(ctx, "tcp", dst)
+	}
+}
+
+// batchWatch is what a batch with armed calls read of the watch before it
+// was sent.
+type batchWatch struct {
+	seq    uint64
+	id     string // the identity the armed calls carry
+	verify bool   // no verdict held: the batch starts with INFO
+}
+
+// watchFor returns the batch's watch, nil when it has no armed call or the
+// connection is not watched (the prelude checks then).
+func (a *Actor) watchFor(us []unit) *batchWatch {
+	if !a.watching.Load() || !a.guarded.Load() {
+		return nil
+	}
+	for i := range us {
+		if a.armed(us[i].call) {
+			w := &batchWatch{seq: a.watch.Load(), id: a.armedIdentity()}
+			v := a.verdict.Load()
+			w.verify = v == nil || v.seq != w.seq || v.id != w.id
+			return w
+		}
+	}
+	return nil
+}
+
+// infoCmd is the verifying INFO a batch starts with.
+func infoCmd(cl rueidis.Client) rueidis.Completed {
+	return cl.B().Info().Section("server", "replication").Build()
+}
+
+// trusted reports whether the batch's armed replies count: the watch did
+// not move and the identity is the calls' (held by a verdict, or read by
+// the batch's own INFO, which then becomes the verdict).
+func (a *Actor) trusted(w *batchWatch, info rueidis.RedisResult) bool {
+	if a.watch.Load() != w.seq || a.armedIdentity() != w.id {
+		return false
+	}
+	if !w.verify {
+		return true
+	}
+	s, err := info.ToString()
+	if err != nil || infoField(s, "run_id") == "" || identity(s) != w.id {
+		return false
+	}
+	a.verdict.Store(&verdict{seq: w.seq, id: w.id})
+	return true
+}

@@ -1,0 +1,222 @@
+package nodeactor_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// An armed call on a watched connection reads no INFO: the actor reads the
+// node's identity once per connection and after a loss push (docs/lock.md,
+// "The watched connection"), not in the prelude of every call.
+func TestArmedCallsReadNoInfoPerCall(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	probe := nodeactor.NewScript("watch-test", "return 7")
+	a := armedActor(t, s)
+	ctx := context.Background()
+	call := nodeactor.Call{Script: probe, Armed: true}
+	if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+		t.Fatalf("armed call on an armed node: %v", rep.Err)
+	}
+	const n = 200
+	before := infoCalls(t, s)
+	for range n {
+		if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+			t.Fatalf("armed call: %v", rep.Err)
+		}
+	}
+	// the keeper's looks (about one a second) and this test's own read
+	// of commandstats count too
+	if d := infoCalls(t, s) - before; d > 10 {
+		t.Fatalf("%d armed calls ran INFO %d times, want none per call", n, d)
+	}
+}
+
+// Every way a live node loses its dataset moves the watch before the
+// reply of the next command: FLUSHALL, FLUSHDB, DEBUG RELOAD and a full
+// resync whether loaded from disk or swapped in (repl-diskless-load). The watched connection's
+// safety rests on it, on every server of the matrix. An armed call after
+// a resync from the node's own old replica is refused, though its arm key
+// came back: the identity read again is new.
+func TestWatchSeesEveryDatasetLoss(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{Debug: true})
+	y := testutil.StartServer(t, testutil.ServerOptions{})
+	probe := nodeactor.NewScript("watch-loss", "return 7")
+	a := armedActor(t, s)
+	if !a.Watching() {
+		t.Fatal("a Redis 7+ node without an ACL is not watched")
+	}
+	ctx := context.Background()
+	call := nodeactor.Call{Script: probe, Armed: true}
+	admin := func(args ...string) string {
+		t.Helper()
+		v, err := s.Do(args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return v
+	}
+	moved := func(name string, loss func()) {
+		t.Helper()
+		if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+			t.Fatalf("%s: armed call before the loss: %v", name, rep.Err)
+		}
+		w := a.WatchSeq()
+		loss()
+		// any command on the connection: the push precedes its reply
+		if rep := a.Do(ctx, nodeactor.Normal, nodeactor.Call{Args: []string{"PING"}}); rep.Err != nil {
+			t.Fatalf("%s: PING: %v", name, rep.Err)
+		}
+		if a.WatchSeq() == w {
+			t.Errorf("%s: the watch did not move", name)
+		}
+	}
+	rearm := func() {
+		t.Helper()
+		lk := lookNow(t, a)
+		if err := a.Arm(ctx, "", lk.Identity); err != nil {
+			t.Fatalf("Arm: %v", err)
+		}
+	}
+	moved("DEBUG RELOAD", func() {
+		admin("SAVE")
+		admin("DEBUG", "RELOAD", "NOSAVE")
+	})
+	// the arm key came back with the snapshot and the identity is the same:
+	// the actor reads it again and counts the node (the documented limit)
+	if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+		t.Fatalf("armed call after DEBUG RELOAD: %v", rep.Err)
+	}
+	// a resync from the node's own old replica: the identity read again is
+	// new, and an armed call is refused even where the arm key came back
+	rearm()
+	identity := lookNow(t, a).Identity
+	replicate(t, y, s)
+	if _, err := y.Do("REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+	admin("SET", "ahead-of-y", "1")
+	replicate(t, s, y)
+	admin("REPLICAOF", "NO", "ONE")
+	if v := admin("GET", "redlock:{guard}:armed"); v != identity {
+		t.Fatalf("the arm key did not come back from the old replica: %q, want %q", v, identity)
+	}
+	if rep := a.Do(ctx, nodeactor.Normal, call); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+		t.Fatalf("armed call after a resync from the node's own old replica: %v, want ErrNodeGuarded", rep.Err)
+	}
+	rearm()
+	moved("FLUSHDB", func() { admin("FLUSHDB") })
+	rearm()
+	moved("FLUSHALL", func() { admin("FLUSHALL") })
+	// on-empty-db loads a dataset that is not empty as disabled does
+	for _, mode := range []string{"disabled", "swapdb"} {
+		rearm()
+		moved("full resync, repl-diskless-load "+mode, func() {
+			admin("SET", "before-resync", "1")
+			admin("CONFIG", "SET", "repl-diskless-load", mode)
+			replicate(t, y, s)
+			if _, err := y.Do("REPLICAOF", "NO", "ONE"); err != nil {
+				t.Fatal(err)
+			}
+			admin("SET", "ahead-of-y", "1") // s is ahead: a full resync
+			replicate(t, s, y)
+			if v := admin("EXISTS", "ahead-of-y"); v != "0" {
+				t.Fatalf("no full resync: the key written after the fork is still there")
+			}
+			admin("REPLICAOF", "NO", "ONE")
+		})
+	}
+}
+
+// armedActor starts a guarded actor on s and arms the node.
+func armedActor(t *testing.T, s *testutil.Server) *nodeactor.Actor {
+	t.Helper()
+	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	lk := lookNow(t, a)
+	if err := a.Arm(context.Background(), "", lk.Identity); err != nil {
+		t.Fatalf("Arm: %v", err)
+	}
+	return a
+}
+
+// replicate makes r a replica of m and waits for its link to be up.
+func replicate(t *testing.T, r, m *testutil.Server) {
+	t.Helper()
+	host, port, _ := strings.Cut(m.Addr(), ":")
+	if _, err := r.Do("REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	if !testutil.Eventually(20*time.Second, func() bool {
+		v, err := r.Do("INFO", "replication")
+		return err == nil && strings.Contains(v, "master_link_status:up") && !strings.Contains(v, "master_sync_in_progress:1")
+	}) {
+		t.Fatalf("%s never synced from %s", r.Addr(), m.Addr())
+	}
+}
+
+// infoCalls is s's INFO count in INFO commandstats.
+func infoCalls(t *testing.T, s *testutil.Server) int64 {
+	t.Helper()
+	v, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(v) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_info:calls="); ok {
+			n, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// The guide's least-privilege ACL allows the watched connection. A user
+// without client|tracking gets a plain one: armed calls then read INFO
+// each (the prelude's check), and still work.
+func TestWatchUnderACL(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	guide := strings.Fields("ACL SETUSER redlock on >pw ~redlock:* &redlock:* +@scripting +@read +@write +@keyspace +@pubsub +@connection +time -@dangerous +info")
+	for _, c := range []struct {
+		user    string
+		extra   []string
+		watched bool
+	}{{"redlock", nil, true}, {"notrack", []string{"-client|tracking"}, false}} {
+		acl := append(append([]string{}, guide...), c.extra...)
+		acl[2] = c.user
+		if _, err := s.Do(acl...); err != nil {
+			t.Fatal(err)
+		}
+		probe := nodeactor.NewScript("watch-acl-"+c.user, "return 7")
+		a := start(t, s.Addr(), func(o *nodeactor.Options) {
+			o.Guard = "redlock:"
+			o.Client.Username, o.Client.Password = c.user, "pw"
+		})
+		ready(t, a)
+		if a.Watching() != c.watched {
+			t.Fatalf("%s: watched %v, want %v", c.user, a.Watching(), c.watched)
+		}
+		lk := lookNow(t, a)
+		if err := a.Arm(context.Background(), "", lk.Identity); err != nil {
+			t.Fatalf("%s: Arm: %v", c.user, err)
+		}
+		before := infoCalls(t, s)
+		for range 20 {
+			if rep := a.Do(context.Background(), nodeactor.Normal, nodeactor.Call{Script: probe, Armed: true}); rep.Err != nil {
+				t.Fatalf("%s: armed call: %v", c.user, rep.Err)
+			}
+		}
+		if d := infoCalls(t, s) - before; c.watched == (d >= 20) {
+			t.Errorf("%s: 20 armed calls read INFO %d times (watched %v)", c.user, d, c.watched)
+		}
+	}
+}
