@@ -179,7 +179,9 @@ func checkMarkScenario(t *testing.T, n int, took time.Duration, msgs [][]string)
 // arm key back with the marking copy still cached (resync from its own
 // detached replica, then promotion: the doc's fail-back case). Its run_id
 // and script cache are unchanged, its arm key is its old identity, only
-// master_replid differs: mark() must refuse by the replid alone. N = 3, 4.
+// master_replid differs: mark() must refuse by the replid alone, and W's
+// confirmation on the watched connection by the identity read again after
+// the loss push. N = 3, 4.
 func TestAdvMarkResyncFromOwnOldReplica(t *testing.T) {
 	forEachN(t, []int{3, 4}, func(t *testing.T, n int) {
 		took, msgs := markForgetScenario(t, n, func(t *testing.T, bad, spares []*testutil.Server) {
@@ -199,10 +201,18 @@ func TestAdvMarkResyncFromOwnOldReplica(t *testing.T) {
 			for _, y := range spares {
 				testkit.Admin(t, y, "REPLICAOF", "NO", "ONE")
 			}
+			// a write the replica lacks: the resync is a full one, the node
+			// forgets (a partial one loses nothing, and such a node may count)
+			for _, s := range bad {
+				testkit.Admin(t, s, "SET", "adv-ahead", "1")
+			}
 			for i, s := range bad {
 				resyncFrom(t, s, spares[i])
 			}
 			for i, s := range bad {
+				if v := testkit.Admin(t, s, "EXISTS", "adv-ahead"); v != "0" {
+					t.Fatalf("node %d kept the key its replica lacked: not a full resync", i)
+				}
 				if ak := testkit.Admin(t, s, "GET", testkit.ArmKey); ak != before[i] {
 					t.Fatalf("node %d: arm key %q after the resync, want its old identity %s", i, ak, before[i])
 				}
