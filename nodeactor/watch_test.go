@@ -220,3 +220,51 @@ func TestWatchUnderACL(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkArmedCheckServerTime is the server time of an armed call whose
+// body does nothing: the armed check alone, on a watched connection and
+// with the per-call INFO (a user without client|tracking). INFO
+// commandstats' EVALSHA usec per call (docs/benchmarks.md).
+func BenchmarkArmedCheckServerTime(b *testing.B) {
+	testutil.RequireRedis(b)
+	for _, c := range []struct{ name, extra string }{{"watched", ""}, {"info-per-call", "-client|tracking"}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := testutil.StartServer(b, testutil.ServerOptions{})
+			acl := strings.Fields("ACL SETUSER u on >pw ~* &* +@all " + c.extra)
+			if _, err := s.Do(acl...); err != nil {
+				b.Fatal(err)
+			}
+			probe := nodeactor.NewScript("watch-bench-"+c.name, "return 1")
+			a := start(b, s.Addr(), func(o *nodeactor.Options) {
+				o.Guard = "redlock:"
+				o.Client.Username, o.Client.Password = "u", "pw"
+			})
+			ready(b, a)
+			lk := lookNow(b, a)
+			if err := a.Arm(context.Background(), "", lk.Identity); err != nil {
+				b.Fatal(err)
+			}
+			call := nodeactor.Call{Script: probe, Armed: true}
+			ctx := context.Background()
+			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+					b.Fatal(rep.Err)
+				}
+			}
+			v, _ := s.Do("INFO", "commandstats")
+			for line := range strings.Lines(v) {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+					for f := range strings.SplitSeq(rest, ",") {
+						if u, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+							x, _ := strconv.ParseFloat(u, 64)
+							b.ReportMetric(x, "server-µs/call")
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -20,13 +20,22 @@ func BenchmarkLockUncontended(b *testing.B) {
 	testutil.RequireRedis(b)
 	for _, n := range []int{1, 3} {
 		b.Run(strconv.Itoa(n)+"nodes", func(b *testing.B) {
-			addrs := testutil.Addrs(testutil.StartServers(b, n, testutil.ServerOptions{}))
-			c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: addrs, Logger: testkit.Quiet})
+			srv := testutil.StartServers(b, n, testutil.ServerOptions{})
+			c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: testutil.Addrs(srv), Logger: testkit.Quiet})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
 			ctx := context.Background()
+			// the scripts' server time per op (as BenchmarkLockParallel)
+			serverUs := func() (us float64) {
+				for _, s := range srv {
+					_, u := evalStats(b, s)
+					us += u
+				}
+				return us
+			}
+			us0 := serverUs()
 			b.ResetTimer()
 			defer reportClientCPU(b)()
 			for i := range b.N {
@@ -37,6 +46,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 				}
 				lease.Release(ctx)
 			}
+			b.ReportMetric((serverUs()-us0)/float64(b.N), "server-µs/op")
 		})
 	}
 }
