@@ -442,8 +442,9 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 		return err
 	}
 	a.armedAs.Store(&want)
-	if a.watch.Load() == seq {
-		// the pipeline's INFO named want on this connection (watch.go)
+	if a.watch.Load() == seq && !a.sentinel() {
+		// the pipeline's INFO named want on this connection (watch.go; a
+		// Sentinel set's first batch reads it again, with its master)
 		a.verdict.Store(&verdict{seq: seq, id: want})
 	}
 	return nil

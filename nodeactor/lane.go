@@ -152,7 +152,7 @@ func (a *Actor) liveRequests(batch []Request) (live []Request, deadline time.Tim
 // one result per unit and the first DoMulti's round trip.
 func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us []unit) (res []rueidis.RedisResult, rtt time.Duration, untrusted bool) {
 	caps := a.caps.Load()
-	w, pre := a.watchFor(us), 0
+	w, pre := a.watchFor(cl, us), 0
 	if w != nil && w.verify {
 		pre = 1 // the verifying INFO goes first, on the same connection
 	}
@@ -204,7 +204,7 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 			res[redo[j]] = rr
 		}
 	}
-	return res, rtt, w != nil && !a.trusted(w, all[0])
+	return res, rtt, w != nil && !a.trusted(cl, w, all[0])
 }
 
 // noteHealth marks the node down on a network error among res, else up

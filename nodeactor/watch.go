@@ -26,8 +26,9 @@ var errWatchMoved = errors.New("NOSCRIPT redlock node guard: the node lost its d
 // verdict is an INFO of the node, read on the connection of watch value
 // seq, that named identity id.
 type verdict struct {
-	seq uint64
-	id  string
+	seq    uint64
+	id     string
+	master string // a Sentinel set's master the INFO went to ("" otherwise)
 }
 
 // wantsWatch reports whether the actor asks for a watched connection: the
@@ -42,8 +43,18 @@ func (a *Actor) Watching() bool { return a.watching.Load() }
 // watchOptions turns opt into a watched connection's: tracking on (OPTIN:
 // no key is tracked, only flushes are pushed), every push and every ended
 // connection bumps the watch, and so does every dial, before it.
+//
+// The options that would carry a call on another connection than the one
+// whose reader sees the pushes are forced back (helper-9's review):
+// DisableAutoPipelining sends calls on pooled connections whose replies
+// rueidis reads without handling pushes; a BlockingPipeline below a batch
+// moves the batch to a pooled connection; ClientTrackingOptions could
+// REDIRECT the pushes to another client.
 func (a *Actor) watchOptions(opt *rueidis.ClientOption) {
 	opt.DisableCache = false
+	opt.DisableAutoPipelining = false
+	opt.ClientTrackingOptions = nil
+	opt.BlockingPipeline = max(opt.BlockingPipeline, rueidis.DefaultBlockingPipeline, 2*a.opt.MaxBatch+2)
 	user := opt.OnInvalidations
 	opt.OnInvalidations = func(m []rueidis.RedisMessage) {
 		a.watch.Add(1)
@@ -72,20 +83,21 @@ func (a *Actor) watchOptions(opt *rueidis.ClientOption) {
 type batchWatch struct {
 	seq    uint64
 	id     string // the identity the armed calls carry
+	master string // a Sentinel set's master the batch goes to
 	verify bool   // no verdict held: the batch starts with INFO
 }
 
 // watchFor returns the batch's watch, nil when it has no armed call or the
 // connection is not watched (the prelude checks then).
-func (a *Actor) watchFor(us []unit) *batchWatch {
+func (a *Actor) watchFor(cl rueidis.Client, us []unit) *batchWatch {
 	if !a.watching.Load() || !a.guarded.Load() {
 		return nil
 	}
 	for i := range us {
 		if a.armed(us[i].call) {
-			w := &batchWatch{seq: a.watch.Load(), id: a.armedIdentity()}
+			w := &batchWatch{seq: a.watch.Load(), id: a.armedIdentity(), master: a.masterOf(cl)}
 			v := a.verdict.Load()
-			w.verify = v == nil || v.seq != w.seq || v.id != w.id
+			w.verify = v == nil || *v != verdict{seq: w.seq, id: w.id, master: w.master}
 			return w
 		}
 	}
@@ -100,8 +112,8 @@ func infoCmd(cl rueidis.Client) rueidis.Completed {
 // trusted reports whether the batch's armed replies count: the watch did
 // not move and the identity is the calls' (held by a verdict, or read by
 // the batch's own INFO, which then becomes the verdict).
-func (a *Actor) trusted(w *batchWatch, info rueidis.RedisResult) bool {
-	if a.watch.Load() != w.seq || a.armedIdentity() != w.id {
+func (a *Actor) trusted(cl rueidis.Client, w *batchWatch, info rueidis.RedisResult) bool {
+	if a.watch.Load() != w.seq || a.armedIdentity() != w.id || a.masterOf(cl) != w.master {
 		return false
 	}
 	if !w.verify {
@@ -111,6 +123,17 @@ func (a *Actor) trusted(w *batchWatch, info rueidis.RedisResult) bool {
 	if err != nil || infoField(s, "run_id") == "" || identity(s) != w.id {
 		return false
 	}
-	a.verdict.Store(&verdict{seq: w.seq, id: w.id})
+	a.verdict.Store(&verdict{seq: w.seq, id: w.id, master: w.master})
 	return true
+}
+
+// masterOf is the master a Sentinel set's client sends to ("" on a plain
+// node). rueidis dials the new master of a switch (the watch moves) but
+// closes the old connection later, so a verdict also names its master:
+// one read on the old master never vouches for a batch on the new one.
+func (a *Actor) masterOf(cl rueidis.Client) string {
+	if !a.sentinel() {
+		return ""
+	}
+	return sentinelMaster(cl)
 }
