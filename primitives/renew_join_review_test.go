@@ -3,6 +3,7 @@ package primitives_test
 import (
 	"context"
 	"fmt"
+	"github.com/redlock-go/redlock/coordinator"
 	"sync"
 	"testing"
 	"time"
@@ -96,7 +97,13 @@ func TestJoinedRenewalsPausedQuorumNeverTwoHolders(t *testing.T) {
 // extended; none is answered by a neighbour's element.
 func TestJoinedRenewalsAfterScriptFlush(t *testing.T) {
 	const n = 12
-	j := newJoinNode(t, "fl", n, func(int) time.Duration { return 5 * time.Second })
+	// The renewals wait queued behind the held blocker for 200 ms and
+	// more: a NodeTimeout well above that, or a loaded machine made them
+	// stale before they were sent (the suite's 250 ms: it failed once
+	// beside other test processes, every Extend "context deadline
+	// exceeded").
+	j := newJoinNode(t, "fl", n, func(int) time.Duration { return 5 * time.Second },
+		func(c *coordinator.Config) { c.DefaultTTL, c.NodeTimeout = 10*time.Second, 3*time.Second })
 	release := j.hold()
 	errs := make(chan error, n)
 	for i := range n {
