@@ -1,14 +1,10 @@
 package adversarial_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,58 +23,6 @@ import (
 // of the guard's fault model after W queued and before H's release, and
 // checks, on the wire, that those nodes' grants are unmarked (`g:`), and,
 // on the lease, that W does not hold before the guard armed them again.
-
-// grantSniffer records the direct-grant messages published on one node
-// (PSUBSCRIBE on a raw connection).
-type grantSniffer struct {
-	mu   sync.Mutex
-	msgs []string
-	conn net.Conn
-}
-
-func sniffGrants(t *testing.T, s *testutil.Server, name string) *grantSniffer {
-	t.Helper()
-	c, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pat := "redlock:{" + name + "}:ch:*"
-	fmt.Fprintf(c, "*2\r\n$10\r\nPSUBSCRIBE\r\n$%d\r\n%s\r\n", len(pat), pat)
-	g := &grantSniffer{conn: c}
-	ready := make(chan struct{})
-	go func() {
-		r := bufio.NewReader(c)
-		once := sync.Once{}
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			line = strings.TrimRight(line, "\r\n")
-			if line == "psubscribe" {
-				once.Do(func() { close(ready) })
-			}
-			if strings.HasPrefix(line, "g:") || strings.HasPrefix(line, "G:") {
-				g.mu.Lock()
-				g.msgs = append(g.msgs, line)
-				g.mu.Unlock()
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(5 * time.Second):
-		t.Fatal("sniffer never subscribed")
-	}
-	t.Cleanup(func() { c.Close() })
-	return g
-}
-
-func (g *grantSniffer) got() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.msgs...)
-}
 
 // waitListening waits until some client of W's process listens on name's
 // channels on s again (after a restart its router resubscribes).
@@ -125,9 +69,9 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	for i := range srv {
 		waitListening(t, srv[i], name)
 	}
-	sn := make([]*grantSniffer, n)
+	sn := make([]*testkit.GrantSniffer, n)
 	for i := range srv {
-		sn[i] = sniffGrants(t, srv[i], name)
+		sn[i] = testkit.SniffGrants(t, srv[i], name)
 	}
 	released := time.Now()
 	if err := h.Release(context.Background()); err != nil {
@@ -140,7 +84,7 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	}
 	msgs := make([][]string, n)
 	for i := range sn {
-		msgs[i] = sn[i].got()
+		msgs[i] = sn[i].Got()
 	}
 	return took, msgs
 }
