@@ -28,11 +28,21 @@ func (u *unit) resources(live []Request) []string {
 }
 
 // joinable reports whether a lane may run c as an element of a joined call.
-// A program's step (Next) and a marking call (its marking copy) do not
-// join, nor does anything on a Redis Cluster node: the keys of a joined
-// call may lie in different slots.
+// A program's step (Next) does not join, nor a marking call whose element
+// form cannot mark (not markable), nor anything on a Redis Cluster node:
+// the keys of a joined call may lie in different slots.
 func (a *Actor) joinable(c *Call) bool {
-	return c.joinScript() != nil && c.Next == nil && !c.Mark && !a.opt.Cluster
+	j := c.joinScript()
+	return j != nil && c.Next == nil && (!c.Mark || j.markable) && !a.opt.Cluster
+}
+
+// markIdentity is the identity a marking call carries: the one this actor
+// last found the node armed under, on a guarded single node ("" else).
+func (a *Actor) markIdentity() string {
+	if !a.guarded.Load() || a.opt.Cluster {
+		return ""
+	}
+	return a.armedIdentity()
 }
 
 // joinScript is the script of c's joined call: its Join's, or its
@@ -77,12 +87,14 @@ func (a *Actor) units(live []Request, us []unit) []unit {
 			us = append(us, unit{call: *c, first: i})
 			continue
 		}
-		if open >= 0 && us[open].join == c.joinScript() && us[open].call.Armed == c.Armed && !touched[resource(*c)] {
+		if open >= 0 && us[open].join == c.joinScript() && us[open].call.Armed == c.Armed &&
+			us[open].call.Mark == c.Mark && !touched[resource(*c)] {
 			u := &us[open]
 			if u.elems == nil {
 				// a second element: the unit becomes a joined call, armed
-				// when its elements are (one guard check for the call)
-				u.call, u.elems = Call{Script: u.join, Armed: c.Armed}, []int{u.first}
+				// when its elements are (one guard check for the call),
+				// marking when they mark
+				u.call, u.elems = Call{Script: u.join, Armed: c.Armed, Mark: c.Mark, joined: true}, []int{u.first}
 			}
 			u.elems = append(u.elems, i)
 			continue
@@ -94,16 +106,39 @@ func (a *Actor) units(live []Request, us []unit) []unit {
 	}
 	for k := range us {
 		if u := &us[k]; u.elems != nil {
-			var keys, args []string
-			for _, i := range u.elems {
-				k, a := live[i].Call.joinElem()
-				keys = append(keys, k...)
-				args = append(args, a...)
-			}
-			u.call.Keys, u.call.Args = keys, args
+			a.joinElems(u, live)
 		}
 	}
 	return us
+}
+
+// joinElems sets a joined call's keys and arguments: every element's, one
+// after the other. A markable element form's elements each carry the arm
+// key and the identity they mark with (markCheck reads them as the
+// element's last key and argument), or, for a call that does not mark,
+// their first key and "".
+func (a *Actor) joinElems(u *unit, live []Request) {
+	var keys, args []string
+	if u.call.Mark {
+		u.call.markID = a.markIdentity()
+	}
+	for _, i := range u.elems {
+		k, v := live[i].Call.joinElem()
+		keys = append(keys, k...)
+		args = append(args, v...)
+		if u.join.markable {
+			// with no identity the key is never read: the element's own
+			// first key stands in (an ACL allows it; a GuardOff node's arm
+			// key name lies outside the KeyPrefix)
+			ak := a.armKey()
+			if u.call.markID == "" && len(k) > 0 {
+				ak = k[0]
+			}
+			keys = append(keys, ak)
+			args = append(args, u.call.markID)
+		}
+	}
+	u.call.Keys, u.call.Args = keys, args
 }
 
 // split gives each element of a joined call its reply: its element of the

@@ -390,6 +390,13 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		// the clock's limit
 		keys = append(keys[:len(keys):len(keys)], a.armKey())
 		args = append(args[:len(args):len(args)], a.clockLimit(id))
+	case c.joined && c.Mark:
+		// a joined marking call: its elements carry the arm key and the
+		// identity (joinElems); the marking copy of that identity, never
+		// by EVAL (the plain element form marks nothing)
+		if !eval && s.markable && c.markID != "" {
+			s = a.markedScript(s, c.markID)
+		}
 	case c.Mark && !eval && s.markable && a.guarded.Load() && !a.opt.Cluster:
 		// the marking copy (markCheck): never by EVAL, which would load
 		// it without an arming; the plain script runs instead

@@ -303,6 +303,13 @@ type Call struct {
 	// Cluster node). Each request still gets its own reply: its element of
 	// the script's answer (docs/architecture.md, "Batched renewals").
 	Join *Join
+
+	// joined: a lane's joined call (units). markID: the identity its
+	// marking elements carry ("" when none marks): each element of a
+	// markable element form carries the arm key and an identity, as its
+	// last key and argument, so build adds none.
+	joined bool
+	markID string
 }
 
 // Join is one element of a joined call. The joined call passes every

@@ -90,3 +90,92 @@ func TestGuardMarkRefusedWhereTheArmKeyIsGone(t *testing.T) {
 		t.Errorf("GuardOff: W held only %s after the release: the scenario does not bite", took)
 	}
 }
+
+// TestGuardJoinedReleasesMarkTheirHandoffs: releases joined into one call
+// (docs/architecture.md, "Joined releases") mark each handoff as a single
+// release does: K holders release in one batch (their lane held behind a
+// blocker's renewal on the wire), every direct grant they publish is
+// marked (G:<identity>), and every waiter holds. A subscriber to the
+// grants' channels reads them (it also counts as a listener, so each
+// handoff is a direct grant). On 1 and 3 nodes.
+func TestGuardJoinedReleasesMarkTheirHandoffs(t *testing.T) {
+	t.Parallel()
+	testutil.RequireRedis(t)
+	for _, n := range []int{1, 3} {
+		t.Run(strings.Repeat("n", n), func(t *testing.T) {
+			t.Parallel()
+			const k = 5
+			srv := testutil.StartServers(t, n, testutil.ServerOptions{})
+			var px []*testutil.Proxy
+			var paddrs []string
+			for _, s := range srv {
+				p := testutil.NewProxy(t, s.Addr())
+				px, paddrs = append(px, p), append(paddrs, p.Addr())
+			}
+			slow := func(c *coordinator.Config) { c.DefaultTTL, c.NodeTimeout = 10*time.Second, 3*time.Second }
+			ch := newCoord(t, paddrs, slow)
+			cw := newCoord(t, testutil.Addrs(srv), slow)
+			lb, _ := primitives.NewLock(ch, "blocker", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+			blocker, err := lb.TryAcquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Release(context.Background())
+			name := func(i int) string { return "jmark" + strings.Repeat("x", i) }
+			hs := make([]*primitives.Lease, k)
+			gots := make([]chan *primitives.Lease, k)
+			for i := range k {
+				lh, _ := primitives.NewLock(ch, name(i), primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+				lw, _ := primitives.NewLock(cw, name(i), primitives.WithTTL(10*time.Second))
+				hs[i], gots[i] = testkit.HoldAndWait(t, lh, lw, 30*time.Second)
+				testkit.QueuedOnAll(t, srv, name(i))
+			}
+			var sn []*testkit.GrantSniffer
+			for _, s := range srv {
+				sn = append(sn, testkit.SniffGrants(t, s, "jmark*"))
+			}
+			var held []*testutil.Held
+			for _, p := range px {
+				held = append(held, p.Hold("{blocker}"))
+			}
+			go blocker.Extend(context.Background(), 10*time.Second)
+			for _, h := range held {
+				<-h.Caught()
+			}
+			for _, h := range hs {
+				go h.Release(context.Background())
+			}
+			time.Sleep(300 * time.Millisecond) // the releases queue behind the held renewal
+			for _, h := range held {
+				h.Release()
+			}
+			for i, got := range gots {
+				w := <-got
+				if w == nil {
+					t.Fatalf("W %d did not hold", i)
+				}
+				defer w.Release(context.Background())
+			}
+			// every node publishes each handoff it makes; the sniffer reads
+			// them a moment after the waiters, who may hold on a quorum
+			all := func() (msgs []string) {
+				for _, s := range sn {
+					msgs = append(msgs, s.Got()...)
+				}
+				return msgs
+			}
+			testutil.Eventually(5*time.Second, func() bool { return len(all()) >= k*n })
+			marked := 0
+			for _, m := range all() {
+				if strings.HasPrefix(m, "g:") {
+					t.Errorf("an unmarked direct grant from a joined release: %s", m)
+				} else {
+					marked++
+				}
+			}
+			if marked < k {
+				t.Errorf("%d marked direct grants over %d nodes for %d waiters: the joined releases did not hand off", marked, n, k)
+			}
+		})
+	}
+}

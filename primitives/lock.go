@@ -33,6 +33,11 @@ var (
 	// lane joins the uncontended acquires of a batch (docs/architecture.md,
 	// "Joined acquires").
 	lockTryManyScript = nodeactor.NewScript("lock.try.many", scripts.LockTryMany)
+	// lockReleaseScript is lock.lua for releases and rollbacks: a lane
+	// joins those of a batch into one call (lockReleaseManyScript;
+	// docs/architecture.md, "Joined releases").
+	lockReleaseScript     = nodeactor.NewScript("lock.release", scripts.Lock).JoinedAs(lockReleaseManyScript)
+	lockReleaseManyScript = nodeactor.NewScript("lock.release.many", scripts.LockReleaseMany)
 )
 
 // The fence counters' lifetime (docs/lock.md, "Fencing"). A counter is
@@ -493,7 +498,7 @@ func prefix8(tok string) string {
 
 func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {
 	p := &lockProto{l: l, token: token, wid: wid, fence: fence}
-	p.release = l.call(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.o.set.HandoffWindow,
+	p.release = l.releaseCall(scripts.LockRelease{Token: token, Owner: l.o.owner, Window: l.o.set.HandoffWindow,
 		Channel: l.channel, Waiter: wid})
 	// a handoff this release makes is marked where the node is armed: the
 	// waiter then needs no confirmation round (docs/lock.md)

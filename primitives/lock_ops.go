@@ -19,6 +19,12 @@ func (l *Lock) call(op scripts.Op) nodeactor.Call {
 	return nodeactor.Call{Script: lockScript, Keys: l.keys, Args: op.Args(), ReadOnly: ro}
 }
 
+// releaseCall is a release or rollback (lock.lua's), which a lane may
+// join with others of its batch.
+func (l *Lock) releaseCall(op scripts.LockRelease) nodeactor.Call {
+	return nodeactor.Call{Script: lockReleaseScript, Keys: l.keys, Args: op.Args()}
+}
+
 func (l *Lock) acquireCall(token, wid string, enqueue bool) nodeactor.Call {
 	return l.acquireCallScore(token, wid, enqueue, 0)
 }
@@ -46,7 +52,7 @@ func (l *Lock) acquireCallSeq(token, wid string, enqueue bool, score, seq int64)
 }
 
 func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
-	return l.call(scripts.LockRelease{Rollback: true, Token: token, Owner: l.o.owner,
+	return l.releaseCall(scripts.LockRelease{Rollback: true, Token: token, Owner: l.o.owner,
 		Window: l.o.set.HandoffWindow, Channel: l.channel, Waiter: wid})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func newJoinNode(t *testing.T, prefix string, n int, ttl func(int) time.Duration
 		j.leases = append(j.leases, take(fmt.Sprint(prefix, i), ttl(i)))
 	}
 	// no NOSCRIPT fallback: the counts below are of the calls alone
-	for _, s := range []string{scripts.Lock, scripts.LockRenewMany} {
+	for _, s := range []string{scripts.Lock, scripts.LockRenewMany, scripts.LockReleaseMany} {
 		if _, err := srv.Do("SCRIPT", "LOAD", s); err != nil {
 			t.Fatal(err)
 		}
@@ -208,5 +209,46 @@ func TestReleaseBehindABatchOfRenewalsStays(t *testing.T) {
 		return err == nil && v == "0"
 	}) {
 		t.Fatalf("the released key is still there (%s, %v)", v, err)
+	}
+}
+
+// The releases queued in one batch go as one call (docs/architecture.md,
+// "Joined releases"): n releases queued behind a held request cost one
+// EVALSHA, each lease is released (its key gone) and each Release returns
+// nil. A user's key of another type at one lease's lock key is that
+// release's own answer: the others are released.
+func TestReleasesOfABatchCostOneCall(t *testing.T) {
+	const n, wrong = 16, 5
+	j := newJoinNode(t, "jrel", n, func(int) time.Duration { return 10 * time.Second },
+		func(c *coordinator.Config) { c.DefaultTTL, c.NodeTimeout = 10*time.Second, 3*time.Second })
+	j.srv.Do("DEL", j.key(wrong))
+	j.srv.Do("RPUSH", j.key(wrong), "a user's list")
+	if _, err := j.srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	release := j.hold()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = j.leases[i].Release(context.Background()) })
+	}
+	time.Sleep(300 * time.Millisecond) // every Release queued behind the held blocker
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if i != wrong && err != nil {
+			t.Errorf("Release %d: %v", i, err)
+		}
+		if v, _ := j.srv.Do("EXISTS", j.key(i)); i != wrong && v != "0" {
+			t.Errorf("lease %d's key is still there after its Release", i)
+		}
+	}
+	if typ, _ := j.srv.Do("TYPE", j.key(wrong)); typ != "list" {
+		t.Fatalf("the user's list became a %s", typ)
+	}
+	// the blocker's renewal, then the n releases (ceil(n / DefaultMaxBatch)
+	// calls), and 2 for any upkeep of the node meanwhile
+	if got, want := j.evalsha(), 1+1+2; got > want {
+		t.Fatalf("%d releases queued for one batch cost %d EVALSHA calls with the blocker's, want at most %d", n, got, want)
 	}
 }

@@ -272,3 +272,75 @@ func replyString(m rueidis.RedisMessage, err error) string {
 	}
 	return strings.ReplaceAll(fmt.Sprint(v), ",", "")
 }
+
+// lock.lua's release element form (LockReleaseMany) answers each release
+// and rollback what lock.lua answers it alone and leaves its keys the
+// same, on every state of lockTryStates (and a queued waiter to hand off
+// to), as the middle one of three elements whose neighbours release
+// other resources (not held: they answer 0). Each element carries an arm
+// key and an identity the plain form never reads.
+func TestLockReleaseManyMatchesLockRelease(t *testing.T) {
+	n := newLockNode(t)
+	manySHA := n.do("SCRIPT", "LOAD", LockReleaseMany)
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	eval := func(sha string, keys, args []string) rueidis.RedisResult {
+		return cl.Do(ctx, cl.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	arm := "redlock:{guard}:armed"
+	left := append(Keys("redlock:{l}", LockKeys), arm)
+	right := append(Keys("redlock:{r}", LockKeys), arm)
+	other := append(plainRelease("oth", "").Args(), "")
+	states := lockTryStates(n)
+	q, qx := n.keys[2], n.keys[3]
+	states["held by us, waiter queued"] = [][]string{{"SET", n.keys[0], "rl1:L:tok", "PX", "20000"},
+		{"ZADD", q, "1", "wid2"}, {"HSET", qx, "wid2", "99999999999999"}}
+	for name, setup := range states {
+		for _, rel := range []LockRelease{plainRelease("tok", ""), plainRelease("tok", "wid"),
+			{Rollback: true, Token: "tok", Window: 200 * time.Millisecond, Channel: "redlock:{t}:ch"}} {
+			reset := func() {
+				n.do("FLUSHALL")
+				for _, cmd := range setup {
+					n.do(cmd...)
+				}
+			}
+			reset()
+			one := releaseString(eval(n.sha, n.keys, rel.Args()).ToMessage())
+			alone := n.state()
+			reset()
+			many, err := eval(manySHA, slices.Concat(left, n.keys, []string{arm}, right),
+				slices.Concat(other, rel.Args(), []string{"an identity"}, other)).ToArray()
+			what := fmt.Sprintf("%s, %v", name, rel.Args())
+			if err != nil || len(many) != 3 {
+				t.Fatalf("%s: the element form answered %v %v", what, many, err)
+			}
+			if got := releaseString(many[1], many[1].Error()); one != got {
+				t.Errorf("%s: lock.lua answered %s, its element %s", what, one, got)
+			}
+			if joined := n.state(); !sameState(alone, joined) {
+				t.Errorf("%s: keys after lock.lua\n%s\nafter its element\n%s", what, strings.Join(alone, "\n"), strings.Join(joined, "\n"))
+			}
+			for _, k := range []int{0, 2} {
+				if got, err := many[k].AsInt64(); err != nil || got != 0 {
+					t.Errorf("%s: a neighbour's release of nothing answered %d %v", what, got, err)
+				}
+			}
+		}
+	}
+}
+
+// releaseString formats a release reply: its integer, or "error <message>".
+func releaseString(m rueidis.RedisMessage, err error) string {
+	if err != nil {
+		return "error " + err.Error()
+	}
+	v, err := m.AsInt64()
+	if err != nil {
+		return "error " + err.Error()
+	}
+	return strconv.FormatInt(v, 10)
+}

@@ -22,11 +22,17 @@ var (
 	LockTry       = WithPrelude(lockTryBody)                                   // lock.lua's acquire for an attempt that does not queue (LockTryAcquire)
 	LockRenewMany = WithPrelude(lockRenewBody)                                 // lock.lua's plain renewal of many leases in one call (LockRenewElem)
 	LockTryMany   = WithPrelude(manyOf(lockTryBody, lockTryKeys, lockTryArgs)) // lock_try.lua for many attempts in one call (LockTryAcquire.Args per element)
-	MultiLock     = WithPrelude(multiLockBody)
-	FairLock      = WithPrelude(fairLockBody)
-	RWLock        = WithPrelude(rwLockBody)
-	Semaphore     = WithPrelude(semaphoreBody)
-	Latch         = WithPrelude(latchBody)
+	// LockReleaseMany is lock.lua for many releases and rollbacks in one
+	// call: per element the lock's keys and the node guard's arm key,
+	// LockRelease.Args and the identity its mark compares (nodeactor's
+	// markCheck reads them as the element's last key and argument; the
+	// plain script never reads them).
+	LockReleaseMany = WithPrelude(manyOf(lockBody, lockTryKeys+1, lockReleaseArgs+1))
+	MultiLock       = WithPrelude(multiLockBody)
+	FairLock        = WithPrelude(fairLockBody)
+	RWLock          = WithPrelude(rwLockBody)
+	Semaphore       = WithPrelude(semaphoreBody)
+	Latch           = WithPrelude(latchBody)
 )
 
 var (
@@ -53,8 +59,9 @@ var (
 // lock_try.lua's fixed numbers of keys (LockKeys) and arguments
 // (LockTryAcquire.Args).
 const (
-	lockTryKeys = 8
-	lockTryArgs = 6
+	lockTryKeys     = 8
+	lockTryArgs     = 6
+	lockReleaseArgs = 6 // LockRelease.Args
 )
 
 // manyOf returns body's element form: a call passes each element's nk
@@ -65,8 +72,10 @@ const (
 // and the next element runs. Its prelude ("-- use:") is pulled in once,
 // above it. body must read only KEYS[1..nk] and ARGV[1..na].
 func manyOf(body string, nk, na int) string {
-	use := useLine.FindString(body)
-	body = useLine.ReplaceAllString(body, "")
+	// the body's top-level parts above the function, once; a part pulled
+	// in inside an op's branch stays there
+	use := strings.Join(topUseLine.FindAllString(body, -1), "\n")
+	body = topUseLine.ReplaceAllString(body, "")
 	return "-- element form, " + itoa(int64(nk)) + " keys and " + itoa(int64(na)) + " arguments each (scripts.manyOf)\n" +
 		use + "\n" +
 		"local function one(KEYS, ARGV)\n" + body + "\nend\n" +
@@ -95,6 +104,7 @@ type part struct {
 var (
 	parts      = parseParts(prelude)
 	useLine    = regexp.MustCompile(`(?m)^([ \t]*)-- use: *(.*)$`)
+	topUseLine = regexp.MustCompile(`(?m)^-- use: *(.*)$`)
 	partHeader = regexp.MustCompile(`^-- part: *(\w+)$`)
 	defined    = regexp.MustCompile(`^local (?:function )?([\w, ]+?)\s*(?:=|\(|$)`)
 )
