@@ -180,6 +180,7 @@ func (r *relJoin) checkKeys(ws []*primitives.Lease, what string) {
 // copy of the element form (its SHA on the wire), every handoff is marked
 // and every W holds. The attacks below are this scenario with a fault.
 func TestRelAdvJoinedMarkControl(t *testing.T) {
+	t.Parallel()
 	const k = 4
 	r := newRelJoin(t, "rjc", k)
 	id := advIdentity(t, r.srv)
@@ -259,6 +260,7 @@ func forgetJoined(t *testing.T, prefix string, forget func(r *relJoin)) {
 // joined marking call waits (built, or about to be, with the old
 // identity): no element may mark.
 func TestRelAdvJoinedMarkArmKeyDeleted(t *testing.T) {
+	t.Parallel()
 	forgetJoined(t, "rjd", func(r *relJoin) {
 		testkit.Admin(t, r.srv, "DEL", testkit.ArmKey)
 	})
@@ -268,6 +270,7 @@ func TestRelAdvJoinedMarkArmKeyDeleted(t *testing.T) {
 // another identity (same run_id, another replid: a node that resynced)
 // while the joined call waits: the element's identity no longer matches.
 func TestRelAdvJoinedMarkArmKeyOfAnotherIdentity(t *testing.T) {
+	t.Parallel()
 	forgetJoined(t, "rjo", func(r *relJoin) {
 		id := advIdentity(t, r.srv)
 		run, _, _ := strings.Cut(id, "/")
@@ -281,6 +284,7 @@ func TestRelAdvJoinedMarkArmKeyOfAnotherIdentity(t *testing.T) {
 // guard loaded the marking copy again before the call: then the node is
 // armed again and the mark is the guard's; the test tells the two apart).
 func TestRelAdvJoinedMarkNoscriptFallback(t *testing.T) {
+	t.Parallel()
 	const k = 4
 	r := newRelJoin(t, "rjn", k)
 	id := advIdentity(t, r.srv)
@@ -333,6 +337,7 @@ func TestRelAdvJoinedMarkNoscriptFallback(t *testing.T) {
 // names. It must change nothing: each later holder keeps its key, and the
 // replay publishes no grant.
 func TestRelAdvJoinedReleaseReplayedAfterHandoff(t *testing.T) {
+	t.Parallel()
 	const k = 4
 	r := newRelJoin(t, "rjr", k)
 	errs := <-r.releaseJoined(nil)
@@ -397,6 +402,7 @@ func TestRelAdvJoinedReleaseReplayedAfterHandoff(t *testing.T) {
 // handoffs made the Ws holders. Nothing may undo a W's lease: its key stays
 // its own while it is Valid, for the time any resend takes.
 func TestRelAdvJoinedReleaseReplyLostConnectionReset(t *testing.T) {
+	t.Parallel()
 	const k = 4
 	r := newRelJoin(t, "rjx", k)
 	var joined *testutil.Held
@@ -460,6 +466,7 @@ func TestRelAdvJoinedReleaseReplyLostConnectionReset(t *testing.T) {
 // own error and writes nothing, and its neighbours hand off. Then the
 // same call replayed (a resend) answers and changes nothing.
 func TestRelAdvMarkingElementsAreIndependent(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRedis(t)
 	srv := testutil.StartServer(t, testutil.ServerOptions{})
 	id := advIdentity(t, srv)
