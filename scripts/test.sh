@@ -180,8 +180,8 @@ suite() {
 # runtime aborted once in a clean-clone run ("CHECK failed:
 # tsan_rtl.cpp:346 ... fast_state.epoch() == kEpochLast", its epoch
 # reset, not a race report). What they check is the decisions, not memory
-# access; the same guard code runs under -race in internal/guard's other
-# tests and in every real-server guard test.
+# access; the same guard code runs under -race in every real-server guard
+# test (primitives' TestGuard*, tests/adversarial).
 sims='^TestSim(HeldOutForTheTTLsInUse|RandomSchedules)$'
 start=$SECONDS
 rc_main=0
