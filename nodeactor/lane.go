@@ -204,7 +204,7 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 			res[redo[j]] = rr
 		}
 	}
-	return res, rtt, w != nil && !a.trusted(cl, w, all[0])
+	return res, rtt, w != nil && !a.trusted(cl, w, all[0]) && !a.recheck(ctx, cl, w)
 }
 
 // noteHealth marks the node down on a network error among res, else up

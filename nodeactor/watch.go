@@ -127,6 +127,26 @@ func (a *Actor) trusted(cl rueidis.Client, w *batchWatch, info rueidis.RedisResu
 	return true
 }
 
+// recheck settles a batch whose watch moved (trusted was false): one more
+// INFO, after every reply. The identity then still the calls' means none
+// of them ran on a node that lost its dataset since the verdict (a restart
+// or a resync changes it for good; a FLUSHALL empties the arm key the
+// prelude read). The watch moves for harmless reasons too (the push
+// connection's dial, a reconnect): this spares those batches a refusal.
+// The INFO becomes the verdict when the watch holds still across it.
+func (a *Actor) recheck(ctx context.Context, cl rueidis.Client, w *batchWatch) bool {
+	seq := a.watch.Load()
+	s, err := cl.Do(ctx, infoCmd(cl)).ToString()
+	if err != nil || infoField(s, "run_id") == "" || identity(s) != w.id ||
+		a.armedIdentity() != w.id || a.masterOf(cl) != w.master {
+		return false
+	}
+	if a.watch.Load() == seq {
+		a.verdict.Store(&verdict{seq: seq, id: w.id, master: w.master})
+	}
+	return true
+}
+
 // masterOf is the master a Sentinel set's client sends to ("" on a plain
 // node). rueidis dials the new master of a switch (the watch moves) but
 // closes the old connection later, so a verdict also names its master:
