@@ -57,11 +57,14 @@ const markCheck = "local function mark() local id = ARGV[#ARGV] " +
 	"if redis.call('GET', KEYS[#KEYS]) == id and " +
 	replidFound + " then return id end return '' end"
 
-// replidFound is true when the node's master_replid is the one in the
-// Lua local id (run_id/master_replid), the whole line: a plain find in
-// INFO replication, cheaper for the server than a pattern match. Every
-// check (armed, marking, cluster) uses it.
-const replidFound = "string.find(redis.call('INFO', 'replication'), 'master_replid:' .. (string.match(id, '/(%x*)$') or '') .. '\\r', 1, true)"
+// replidFound is true when the node is a master whose master_replid is
+// the one in the Lua local id (run_id/master_replid), the whole line:
+// plain finds in INFO replication, cheaper for the server than a pattern
+// match. A replica shows its master's replid, which may be the node's own
+// old one after a full resync from its own lagging replica
+// (masterOfIdentity). Every check (armed, marking, cluster) uses it.
+const replidFound = "(function(r) return string.find(r, 'role:master\\r', 1, true) and " +
+	"string.find(r, 'master_replid:' .. (string.match(id, '/(%x*)$') or '') .. '\\r', 1, true) end)(redis.call('INFO', 'replication'))"
 
 // registry holds every script made by NewScript: the guard loads the
 // armed copy of each.

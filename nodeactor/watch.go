@@ -120,7 +120,7 @@ func (a *Actor) trusted(cl rueidis.Client, w *batchWatch, info rueidis.RedisResu
 		return true
 	}
 	s, err := info.ToString()
-	if err != nil || infoField(s, "run_id") == "" || identity(s) != w.id {
+	if err != nil || !masterOfIdentity(s, w.id) {
 		return false
 	}
 	a.verdict.Store(&verdict{seq: w.seq, id: w.id, master: w.master})
@@ -137,8 +137,7 @@ func (a *Actor) trusted(cl rueidis.Client, w *batchWatch, info rueidis.RedisResu
 func (a *Actor) recheck(ctx context.Context, cl rueidis.Client, w *batchWatch) bool {
 	seq := a.watch.Load()
 	s, err := cl.Do(ctx, infoCmd(cl)).ToString()
-	if err != nil || infoField(s, "run_id") == "" || identity(s) != w.id ||
-		a.armedIdentity() != w.id || a.masterOf(cl) != w.master {
+	if err != nil || !masterOfIdentity(s, w.id) || a.armedIdentity() != w.id || a.masterOf(cl) != w.master {
 		return false
 	}
 	if a.watch.Load() == seq {
@@ -156,4 +155,13 @@ func (a *Actor) masterOf(cl rueidis.Client) string {
 		return ""
 	}
 	return sentinelMaster(cl)
+}
+
+// masterOfIdentity reports whether an INFO (server, replication) names
+// identity id on a master. A replica takes its master's replication id,
+// which may be the node's own old one: a node that fully resynced from its
+// own lagging replica keeps its run_id and its replid, and lost keys
+// (helper-11's review). A master's replid only ever changes to a new one.
+func masterOfIdentity(info, id string) bool {
+	return infoField(info, "run_id") != "" && infoField(info, "role") == "master" && identity(info) == id
 }

@@ -268,3 +268,52 @@ func BenchmarkArmedCheckServerTime(b *testing.B) {
 		})
 	}
 }
+
+// A node that fully resyncs from its own lagging replica keeps its run_id
+// and its replication id (a replica takes its master's, here the node's
+// own), and loses what the replica lacked. Only its role tells: an armed
+// call there is refused (helper-11's review; the per-call INFO had the
+// same hole). Y replicates X through a proxy, which then stalls Y's link
+// (still up for Y); X writes a key Y never gets, then X becomes Y's
+// replica: Y answers X's PSYNC with a full resync under X's own id.
+func TestWatchRefusesANodeResyncedFromItsOwnLaggingReplica(t *testing.T) {
+	testutil.RequireRedis(t)
+	x := testutil.StartServer(t, testutil.ServerOptions{})
+	y := testutil.StartServer(t, testutil.ServerOptions{})
+	probe := nodeactor.NewScript("watch-own-lagging", "return 7")
+	a := armedActor(t, x)
+	ctx := context.Background()
+	call := nodeactor.Call{Script: probe, Armed: true}
+	p := testutil.NewProxy(t, x.Addr())
+	host, port, _ := strings.Cut(p.Addr(), ":")
+	if _, err := y.Do("REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	armKey, _ := x.Do("GET", "redlock:{guard}:armed")
+	if !testutil.Eventually(20*time.Second, func() bool {
+		v, err := y.Do("INFO", "replication")
+		k, _ := y.Do("GET", "redlock:{guard}:armed")
+		return err == nil && strings.Contains(v, "master_link_status:up") && k == armKey
+	}) {
+		t.Fatal("Y never synced from X through the proxy")
+	}
+	if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+		t.Fatalf("armed call before: %v", rep.Err)
+	}
+	before := lookNow(t, a).Identity
+	p.SetFault(testutil.Blackhole)
+	if _, err := x.Do("SET", "ahead", "1"); err != nil {
+		t.Fatal(err)
+	}
+	replicate(t, x, y)
+	if v, _ := x.Do("EXISTS", "ahead"); v != "0" {
+		t.Fatalf("X kept the key Y lacked: no full resync (EXISTS %s)", v)
+	}
+	info, _ := x.Do("INFO", "replication")
+	if id := lookNow(t, a).Identity; id != before || !strings.Contains(info, "role:slave") {
+		t.Fatalf("not the case: X's identity %s (before %s), replication %q", id, before, info)
+	}
+	if rep := a.Do(ctx, nodeactor.Normal, call); !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+		t.Fatalf("armed call on X, a replica that lost a key under its old identity: %v, want ErrNodeGuarded", rep.Err)
+	}
+}

@@ -181,7 +181,8 @@ var _ = coordinator.GuardAuto
 // or not (NOSCRIPT, and the plain script ran).
 const advMarkCheck = "local function mark() local id = ARGV[#ARGV] " +
 	"if redis.call('GET', KEYS[#KEYS]) == id and " +
-	"string.find(redis.call('INFO', 'replication'), 'master_replid:' .. (string.match(id, '/(%x*)$') or '') .. '\\r', 1, true) then " +
+	"(function(r) return string.find(r, 'role:master\\r', 1, true) and " +
+	"string.find(r, 'master_replid:' .. (string.match(id, '/(%x*)$') or '') .. '\\r', 1, true) end)(redis.call('INFO', 'replication')) then " +
 	"return id end return '' end"
 
 // markingSHA is the SHA1 of lock.lua's marking copy for identity under
