@@ -28,7 +28,6 @@ func TestFairLockScriptUncontendedCommands(t *testing.T) {
 // one of its four string keys, is WRONGTYPE naming the first such key in
 // the layout's order, for every op, and changes nothing.
 func TestFairLockScriptWrongTypeChangesNothing(t *testing.T) {
-	t.Parallel() // its own server; about 10 s under -race
 	n := newScriptNode(t, FairLock, FairLockKeys)
 	acq := FairAcquire{Token: "tok", TTL: time.Minute, Waiter: "w", WaiterTimeout: time.Minute, TicketTTL: time.Minute,
 		FenceKeep: time.Minute, Channel: "ch"}
@@ -101,7 +100,6 @@ func TestMultiLockScriptUncontendedCommands(t *testing.T) {
 // key (name by name, in the layout's order), for every op, and changes
 // nothing.
 func TestMultiLockScriptWrongTypeChangesNothing(t *testing.T) {
-	t.Parallel() // its own server; about 10 s under -race
 	n, ch := multiNode(t)
 	ops := map[string]Op{
 		"acquire":       ch(MultiAcquire{Token: "tok", TTL: time.Minute, FenceKeep: time.Minute, EntryTTL: time.Minute}),

@@ -235,7 +235,6 @@ func TestLockScriptFenceStepsByOne(t *testing.T) {
 // writes only the lock key (as the native SET … IFEQ renewal does): a
 // wrong key elsewhere does not concern it.
 func TestLockScriptWrongTypeChangesNothing(t *testing.T) {
-	t.Parallel() // its own server; about 10 s under -race
 	n := newLockNode(t)
 	ops := map[string]Op{
 		"acquire":         plainAcquire("tok", "wid"),

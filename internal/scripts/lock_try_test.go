@@ -100,7 +100,6 @@ func sameReply(a, b string) bool {
 // same, leave the same keys, and run the same commands (so the same
 // PUBLISH to observers).
 func TestLockTryMatchesAcquire(t *testing.T) {
-	t.Parallel() // its own server; about 10 s under -race
 	n := newLockNode(t)
 	trySHA := n.do("SCRIPT", "LOAD", LockTry)
 	states := lockTryStates(n)
@@ -212,7 +211,6 @@ func TestLockTryOnlyForPlainAttempts(t *testing.T) {
 // state of lockTryStates, as the middle one of three elements whose
 // neighbours (other resources) are free: they are granted.
 func TestLockTryManyMatchesLockTry(t *testing.T) {
-	t.Parallel() // its own server; about 10 s under -race
 	n := newLockNode(t)
 	trySHA := n.do("SCRIPT", "LOAD", LockTry)
 	manySHA := n.do("SCRIPT", "LOAD", LockTryMany)
@@ -282,7 +280,6 @@ func replyString(m rueidis.RedisMessage, err error) string {
 // other resources (not held: they answer 0). Each element carries an arm
 // key and an identity the plain form never reads.
 func TestLockReleaseManyMatchesLockRelease(t *testing.T) {
-	t.Parallel() // its own server; about 10 s under -race
 	n := newLockNode(t)
 	manySHA := n.do("SCRIPT", "LOAD", LockReleaseMany)
 	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.srv.Addr()}, DisableCache: true})
