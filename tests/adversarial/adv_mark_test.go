@@ -60,7 +60,10 @@ func markForgetScenario(t *testing.T, n int, forget func(t *testing.T, bad, spar
 	// The guard's hold does not grow: W's 20 s are in use anyway.
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(20*time.Second))
 	lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(20*time.Second))
-	h, got := testkit.HoldAndWait(t, lh, lw, 60*time.Second)
+	// W waits out the forgotten nodes' hold (the 20 s TTL in use, about 23 s
+	// after the guard sees the forget) after resyncs that take 10-20 s under
+	// load: 60 s was too short in a loaded clean-clone run
+	h, got := testkit.HoldAndWait(t, lh, lw, 150*time.Second)
 	testkit.QueuedOnAll(t, srv, name)
 	if id := advIdentity(t, srv[n-1]); !cachedMarking(t, srv[n-1], id) {
 		t.Fatalf("the marking copy of node %d's identity %s is not cached (the test's SHA is wrong)", n-1, id)
