@@ -191,6 +191,7 @@ func (a *Actor) Adopt(master, identity string) {
 		return
 	}
 	a.armedAs.Store(&identity)
+	a.unstep()
 }
 
 // Guarded reports whether the node guard applies to the node: Options.Guard
@@ -269,7 +270,7 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 	if err := lk.readTime(res[6]); err != nil {
 		return lk, err
 	}
-	a.clock.Store(&clockRef{id: lk.Identity, us: lk.ServerUs, sent: lk.Sent})
+	a.storeClock(&lk)
 	ex, err := existing(res[1], len(shas))
 	if err != nil {
 		return lk, err
@@ -442,6 +443,7 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 		return err
 	}
 	a.armedAs.Store(&want)
+	a.unstep()
 	if a.watch.Load() == seq && !a.sentinel() {
 		// the pipeline's INFO named want on this connection (watch.go; a
 		// Sentinel set's first batch reads it again, with its master)

@@ -27,6 +27,41 @@ type clockRef struct {
 	id   string
 	us   int64
 	sent time.Time
+	// stepped: a look read a TIME past the previous look's limit (a
+	// forward step). Armed calls refuse (limit 0) until an arming or an
+	// adoption, which follow the guard's hold: a look must not re-base
+	// the limit on the stepped clock before the guard disarms the node
+	// (a race TestOneNodeClockForwardOnALeaseOfTwoNodes met in CI).
+	stepped bool
+}
+
+// limitMs is the latest TIME (ms) a call that reaches the node at t may
+// read if its clock did not step forward since ref's look.
+func (a *Actor) limitMs(ref *clockRef, t time.Time) int64 {
+	since := t.Sub(ref.sent)
+	return ref.us/1000 + int64(float64(since)*(1+a.opt.DriftFactor)/float64(time.Millisecond)) +
+		max(a.opt.ClockSlack, clockSlackMin).Milliseconds() + 2
+}
+
+// storeClock records a look's TIME as the limit's base, keeping a step
+// seen under the same identity until unstep.
+func (a *Actor) storeClock(lk *Look) {
+	ref := &clockRef{id: lk.Identity, us: lk.ServerUs, sent: lk.Sent}
+	if prev := a.clock.Load(); prev != nil && prev.id == lk.Identity &&
+		(prev.stepped || lk.ServerUs/1000 > a.limitMs(prev, lk.Recv)) {
+		ref.stepped = true
+	}
+	a.clock.Store(ref)
+}
+
+// unstep ends a step's refusal: the node was armed or adopted again, after
+// the guard's hold.
+func (a *Actor) unstep() {
+	if p := a.clock.Load(); p != nil && p.stepped {
+		c := *p
+		c.stepped = false
+		a.clock.Store(&c)
+	}
 }
 
 // clockLimit returns an armed call's last argument: the identity id and,
@@ -40,9 +75,10 @@ func (a *Actor) clockLimit(id string) string {
 	if ref == nil || ref.id != id || id == "" {
 		return id
 	}
-	since := time.Since(ref.sent)
-	ms := ref.us/1000 + int64(float64(since)*(1+a.opt.DriftFactor)/float64(time.Millisecond)) +
-		max(a.opt.ClockSlack, clockSlackMin).Milliseconds() + 2
+	ms := a.limitMs(ref, time.Now())
+	if ref.stepped {
+		ms = 0 // every TIME is later: the prelude refuses
+	}
 	b := make([]byte, 0, len(id)+21)
 	b = append(b, id...)
 	b = append(b, ';')
