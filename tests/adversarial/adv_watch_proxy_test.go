@@ -60,44 +60,9 @@ func (p *freezeProxy) accept() {
 		p.conns[fc] = true
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() { // client → server: opens the gate first
-			defer p.wg.Done()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					fc.open()
-					if _, werr := s.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			fc.open()
-			s.Close()
-			c.Close()
-		}()
-		go func() { // server → client: waits at the gate
-			defer p.wg.Done()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 {
-					fc.wait()
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			fc.open()
-			s.Close()
-			c.Close()
-		}()
+		// client → server opens the gate first; server → client waits at it
+		go pumpThrough(&p.wg, fc, c, s, fc.open)
+		go pumpThrough(&p.wg, fc, s, c, fc.wait)
 	}
 }
 
@@ -154,4 +119,26 @@ func (p *freezeProxy) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// pumpThrough copies from → to, calling each before every chunk it
+// writes; at the end it opens the gate and closes both ends.
+func pumpThrough(wg *sync.WaitGroup, fc *freezeConn, from, to net.Conn, each func()) {
+	defer wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			each()
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	fc.open()
+	from.Close()
+	to.Close()
 }
