@@ -60,18 +60,7 @@ func watchAdvOwnOldReplica(t *testing.T, n int, mut ...func(*coordinator.Config)
 	advHold(t, ca, srv, "ownold-warm", 8*time.Second).Release(context.Background())
 	// B's process takes the lock once: its verdict for node 0 holds
 	advHold(t, cb, srv, "ownold-warm-b", 8*time.Second).Release(context.Background())
-	i1 := cb.Nodes()[0].Identity
-	testkit.Admin(t, srv[0], "CONFIG", "SET", "repl-diskless-sync-delay", "0")
-	replicaOf(t, y, srv[0])
-	if !testutil.Eventually(5*time.Second, func() bool {
-		v, err := y.Do("GET", testkit.ArmKey)
-		return err == nil && v == i1
-	}) {
-		t.Fatalf("the replica never received the arm key %s", i1)
-	}
-	testkit.Admin(t, y, "REPLICAOF", "NO", "ONE")
-	// a fast full sync: the fail-back fits between two of B's looks
-	testkit.Admin(t, y, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+	i1 := detachOwnReplica(t, cb, srv[0], y)
 	const ttl = 8 * time.Second
 	granted := time.Now()
 	a := advHold(t, ca, srv, "ownold", ttl)
@@ -133,17 +122,7 @@ func watchAdvHeld(t *testing.T, n int, reset bool) {
 		testkit.WaitAllUp(t, cb)
 		advHold(t, ca, srv, "held-warm", 8*time.Second).Release(context.Background())
 		advHold(t, cb, srv, "held-warm-b", 8*time.Second).Release(context.Background())
-		i1 := cb.Nodes()[0].Identity
-		testkit.Admin(t, srv[0], "CONFIG", "SET", "repl-diskless-sync-delay", "0")
-		replicaOf(t, y, srv[0])
-		if !testutil.Eventually(5*time.Second, func() bool {
-			v, err := y.Do("GET", testkit.ArmKey)
-			return err == nil && v == i1
-		}) {
-			t.Fatalf("the replica never received the arm key %s", i1)
-		}
-		testkit.Admin(t, y, "REPLICAOF", "NO", "ONE")
-		testkit.Admin(t, y, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+		i1 := detachOwnReplica(t, cb, srv[0], y)
 		const ttl = 8 * time.Second
 		granted := time.Now()
 		a := advHold(t, ca, srv, "held", ttl)
@@ -212,4 +191,24 @@ func truncate(b []byte, n int) string {
 		b = b[:n]
 	}
 	return string(b)
+}
+
+// detachOwnReplica makes y a replica of node x until it holds x's arm key
+// (the identity i1 that c knows x armed under), then detaches it, ready
+// for a fast full sync back: x's own old replica.
+func detachOwnReplica(t *testing.T, c *coordinator.Coordinator, x, y *testutil.Server) string {
+	t.Helper()
+	i1 := c.Nodes()[0].Identity
+	testkit.Admin(t, x, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+	replicaOf(t, y, x)
+	if !testutil.Eventually(5*time.Second, func() bool {
+		v, err := y.Do("GET", testkit.ArmKey)
+		return err == nil && v == i1
+	}) {
+		t.Fatalf("the replica never received the arm key %s", i1)
+	}
+	testkit.Admin(t, y, "REPLICAOF", "NO", "ONE")
+	// a fast full sync: the fail-back fits between two of B's looks
+	testkit.Admin(t, y, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+	return i1
 }
