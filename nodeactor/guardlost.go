@@ -79,8 +79,8 @@ func (a *Actor) clockLimit(id string) string {
 	if ref.stepped {
 		ms = 0 // every TIME is later: the prelude refuses
 	}
-	b := make([]byte, 0, len(id)+21)
-	b = append(b, id...)
+	var buf [128]byte // an identity is 81 bytes: one allocation, the string
+	b := append(buf[:0], id...)
 	b = append(b, ';')
 	return string(strconv.AppendInt(b, ms, 10))
 }

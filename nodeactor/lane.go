@@ -380,6 +380,9 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		s = s.sharded
 	}
 	keys, args := c.Keys, c.Args
+	// room for the guard's extra key and argument without a heap copy of
+	// the call's slices (rueidis copies them into the command)
+	var kb, ab [16]string
 	switch {
 	case c.Armed && a.guarded.Load() && a.opt.Cluster:
 		s, args = a.clusterArmed(s, keys, args)
@@ -388,8 +391,8 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		s = a.armedScript(s, id)
 		// the prelude's arm key and identity, last (armedPrelude), with
 		// the clock's limit
-		keys = append(keys[:len(keys):len(keys)], a.armKey())
-		args = append(args[:len(args):len(args)], a.clockLimit(id))
+		keys = append(append(kb[:0], keys...), a.armKey())
+		args = append(append(ab[:0], args...), a.clockLimit(id))
 	case c.joined && c.Mark:
 		// a joined marking call: its elements carry the arm key and the
 		// identity (joinElems); the marking copy of that identity, never
@@ -402,8 +405,8 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		// it without an arming; the plain script runs instead
 		if id := a.armedIdentity(); id != "" {
 			s = a.markedScript(s, id)
-			keys = append(keys[:len(keys):len(keys)], a.armKey())
-			args = append(args[:len(args):len(args)], id)
+			keys = append(append(kb[:0], keys...), a.armKey())
+			args = append(append(ab[:0], args...), id)
 		}
 	}
 	switch {

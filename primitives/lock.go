@@ -108,8 +108,9 @@ func newResource(coord *coordinator.Coordinator, name string, opts []Option, k k
 	if err := coordinator.ValidateName(name); err != nil {
 		return resource{}, err
 	}
-	topic := c.Topic(name) + topicSuffix
-	return resource{c: c, name: name, names: []string{name}, o: o, keys: scripts.Keys(c.Topic(name), suffixes), topic: topic,
+	base := c.Topic(name)
+	topic := base + topicSuffix
+	return resource{c: c, name: name, names: []string{name}, o: o, keys: scripts.Keys(base, suffixes), topic: topic,
 		channel: topic + ":ch", meta: holderMeta(o.label)}, nil
 }
 

@@ -162,13 +162,13 @@ type attempt struct {
 	// Its Release covers every node, after the grant, and a late grant
 	// under a live hold is simply ours. A rollback is per token and safe
 	// to repeat.
-	lg *Pending
+	lg Pending
 	// A late grant under a live hold may answer another fence. Its node
 	// gets the hold's fence written back (fw), and its counter is raised
 	// if lower. An owner's epoch fence, which later reentrant holds
 	// return, becomes the hold's. So every hold of one owner has one fence.
-	lf *lateFences
-	fw *Pending
+	lf lateFences
+	fw Pending
 
 	voteBuf  [5]Vote
 	errBuf   [5]error
@@ -178,19 +178,24 @@ type attempt struct {
 
 func (c *Engine) newAttempt(s AttemptSpec) *attempt {
 	n := len(c.nodes)
-	a := &attempt{c: c, s: s, life: max(s.TTL, s.Life), lf: &lateFences{}}
+	a := &attempt{c: c, s: s, life: max(s.TTL, s.Life)}
 	if n <= len(a.voteBuf) {
 		a.votes, a.verrs, a.classified, a.grants = a.voteBuf[:n], a.errBuf[:n], a.clsBuf[:n], a.grantBuf[:0]
 	} else {
 		a.votes, a.verrs, a.classified = make([]Vote, n), make([]error, n), make([]bool, n)
 	}
-	a.lg = NewPending(func(node int) { c.SendLate(node, s.Op.Rollback(node)) })
-	a.fw = NewPending(func(node int) {
-		if f, ok := a.lf.differs(node); ok {
-			c.SendLate(node, s.Op.Fence(f, node))
-		}
-	})
+	a.lg.send, a.fw.send = a.rollbackLate, a.fenceLate
 	return a
+}
+
+// rollbackLate and fenceLate are lg's and fw's sends (fields of the
+// attempt, not allocations of their own).
+func (a *attempt) rollbackLate(node int) { a.c.SendLate(node, a.s.Op.Rollback(node)) }
+
+func (a *attempt) fenceLate(node int) {
+	if f, ok := a.lf.differs(node); ok {
+		a.c.SendLate(node, a.s.Op.Fence(f, node))
+	}
 }
 
 // armed is the op's acquire as an armed call (the node guard's check).

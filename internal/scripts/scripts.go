@@ -237,10 +237,25 @@ var (
 // Keys lays out suffixes under topic, the resource's key prefix with its
 // hash tag ("redlock:{name}"): topic + ":" + suffix each, so every key of
 // one resource lands in one cluster slot.
+// The keys are cut from one string, so a resource's key set costs two
+// allocations, not one per key.
 func Keys(topic string, suffixes []string) []string {
+	n := 0
+	for _, s := range suffixes {
+		n += len(topic) + 1 + len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, s := range suffixes {
+		b.WriteString(topic)
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	all, start := b.String(), 0
 	keys := make([]string, len(suffixes))
 	for i, s := range suffixes {
-		keys[i] = topic + ":" + s
+		end := start + len(topic) + 1 + len(s)
+		keys[i], start = all[start:end], end
 	}
 	return keys
 }

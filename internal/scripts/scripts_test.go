@@ -175,3 +175,21 @@ func TestMsIsRightAcrossItsCache(t *testing.T) {
 		t.Errorf("Ms(1.5ms) = %q, want whole milliseconds", got)
 	}
 }
+
+// A resource's key set is cut from one string: two allocations for any
+// number of keys (it was one per key and one for the slice).
+func TestKeysCostTwoAllocations(t *testing.T) {
+	suffixes := []string{"lock", "fence", "q", "qexp", "holds", "epoch", "watch", "gone"}
+	got := Keys("redlock:{a}", suffixes)
+	for i, s := range suffixes {
+		if want := "redlock:{a}:" + s; got[i] != want {
+			t.Errorf("key %d = %q, want %q", i, got[i], want)
+		}
+	}
+	if len(got) != len(suffixes) {
+		t.Fatalf("%d keys, want %d", len(got), len(suffixes))
+	}
+	if n := testing.AllocsPerRun(100, func() { Keys("redlock:{a}", suffixes) }); n > 2 {
+		t.Errorf("Keys allocates %v times, want at most 2", n)
+	}
+}
