@@ -195,7 +195,18 @@ func TestAdvJoinedLateBatchNoSecondHolder(t *testing.T) {
 	}
 	// nobody else may take B's resources now (A with every node back)
 	p2.SetFault(testutil.Pass)
-	time.Sleep(2 * time.Second)
+	testutil.WaitFor(t, 20*time.Second, "A's grants to reach node 2 again", func() bool {
+		l, err := lock(ca, "jl-back").TryAcquire(ctx)
+		if err != nil {
+			return false
+		}
+		defer l.Release(ctx)
+		// TryAcquire returns at a quorum: node 2's grant may be on its way
+		return testutil.Eventually(time.Second, func() bool {
+			v, _ := srv[2].Do("EXISTS", "redlock:{jl-back}:lock")
+			return v == "1"
+		})
+	})
 	for i := range bTakes {
 		if lease, err := lock(ca, fmt.Sprint("jl", i)).TryAcquire(ctx); err == nil {
 			t.Errorf("A took resource %d while B holds it (fence %d vs B's %d)", i, lease.Fence(), bl[i].Fence())

@@ -110,7 +110,9 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	// second forget, then G's stale arming arrives
 	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
-	time.Sleep(1500 * time.Millisecond) // every process but G looks: m guarded again
+	mustWait(t, 10*time.Second, "A's and B's processes guard m again", func() bool {
+		return ca.Nodes()[0].Guarded && cb.Nodes()[0].Guarded
+	})
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
 	if b, err := lb.TryAcquire(ctx); err == nil {
 		t.Fatalf("B holds before G's arming arrives (fence %d): not the hole under test", b.Fence())
@@ -196,7 +198,9 @@ func partitionedGuard(t *testing.T, first string) {
 	// second forget; then the partition heals
 	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
-	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
+	mustWait(t, 10*time.Second, "A's and B's processes guard m again", func() bool {
+		return ca.Nodes()[0].Guarded && cb.Nodes()[0].Guarded
+	})
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
 	if b, err := lb.TryAcquire(ctx); err == nil {
 		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
@@ -261,7 +265,9 @@ func TestClusterGuardHorizonUnreadKeepsNoStaleBound(t *testing.T) {
 	a := leaseOn(t, ca, name, ttl, m, key)
 	testkit.Admin(t, m, "FLUSHALL")
 	forgot := time.Now()
-	time.Sleep(1500 * time.Millisecond) // every process looks once: m guarded again everywhere
+	mustWait(t, 10*time.Second, "A's and B's processes guard m again", func() bool {
+		return ca.Nodes()[0].Guarded && cb.Nodes()[0].Guarded
+	})
 	t.Logf("after the second FLUSHALL: A's process guards m: %v, B's: %v", ca.Nodes()[0].Guarded, cb.Nodes()[0].Guarded)
 	if b, err := lb.TryAcquire(ctx); err == nil {
 		t.Fatalf("B holds before G's partition heals (fence %d): not the hole under test", b.Fence())
@@ -346,16 +352,10 @@ func guardEndsThenForgets(t *testing.T, first string) {
 	began := time.Now()
 	// the first process whose bound ran out arms m: at once, A, then m
 	// forgets again
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if v, _ := m.Do("GET", marker); v == id {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("m never armed again")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	mustWait(t, 60*time.Second, "m armed again", func() bool {
+		v, _ := m.Do("GET", marker)
+		return v == id
+	})
 	armed := time.Now()
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))

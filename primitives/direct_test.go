@@ -86,9 +86,10 @@ func TestLockHandoffIsADirectGrant(t *testing.T) {
 		if !hb.Valid() || time.Until(hb.Deadline()) < time.Second {
 			t.Fatalf("round %d: direct lease valid %v, %s left", round, hb.Valid(), time.Until(hb.Deadline()))
 		}
-		// It renews (past its first TTL) and excludes others meanwhile.
-		time.Sleep(2500 * time.Millisecond)
-		if !hb.Valid() {
+		// It renews (its Deadline moves past the first) and excludes
+		// others meanwhile.
+		first := hb.Deadline()
+		if !testutil.Eventually(10*time.Second, func() bool { return !hb.Valid() || hb.Deadline().After(first) }) || !hb.Valid() {
 			t.Fatalf("round %d: the direct lease was not renewed: %v", round, hb.Err())
 		}
 		if _, err := la.TryAcquire(ctx); err == nil {

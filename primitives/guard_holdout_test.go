@@ -148,7 +148,14 @@ func TestFlushAllBetweenTests(t *testing.T) {
 	}
 	// no lease yet: the guard's next look arms every node again
 	flushed := flush()
-	time.Sleep(1500 * time.Millisecond) // the guard's next look
+	testutil.WaitFor(t, 10*time.Second, "the guard's next look to arm every node", func() bool {
+		for _, s := range srv {
+			if v, _ := s.Do("EXISTS", testkit.ArmKey); v != "1" {
+				return false
+			}
+		}
+		return true
+	})
 	if !testutil.Eventually(3*time.Second, func() bool {
 		for _, ns := range c.Nodes() {
 			if ns.Guarded {

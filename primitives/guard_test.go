@@ -390,22 +390,19 @@ func TestGuardCoversMinHoldTail(t *testing.T) {
 	srv[0].RestartEmpty()
 	cb := newCoord(t, addrs)
 	lb, _ := primitives.NewLock(cb, "tail", primitives.WithTTL(2*time.Second))
-	for {
-		b, err := lb.TryAcquire(context.Background())
-		if err == nil {
-			at := time.Since(before)
-			b.Release(context.Background())
-			if at < minHold {
-				t.Fatalf("B took the name %v after A's grant, inside its %v min-hold", at.Round(time.Millisecond), minHold)
-			}
-			t.Logf("B took the name %v after A's grant", at.Round(time.Millisecond))
-			return
-		}
-		if time.Since(before) > 40*time.Second {
-			t.Fatalf("B never took the name: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var b *primitives.Lease
+	if !testutil.Eventually(40*time.Second-time.Since(before), func() bool {
+		b, err = lb.TryAcquire(context.Background())
+		return err == nil
+	}) {
+		t.Fatalf("B never took the name: %v", err)
 	}
+	at := time.Since(before)
+	b.Release(context.Background())
+	if at < minHold {
+		t.Fatalf("B took the name %v after A's grant, inside its %v min-hold", at.Round(time.Millisecond), minHold)
+	}
+	t.Logf("B took the name %v after A's grant", at.Round(time.Millisecond))
 }
 
 // TestGuardMaxTTLDiffersBetweenProcesses: one process with a smaller

@@ -118,7 +118,9 @@ func secondFlush(t *testing.T, mode string) {
 	// second forget, then Y's look (or its held arming) arrives
 	testkit.Admin(t, srv[0], "FLUSHALL")
 	forgot := time.Now()
-	time.Sleep(1500 * time.Millisecond) // every process but Y looks: s0 guarded again
+	testutil.WaitFor(t, 10*time.Second, "every process but Y to guard s0 again", func() bool {
+		return ca.Nodes()[0].Guarded && cb.Nodes()[0].Guarded
+	})
 	if b, err := lb.TryAcquire(ctx); err == nil {
 		t.Fatalf("B holds before Y acts (fence %d): not the hole under test", b.Fence())
 	}

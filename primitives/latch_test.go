@@ -219,7 +219,9 @@ func TestLatchMiniZeroAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Wait(ctx) }()
-	time.Sleep(50 * time.Millisecond)
+	testutil.WaitFor(t, 5*time.Second, "the waiter to subscribe", func() bool {
+		return ms[0].PubSubNumSub("redlock:{cancel}:ch")["redlock:{cancel}:ch"] > 0
+	})
 	cancel()
 	select {
 	case err := <-done:

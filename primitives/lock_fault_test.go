@@ -594,7 +594,9 @@ func TestLockFaultStaleReleaseKeepsNextHolder(t *testing.T) {
 	if err := a.Release(context.Background()); !errors.Is(err, primitives.ErrLeaseLost) {
 		t.Errorf("stale Release = %v, want ErrLeaseLost", err)
 	}
-	time.Sleep(100 * time.Millisecond) // let any best-effort delete land
+	// A's Close returns once every release and rollback its client issued
+	// (a stale Release's best-effort delete among them) was answered.
+	ca.Close()
 	for i, s := range srv {
 		if v := testkit.Admin(t, s, "GET", testkit.LockKey("stale", "lock")); had[i] && !strings.HasPrefix(v, want) {
 			t.Errorf("node %d: B's lock key became %q after A's stale Release", i, v)

@@ -22,13 +22,11 @@ func runRW(t *testing.T, addrs []string, readers, writers int, hold time.Duratio
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		start := time.Now()
-		for ctx.Err() == nil {
-			if reads, writes := chk.Counts(); time.Since(start) >= dur && reads >= 5 && writes >= 5 {
-				cancel()
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.Eventually(30*time.Second, func() bool {
+			reads, writes := chk.Counts()
+			return ctx.Err() != nil || time.Since(start) >= dur && reads >= 5 && writes >= 5
+		})
+		cancel()
 	})
 	for i := range readers + writers {
 		c := newCoord(t, addrs)
