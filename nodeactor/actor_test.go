@@ -332,8 +332,11 @@ func TestCloseDoesNotWaitForUpkeep(t *testing.T) {
 	ready(t, a)
 	subscribe(t, a, subscribed, "c1")
 	px.SetFault(testutil.DropRequests)
+	px.Capture(true)  // the proxy records what it reads, and drops it
 	a.Subscribe("c2") // the keeper's SUBSCRIBE now waits for a reply that never comes
-	time.Sleep(300 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the keeper's SUBSCRIBE c2 to be sent", func() bool {
+		return len(px.Captured("$2\r\nc2\r\n")) > 0
+	})
 	start := time.Now()
 	a.Close()
 	t.Logf("Close took %v", time.Since(start))

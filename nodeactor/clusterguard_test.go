@@ -197,7 +197,10 @@ func TestClusterArmRefusesSlotsThatArrivedSinceItsLook(t *testing.T) {
 	}
 	// between that look and the arming, the slot of name reaches m
 	cl.MoveSlot(int(nodeactor.Slot(name)), m)
-	time.Sleep(7 * time.Second) // the actor reads the slot map every 5 s
+	// the actor reads the slot map every 5 s
+	testutil.WaitFor(t, 15*time.Second, "the actor's slot map to give the slot to m", func() bool {
+		return a.SlotOwner(nodeactor.Slot(name)) == m.Addr()
+	})
 	if err := a.Arm(ctx, m.Addr(), mid); !errors.Is(err, nodeactor.ErrIdentityChanged) {
 		t.Errorf("Arm after a slot arrived since its look: %v, want ErrIdentityChanged", err)
 	}

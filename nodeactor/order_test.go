@@ -165,10 +165,12 @@ func TestOrderAcrossAPause(t *testing.T) {
 	ready(t, a)
 	const resources, per = 4, 300
 	var wg sync.WaitGroup
+	chs := make([]chan nodeactor.Reply, resources)
 	for r := range resources {
+		chs[r] = make(chan nodeactor.Reply, per)
 		wg.Go(func() {
 			res := fmt.Sprint("res", r)
-			ch := make(chan nodeactor.Reply, per)
+			ch := chs[r]
 			for i := range per {
 				lane := nodeactor.Normal
 				if i%2 == 1 {
@@ -198,7 +200,29 @@ func TestOrderAcrossAPause(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	s.Resume()
 	wg.Wait()
-	time.Sleep(2 * time.Second)
+	// every request answered: sent and replied to, or not sent
+	testutil.WaitFor(t, 30*time.Second, "a reply to every request", func() bool {
+		for _, ch := range chs {
+			if len(ch) < per {
+				return false
+			}
+		}
+		return true
+	})
+	// A request answered at its deadline may still be on its way to the
+	// node. One more per resource and lane, queued after all of them (so
+	// numbered above them): once it ran, the earlier ones ran or never
+	// will, and one that ran after it shows out of order.
+	for r := range resources {
+		for j, lane := range []nodeactor.Lane{nodeactor.Urgent, nodeactor.Normal} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			rep := a.Do(ctx, lane, nodeactor.Call{Keys: []string{"{" + fmt.Sprint("res", r) + "}:log"}, Args: []string{"RPUSH", strconv.Itoa(per + j)}})
+			cancel()
+			if rep.Err != nil {
+				t.Fatalf("res%d: the last request: %v", r, rep.Err)
+			}
+		}
+	}
 	for r := range resources {
 		got, err := s.Do("LRANGE", "{"+fmt.Sprint("res", r)+"}:log", "0", "-1")
 		if err != nil {
@@ -316,7 +340,7 @@ func TestNoscriptFallbackKeepsOrder(t *testing.T) {
 	if err := a.Send(nodeactor.Request{Ctx: ctx, Lane: nodeactor.Urgent, Reply: ch, Call: nodeactor.Call{Args: []string{"PING"}}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the lane to take the PING alone", func() bool { return a.Backlog() == 0 })
 	for _, c := range []nodeactor.Call{
 		{Script: set, Keys: []string{key}, Args: []string{"acquire"}}, // NOSCRIPT: never loaded
 		{Keys: []string{key}, Args: []string{"SET", "release"}},
@@ -325,7 +349,9 @@ func TestNoscriptFallbackKeepsOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	if n := a.Backlog(); n != 2 {
+		t.Fatalf("%d urgent requests queued behind the PING, want 2", n)
+	}
 	s.Resume()
 	for range 3 {
 		if rep := <-ch; rep.Err != nil {

@@ -261,8 +261,8 @@ func TestCLIRun(t *testing.T) {
 	})
 
 	t.Run("frozen holder loses the lease and terminates its command", func(t *testing.T) {
-		marker := filepath.Join(dir, "term")
-		child := fmt.Sprintf(`trap 'echo TERM > %s; exit 0' TERM; while true; do sleep 0.05; done`, marker)
+		marker, started := filepath.Join(dir, "term"), filepath.Join(dir, "started")
+		child := fmt.Sprintf(`trap 'echo TERM > %s; exit 0' TERM; echo up > %s; while true; do sleep 0.05; done`, marker, started)
 		holder := exec.Command(binary, "run", "--key", "frozen", "--ttl", "500ms", "--", "sh", "-c", child)
 		holder.Env = append(os.Environ(), nodes)
 		var herr bytes.Buffer
@@ -270,7 +270,11 @@ func TestCLIRun(t *testing.T) {
 		if err := holder.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(700 * time.Millisecond) // holding and renewing
+		// holding (run starts the command once it holds) and renewing
+		testutil.WaitFor(t, 10*time.Second, "the holder's command to start", func() bool {
+			_, err := os.Stat(started)
+			return err == nil
+		})
 		if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}

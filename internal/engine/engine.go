@@ -354,6 +354,10 @@ func (c *Engine) Nodes() []nodeactor.Status {
 // GuardState returns node i's node guard state (zero when the guard is off).
 func (c *Engine) GuardState(i int) guard.State { return c.guard.NodeState(i) }
 
+// Backlog returns the number of urgent requests queued on node i and not
+// yet sent (Node.Backlog).
+func (c *Engine) Backlog(i int) int { return c.nodes[i].Backlog() }
+
 // NodeIsCluster reports whether node i was configured as a Redis Cluster
 // (by its ?addr= seeds).
 func (c *Engine) NodeIsCluster(i int) bool { return c.specs[i].Cluster }

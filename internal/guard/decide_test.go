@@ -8,17 +8,16 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/redlock-go/redlock/testutil"
 )
 
 // readmitted waits until every process counts node i again and returns
 // how long after from that was, or fails after limit.
 func (c *simCluster) readmitted(t *testing.T, i int, from time.Time, limit time.Duration) time.Duration {
 	t.Helper()
-	for !c.counted(i) {
-		if time.Since(from) > limit {
-			t.Fatalf("node %d still held out %v after its fault: %s", i, limit, trimmed(c.heldOut()))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Eventually(limit-time.Since(from), func() bool { return c.counted(i) }) {
+		t.Fatalf("node %d still held out %v after its fault: %s", i, limit, trimmed(c.heldOut()))
 	}
 	return time.Since(from)
 }

@@ -73,3 +73,7 @@ func WaitMaster(t *testing.T, c *coordinator.Coordinator, addr string) coordinat
 // ProcOf returns the process id that c's direct grants are addressed to
 // (the `<topic>:ch:<proc>` channel; its enqueuing attempts carry it).
 func ProcOf(c *coordinator.Coordinator) string { return engine.Of(c).Proc() }
+
+// Backlog returns the number of urgent requests (releases, rollbacks,
+// renewals) that c has queued on node i and not yet sent.
+func Backlog(c *coordinator.Coordinator, i int) int { return engine.Of(c).Backlog(i) }

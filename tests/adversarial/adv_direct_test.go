@@ -2,6 +2,7 @@ package adversarial_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,15 +83,13 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	// the client replaced the stuck connections.
 	extended, held0 := false, time.Now()
 	var granted time.Time // before the Extend that set W's keys' TTL
-	for w.Valid() && !extended {
+	testutil.Eventually(time.Until(w.Deadline()), func() bool {
 		granted = time.Now()
 		ectx, ecancel := context.WithTimeout(ctx, 400*time.Millisecond)
 		extended = w.Extend(ectx, 30*time.Second) == nil
 		ecancel()
-		if !extended {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+		return extended || !w.Valid()
+	})
 	if !extended {
 		t.Fatalf("W's lease was lost before its renewals got through: %v", w.Err())
 	}
@@ -104,10 +103,13 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 		}
 	}
 	t.Logf("queue entries expired; W valid %v; releasing the stuck rollbacks", w.Valid())
+	logs := []*testkit.RanLog{testkit.LogRan(t, srv[0]), testkit.LogRan(t, srv[1])}
 	for _, hd := range held {
 		hd.Rollback.Release()
 	}
-	time.Sleep(500 * time.Millisecond) // the stuck rollbacks run
+	for i, l := range logs {
+		l.AwaitRan(t, "rollback", 1, fmt.Sprintf("the stuck rollback to run on node %d", i))
+	}
 	for _, i := range []int{0, 1} {
 		if v := testkit.NodeValue(srv[i], name); !strings.Contains(v, w.Token()) {
 			t.Errorf("node %d: %q after the late rollback; want W's key kept", i, v)
@@ -269,21 +271,15 @@ func TestAdvReleaseWhileAttemptCopyInFlight(t *testing.T) {
 	d := pw[2].Delay(4*testkit.DirectNodeTimeout, "$7\r\nacquire\r\n", testkit.ProcOf(cw))
 	got := testkit.AcquireAsync(ctx, t, lw)
 	testkit.AwaitCaught(t, d, "node 2")
+	late := testkit.LogRan(t, srv[2]) // the copy is held: it has not run
 	testkit.QueuedOnOnce(t, srv, name, 0, 1)
 	w := testkit.HandOver(ctx, t, h, got)
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-d.Caught():
-	default:
-	}
-	time.Sleep(6 * testkit.DirectNodeTimeout) // the late copy and W's release run on node 2
-	for i, s := range srv {
-		if v := testkit.NodeValue(s, name); v != "" {
-			t.Errorf("node %d: %q left after W's release", i, v)
-		}
-	}
+	late.AwaitRan(t, "acquire", 1, "the late copy to run on node 2")
+	// then its grant, if it took one, is rolled back: no key stays
+	testkit.NoKeyLeft(t, srv, name, -1)
 	y, err := ly.TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("the lock stayed blocked after W's release: %v", err)

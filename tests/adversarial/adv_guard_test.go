@@ -146,7 +146,12 @@ func TestAdvGuardResyncedNodeKeepsArmedScripts(t *testing.T) {
 			t.Fatalf("node 0 still has A's key after the resync: %s", r)
 		}
 		cc := testkit.NewCoord(t, addrs) // a new process
-		time.Sleep(1500 * time.Millisecond)
+		// B's guard looked at node 0 since the resync, and C's did: both
+		// read its new identity (C started after the resync)
+		testutil.WaitFor(t, 10*time.Second, "B's and C's guards to read node 0's new identity", func() bool {
+			b, c := cb.Nodes()[0].Identity, cc.Nodes()[0].Identity
+			return c != "" && c != old && b == c
+		})
 		st := cb.Nodes()[0]
 		t.Logf("node 0 after the resync: identity %s (was %s), guarded in B: %v, in C: %v",
 			st.Identity, old, st.Guarded, cc.Nodes()[0].Guarded)

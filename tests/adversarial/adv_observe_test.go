@@ -348,7 +348,14 @@ func TestAdvObserveFlagExpiredOnAMinority(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(5 * time.Millisecond)
+	testutil.WaitFor(t, 5*time.Second, "the watch flag to expire on nodes 3 and 4", func() bool {
+		for _, s := range srv[3:] {
+			if v, err := s.Do("EXISTS", "redlock:{flag}:w"); err != nil || v != "0" {
+				return false
+			}
+		}
+		return true
+	})
 	for _, p := range hpx[:2] {
 		p.SetFault(testutil.DropRequests)
 	}

@@ -115,11 +115,14 @@ func (r *relJoin) releaseJoined(attack func()) <-chan []error {
 	r.p.Capture(true)
 	errs := make([]error, len(r.hs))
 	var wg sync.WaitGroup
+	base := testkit.Backlog(r.ch, 0)
 	for i, h := range r.hs {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = h.Release(context.Background()) }()
 	}
-	time.Sleep(300 * time.Millisecond) // the releases queue behind the held renewal
+	testutil.WaitFor(r.t, 10*time.Second, "the releases to queue behind the held renewal", func() bool {
+		return testkit.Backlog(r.ch, 0) >= base+len(r.hs)
+	})
 	if attack != nil {
 		attack()
 	}
@@ -361,7 +364,9 @@ func TestRelAdvJoinedReleaseReplayedAfterHandoff(t *testing.T) {
 	}
 	rep, err := r.p.Replay(chunk)
 	t.Logf("replay after the handoff: %q %v", rep, err)
-	time.Sleep(200 * time.Millisecond)
+	// Its reply came: the node ran it. Any grant it published is
+	// received once the sniffer's marker, published after, is.
+	r.sn.Sync(t)
 	for i := range k {
 		if v := testkit.NodeValue(r.srv, r.name(i)); v != vals[i] {
 			t.Errorf("the replayed joined release changed name %d's key: %q -> %q (W Valid: %v)", i, vals[i], v, ws[i].Valid())
@@ -387,7 +392,7 @@ func TestRelAdvJoinedReleaseReplayedAfterHandoff(t *testing.T) {
 	}
 	rep, err = r.p.Replay(chunk)
 	t.Logf("replay after new holders: %q %v", rep, err)
-	time.Sleep(200 * time.Millisecond)
+	r.sn.Sync(t) // it ran (its reply came), and what it published is in
 	r.checkKeys(ns, "after the second replay")
 	for i, n := range ns {
 		if !n.Valid() {
@@ -558,7 +563,7 @@ func TestRelAdvMarkingElementsAreIndependent(t *testing.T) {
 	}
 	out = evalsha()
 	t.Logf("answers to the resend: %s", out)
-	time.Sleep(100 * time.Millisecond)
+	sn.Sync(t) // it ran (EVAL answered); a grant it published is in
 	for i := range es {
 		if v := testkit.NodeValue(srv, fmt.Sprintf("rme%d", i)); v != vals[fmt.Sprint(i)] {
 			t.Errorf("the resend changed element %d's key: %q -> %q", i, vals[fmt.Sprint(i)], v)

@@ -1,0 +1,46 @@
+package testkit
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// RanLog is one server's log of the commands it ran: its slowlog, with a
+// zero threshold. It tells a test that a request which changes nothing
+// when all is well (a late rollback, a late copy of an attempt) has run,
+// where a fixed sleep could only guess how long that takes.
+type RanLog struct{ s *testutil.Server }
+
+// LogRan starts logging every command s runs, from an empty log.
+func LogRan(t testing.TB, s *testutil.Server) *RanLog {
+	t.Helper()
+	Admin(t, s, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+	Admin(t, s, "CONFIG", "SET", "slowlog-max-len", "100000")
+	Admin(t, s, "SLOWLOG", "RESET")
+	return &RanLog{s}
+}
+
+// Count returns how many arguments of the commands logged so far equal
+// arg: an op name such as "rollback", which each script call names once.
+// (A slowlog entry keeps a command's first 32 arguments, each cut to 128
+// bytes: the op names of the lock scripts are among them.)
+func (l *RanLog) Count(t testing.TB, arg string) int {
+	t.Helper()
+	n := 0
+	for _, f := range strings.Fields(Admin(t, l.s, "SLOWLOG", "GET", "100000")) {
+		if strings.Trim(f, "[]") == arg {
+			n++
+		}
+	}
+	return n
+}
+
+// AwaitRan waits until the server ran n commands with the argument arg
+// since LogRan; the test fails, naming what, after 10 s.
+func (l *RanLog) AwaitRan(t *testing.T, arg string, n int, what string) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, what, func() bool { return l.Count(t, arg) >= n })
+}
