@@ -36,6 +36,9 @@ type NodeStatus struct {
 	Guarded      bool
 	GuardedUntil time.Time
 	Identity     string // run_id/master_replid, as last read by the guard; a cluster node: addr=identity per master, comma-separated
+	// LookedAt is when the guard last read the node (local clock; zero:
+	// not yet, or the guard is off). Identity and Guarded are as of then.
+	LookedAt time.Time
 }
 
 // New validates cfg, starts one actor per node and the router, and waits
@@ -106,7 +109,7 @@ func (c *Coordinator) Nodes() []NodeStatus {
 	for i, st := range sts {
 		g := c.eng.GuardState(i)
 		out[i] = NodeStatus{Addr: st.Addr, Up: st.Up, Latency: st.Latency, Capabilities: st.Caps, LastErr: st.LastErr,
-			Guarded: g.Guarded, GuardedUntil: g.Until, Identity: g.Identity}
+			Guarded: g.Guarded, GuardedUntil: g.Until, Identity: g.Identity, LookedAt: g.LookedAt}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
@@ -117,5 +118,32 @@ func TestClusterSeedsNotACluster(t *testing.T) {
 	}
 	if !errors.Is(err, coordinator.ErrNotCluster) {
 		t.Fatalf("error %v, want ErrNotCluster", err)
+	}
+}
+
+// Nodes reports when the guard last read each node: set by New's first
+// look, and moving with every later one (about once a second), so an
+// operator (or a test) can tell how fresh Identity and Guarded are.
+func TestNodesReportTheGuardsLastLook(t *testing.T) {
+	testutil.RequireRedis(t)
+	srv := testutil.StartServer(t, testutil.ServerOptions{})
+	start := time.Now()
+	c, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first := c.Nodes()[0].LookedAt
+	if first.Before(start) || first.After(time.Now()) {
+		t.Fatalf("LookedAt after New = %v, want New's own look (started %v)", first, start)
+	}
+	testutil.WaitFor(t, 10*time.Second, "a later look", func() bool { return c.Nodes()[0].LookedAt.After(first) })
+	off, err := coordinator.New(context.Background(), coordinator.Config{Nodes: []string{srv.Addr()}, Logger: quiet, NodeGuard: coordinator.GuardOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	if at := off.Nodes()[0].LookedAt; !at.IsZero() {
+		t.Errorf("LookedAt with the guard off = %v, want zero", at)
 	}
 }

@@ -118,6 +118,7 @@ type State struct {
 	Guarded  bool
 	Until    time.Time
 	Identity string
+	LookedAt time.Time // the last look's reply (zero: none yet)
 }
 
 // Guard is the node guard of one engine. It is safe for concurrent use;
@@ -157,6 +158,7 @@ type Guard struct {
 // nodeGuard is the guard's view of one node; under Guard.mu.
 type nodeGuard struct {
 	looked    bool      // a look answered
+	lookedAt  time.Time // when the last look's reply came (node level)
 	armed     bool      // the last look found the marker, or no NOSCRIPT since
 	identity  string    // as last read
 	seen      string    // the identity last found armed
@@ -306,6 +308,9 @@ func (g *Guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 	g.mu.Lock()
 	st := g.unit(x, master)
 	st.looked, st.identity = true, lk.Identity
+	if master == "" {
+		st.lookedAt = lk.Recv
+	}
 	if master == "" {
 		if why := g.lostKeys(x, st, lk); why != "" {
 			st.lost = why
@@ -472,7 +477,7 @@ func (g *Guard) NodeState(i int) State {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st[i]
-	gs := State{Identity: st.identity}
+	gs := State{Identity: st.identity, LookedAt: st.lookedAt}
 	if g.gns[i] == nil || !g.gns[i].Guarded() || !st.looked {
 		return gs
 	}

@@ -208,7 +208,7 @@ func (g *Guard) readPlain(ctx context.Context, idx []int, wait time.Duration, lo
 func (g *Guard) keepMasters(x int, lk nodeactor.Look) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st[x].looked, g.st[x].identity = true, lk.Identity
+	g.st[x].looked, g.st[x].identity, g.st[x].lookedAt = true, lk.Identity, lk.Recv
 	if g.ms[x] == nil {
 		g.ms[x] = map[string]*nodeGuard{}
 	}
