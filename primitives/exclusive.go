@@ -243,10 +243,10 @@ func lockVote(rep nodeactor.Reply) (engine.Vote, error) {
 	if err != nil {
 		return engine.Vote{}, err
 	}
-	if g.ok {
-		return engine.Vote{Granted: true, Fence: g.fence, Now: g.now, Reentrant: g.reentrant}, nil
+	if g.OK {
+		return engine.Vote{Granted: true, Fence: g.Fence, Now: g.Now, Reentrant: g.Reentrant}, nil
 	}
-	return engine.Vote{Now: g.now, Hint: time.Duration(g.pttl) * time.Millisecond, Holder: g.holder}, nil
+	return engine.Vote{Now: g.Now, Hint: time.Duration(g.PTTL) * time.Millisecond, Holder: g.Holder}, nil
 }
 
 // isWrongType is the engine's WRONGTYPE classifier.

@@ -563,13 +563,13 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (_ ForcedRelease
 		if !r.Answered[i] || err != nil {
 			continue
 		}
-		if f.deleted {
+		if f.Deleted {
 			out.Nodes++
 			if out.Holder == "" {
-				out.Holder = holderOf(f.value)
+				out.Holder = holderOf(f.Value)
 			}
 		}
-		counters[i] = max(f.fence, 0)
+		counters[i] = max(f.Fence, 0)
 	}
 	// A later holder's quorum holds a counter of at least the Q-th
 	// smallest, and its grant there steps past it.

@@ -1,7 +1,6 @@
 package primitives
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -9,8 +8,8 @@ import (
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
-// The calls of lock.lua (their argument layouts are in internal/scripts,
-// which the benchmark's floor shares) and the parsers of its replies.
+// The calls of lock.lua (their argument layouts and reply parsers are in
+// internal/scripts, which the benchmark's floor shares).
 
 // call is lock.lua's op on this lock's keys. A read-only op (status) runs
 // as a read-only script.
@@ -56,60 +55,20 @@ func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
 		Window: l.o.set.HandoffWindow, Channel: l.channel, Waiter: wid})
 }
 
-// grant is an acquire reply of lock.lua or multilock.lua.
-type grant struct {
-	ok        bool
-	fence     int64 // granted: the fence
-	now       int64 // the node's TIME (ms)
-	reentrant bool  // granted to an owner that held already
-	pttl      int64 // refused: the holder's remaining TTL (ms)
-	holder    int64 // refused: a tag of the holder (lock.lua; 0: unknown)
-}
-
-func parseGrant(rep nodeactor.Reply) (grant, error) {
+// parseGrant and parseForce read a node's reply with its op's parser
+// (internal/scripts, beside the op's arguments).
+func parseGrant(rep nodeactor.Reply) (scripts.LockGrant, error) {
 	if rep.Err != nil {
-		return grant{}, rep.Err
+		return scripts.LockGrant{}, rep.Err
 	}
-	arr, err := rep.Msg.ToArray()
-	if err != nil || len(arr) < 4 {
-		return grant{}, fmt.Errorf("redlock: unexpected reply %v", rep.Msg)
-	}
-	var v [4]int64
-	for i := range v {
-		if v[i], err = arr[i].AsInt64(); err != nil {
-			return grant{}, err
-		}
-	}
-	g := grant{ok: v[0] == scripts.Granted, now: v[2], reentrant: v[3] == 1}
-	if g.ok {
-		g.fence = v[1]
-	} else {
-		g.pttl, g.holder = v[1], v[3]
-	}
-	return g, nil
+	return scripts.ParseLockGrant(rep.Msg)
 }
 
-// forced is one node's answer to a forced release.
-type forced struct {
-	deleted bool
-	value   string // the forced holder's key value
-	fence   int64  // the fence counter after the step
-}
-
-func parseForce(rep nodeactor.Reply) (forced, error) {
+func parseForce(rep nodeactor.Reply) (scripts.LockForced, error) {
 	if rep.Err != nil {
-		return forced{}, rep.Err
+		return scripts.LockForced{}, rep.Err
 	}
-	arr, err := rep.Msg.ToArray()
-	if err != nil || len(arr) < 3 {
-		return forced{}, fmt.Errorf("redlock: unexpected force reply %v", rep.Msg)
-	}
-	var f forced
-	d, _ := arr[0].AsInt64()
-	f.deleted = d == 1
-	f.value, _ = arr[1].ToString()
-	f.fence, _ = arr[2].AsInt64()
-	return f, nil
+	return scripts.ParseLockForced(rep.Msg)
 }
 
 // holderOf names the holder of a lock.lua value for an operator: a token's

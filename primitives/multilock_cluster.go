@@ -59,7 +59,7 @@ func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 		c := m.groupCall(g, a)
 		c.Next = func(r nodeactor.Reply) (nodeactor.Call, nodeactor.Reply, bool) {
 			x, err := parseGrant(r)
-			if err != nil || !x.ok {
+			if err != nil || !x.OK {
 				// Undo the groups taken so far, and this one too when its
 				// outcome is unknown; then answer this group's reply.
 				upto := g
@@ -70,21 +70,21 @@ func (m *MultiLock) acquireSteps(args []string) nodeactor.Call {
 				// refusal: the caller then rolls back this node again.
 				return m.seq(indexes(upto), func(int) []string { return rb }, r, failed)
 			}
-			fences[g] = x.fence
+			fences[g] = x.Fence
 			if g+1 < len(m.groups) {
-				return step(g+1, max(floor, x.fence)), nodeactor.Reply{}, false
+				return step(g+1, max(floor, x.Fence)), nodeactor.Reply{}, false
 			}
 			// every group is ours; raise the counters of the groups that
 			// chose a lower fence, then answer the last group's grant
 			var low []int
 			for j := range g {
-				if fences[j] < x.fence {
+				if fences[j] < x.Fence {
 					low = append(low, j)
 				}
 			}
 			// A failed raise answers its error; the caller treats the node
 			// as failed and rolls it back (every group is ours).
-			f := scripts.MultiFence{Fence: x.fence, Keep: fenceKeep}.Args()
+			f := scripts.MultiFence{Fence: x.Fence, Keep: fenceKeep}.Args()
 			return m.seq(low, func(int) []string { return f }, r, failed)
 		}
 		return c

@@ -1,6 +1,11 @@
 package scripts
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+)
 
 // The ops of lock.lua (KEYS: LockKeys).
 
@@ -47,6 +52,39 @@ func (a LockAcquire) Args() []string {
 		return args[:11]
 	}
 	return args
+}
+
+// LockGrant is an acquire's reply (lock.lua, lock_try.lua, one element
+// of their joined form, multilock.lua): {Granted, fence, now, reentrant}
+// or {Refused, pttl, now, holder}.
+type LockGrant struct {
+	OK        bool
+	Fence     int64 // granted: the fence
+	Now       int64 // the node's TIME (ms)
+	Reentrant bool  // granted to an owner that held already
+	PTTL      int64 // refused: the holder's remaining TTL (ms)
+	Holder    int64 // refused: a tag of the holder (0: unknown)
+}
+
+// ParseLockGrant reads an acquire's reply.
+func ParseLockGrant(m rueidis.RedisMessage) (LockGrant, error) {
+	arr, err := m.ToArray()
+	if err != nil || len(arr) < 4 {
+		return LockGrant{}, fmt.Errorf("redlock: unexpected reply %v", m)
+	}
+	var v [4]int64
+	for i := range v {
+		if v[i], err = arr[i].AsInt64(); err != nil {
+			return LockGrant{}, err
+		}
+	}
+	g := LockGrant{OK: v[0] == Granted, Now: v[2], Reentrant: v[3] == 1}
+	if g.OK {
+		g.Fence = v[1]
+	} else {
+		g.PTTL, g.Holder = v[1], v[3]
+	}
+	return g, nil
 }
 
 // LockTryAcquire is LockAcquire for an attempt that does not queue, has
@@ -159,3 +197,24 @@ func (a LockStatus) Args() []string { return []string{"status", itoa(int64(a.Max
 type LockObserve struct{ Flag time.Duration }
 
 func (a LockObserve) Args() []string { return []string{"observe", Ms(a.Flag)} }
+
+// LockForced is one node's reply to LockForce.
+type LockForced struct {
+	Deleted bool
+	Value   string // the forced holder's key value
+	Fence   int64  // the fence counter after the step
+}
+
+// ParseLockForced reads LockForce's reply.
+func ParseLockForced(m rueidis.RedisMessage) (LockForced, error) {
+	arr, err := m.ToArray()
+	if err != nil || len(arr) < 3 {
+		return LockForced{}, fmt.Errorf("redlock: unexpected force reply %v", m)
+	}
+	var f LockForced
+	d, _ := arr[0].AsInt64()
+	f.Deleted = d == 1
+	f.Value, _ = arr[1].ToString()
+	f.Fence, _ = arr[2].AsInt64()
+	return f, nil
+}
