@@ -237,7 +237,7 @@ func (pr *proposer) learn(refusals []semReply, tried int, q int) {
 	reserved := map[int64]bool{}
 	var order []int64
 	for _, r := range refusals {
-		for i, x := range r.free {
+		for i, x := range r.Free {
 			if x < 0 || int(x) >= pr.p || int(x) == tried {
 				continue
 			}
@@ -245,7 +245,7 @@ func (pr *proposer) learn(refusals []semReply, tried int, q int) {
 				order = append(order, x)
 			}
 			count[x]++
-			if i < r.nres {
+			if i < r.NRes {
 				reserved[x] = true
 			}
 		}
@@ -285,30 +285,15 @@ func (s *Semaphore) attempt(ctx context.Context, pr *proposer, wid string, enque
 	return res
 }
 
-// semReply is one node's answer to an acquire.
-type semReply struct {
-	code  int64 // 1 granted, 0 refused, -2 permit-count mismatch
-	v     int64 // fence if granted; soonest expiry (ms, -1 none) if refused; stored permits on mismatch
-	now   int64
-	drain bool    // refused because a shrink is draining (resizer only)
-	nres  int     // the first nres slots of free are reserved for this waiter
-	free  []int64 // refused: slots reserved for us, then free slots
-}
+// semReply is one node's answer to an acquire (its parser is beside the
+// op, in internal/scripts).
+type semReply = scripts.SemGrant
 
 func parseSemReply(rep nodeactor.Reply) (semReply, error) {
 	if rep.Err != nil {
 		return semReply{}, rep.Err
 	}
-	v, err := rep.Msg.AsIntSlice()
-	if err != nil || len(v) < 4 {
-		return semReply{}, fmt.Errorf("redlock: unexpected semaphore reply %v", rep.Msg)
-	}
-	r := semReply{code: v[0], v: v[1], now: v[2], drain: v[3] == 1}
-	if len(v) > 4 {
-		r.nres = int(min(max(v[4], 0), int64(len(v)-5)))
-		r.free = v[5:]
-	}
-	return r, nil
+	return scripts.ParseSemGrant(rep.Msg)
 }
 
 // semVote classifies a slot acquire reply: granted (code 1), refused
@@ -319,12 +304,12 @@ func (s *Semaphore) semVote(rep nodeactor.Reply) (engine.Vote, error) {
 	switch {
 	case err != nil:
 		return engine.Vote{}, err
-	case g.code == 1:
-		return engine.Vote{Granted: true, Fence: g.v, Now: g.now}, nil
-	case g.code == scripts.SemOtherPermits:
-		return engine.Vote{Now: g.now, Abstain: s.mismatchErr(int(g.v))}, nil
+	case g.Code == 1:
+		return engine.Vote{Granted: true, Fence: g.V, Now: g.Now}, nil
+	case g.Code == scripts.SemOtherPermits:
+		return engine.Vote{Now: g.Now, Abstain: s.mismatchErr(int(g.V))}, nil
 	}
-	return engine.Vote{Now: g.now, Hint: time.Duration(g.v) * time.Millisecond}, nil
+	return engine.Vote{Now: g.Now, Hint: time.Duration(g.V) * time.Millisecond}, nil
 }
 
 // propose makes one quorum attempt on slot through the engine's one
@@ -346,7 +331,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 	spec := engine.AttemptSpec{Op: op, TTL: s.o.ttl, Wait: pr.wait}
 	if enqueue {
 		spec.Late = func(rep nodeactor.Reply) {
-			if g, err := parseSemReply(rep); err == nil && g.code != 1 {
+			if g, err := parseSemReply(rep); err == nil && g.Code != 1 {
 				cl.Add(rep.Node)
 			}
 		}
@@ -363,7 +348,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		}
 		var lists []semReply
 		for i, rep := range res.Round.Replies {
-			if g, err := parseSemReply(rep); res.Round.Answered[i] && err == nil && g.code == 0 && !g.drain {
+			if g, err := parseSemReply(rep); res.Round.Answered[i] && err == nil && g.Code == 0 && !g.Drain {
 				lists = append(lists, g)
 			}
 		}
@@ -375,7 +360,7 @@ func (s *Semaphore) propose(ctx context.Context, pr *proposer, slot int, wid str
 		// slot for us): claim there now, and again when a late refusal
 		// shows our request ran after this claim.
 		for i, rep := range res.Round.Replies {
-			if g, err := parseSemReply(rep); !res.Round.Answered[i] || err != nil || g.code != 1 {
+			if g, err := parseSemReply(rep); !res.Round.Answered[i] || err != nil || g.Code != 1 {
 				s.c.SendLate(i, claim)
 			}
 		}

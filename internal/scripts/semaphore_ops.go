@@ -1,6 +1,11 @@
 package scripts
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+)
 
 // The ops of semaphore.lua (KEYS: SemaphoreKeys). Every op reads the slot
 // key prefix as ARGV[2] (slot i is the key prefix + i): SemArgs puts it
@@ -10,6 +15,30 @@ import "time"
 // ({SemOtherPermits, stored permits, now, 0}); Granted and Refused are as
 // for lock.lua.
 const SemOtherPermits = -2
+
+// SemGrant is one node's answer to a slot acquire.
+type SemGrant struct {
+	Code  int64   // Granted, Refused or SemOtherPermits
+	V     int64   // the fence if granted; the soonest expiry (ms, -1 none) if refused; the stored permits on SemOtherPermits
+	Now   int64   // the node's TIME (ms)
+	Drain bool    // refused because a shrink is draining (resizer only)
+	NRes  int     // the first NRes slots of Free are reserved for this waiter
+	Free  []int64 // refused: slots reserved for us, then free slots
+}
+
+// ParseSemGrant reads a slot acquire's reply.
+func ParseSemGrant(m rueidis.RedisMessage) (SemGrant, error) {
+	v, err := m.AsIntSlice()
+	if err != nil || len(v) < 4 {
+		return SemGrant{}, fmt.Errorf("redlock: unexpected semaphore reply %v", m)
+	}
+	r := SemGrant{Code: v[0], V: v[1], Now: v[2], Drain: v[3] == 1}
+	if len(v) > 4 {
+		r.NRes = int(min(max(v[4], 0), int64(len(v)-5)))
+		r.Free = v[5:]
+	}
+	return r, nil
+}
 
 // SemArgs is op's ARGV with the slot key prefix slots ("<p>{name}:s:")
 // after the op's name.
