@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 	"go.uber.org/goleak"
@@ -289,10 +290,10 @@ func TestEveryNodeClockForward(t *testing.T) {
 // its next look and holds the node out until the lease has ended: B
 // never holds while A is Valid. Before, B held 2–22 ms after the step.
 func TestOneNodeClockForwardOnALeaseOfTwoNodes(t *testing.T) {
-	srv, la, b := onTwoNodes(t)
+	srv, la, b, cs := onTwoNodes(t)
 	ctx := context.Background()
 	defer la.Release(ctx)
-	time.Sleep(1500 * time.Millisecond) // a look of every guard before the step
+	testkit.LookedSince(t, time.Now(), []int{0, 1, 2}, cs...) // a look of every guard before the step
 	srv[0].StepClock(30 * time.Second)
 	neverWhileValid(t, la, b)
 	// node 0 counts again once A's lease has ended
@@ -315,19 +316,20 @@ func TestOneNodeClockForwardOnALeaseOfTwoNodes(t *testing.T) {
 // look disarms the node. Before, no look ever caught it, and B held with
 // 8.4 s of A's lease left.
 func TestClockGlitchForwardThenBack(t *testing.T) {
-	srv, la, b := onTwoNodes(t)
+	srv, la, b, cs := onTwoNodes(t)
 	defer la.Release(context.Background())
-	time.Sleep(1500 * time.Millisecond) // every guard looked: a baseline
+	testkit.LookedSince(t, time.Now(), []int{0, 1, 2}, cs...) // every guard looked: a baseline
 	expired := expiredKeys(t, srv[0])
 	srv[0].StepClock(30 * time.Second)
 	glitch := time.Now()
 	// until the active expiry deleted A's key (INFO reads no key)
 	testutil.Eventually(time.Second, func() bool { return expiredKeys(t, srv[0]) != expired })
 	srv[0].StepClock(-30 * time.Second)
+	back := time.Now()
 	t.Logf("clock ahead for %v", time.Since(glitch).Round(time.Millisecond))
 	// The look period is the window (docs/lock.md, "What is left open"):
 	// B tries once every guard looked since the glitch.
-	time.Sleep(1500 * time.Millisecond)
+	testkit.LookedSince(t, back, []int{0}, cs...)
 	neverWhileValid(t, la, b)
 }
 
@@ -361,12 +363,14 @@ func neverWhileValid(t *testing.T, la *primitives.Lease, b *primitives.Lock) {
 
 // onTwoNodes starts three clock-stepped servers and gives A, in its own
 // process, a 10 s lease on nodes 0 and 1 (node 2 lost its copy, as an
-// early expiry or a partition leaves it); b is B's lock of the name.
-func onTwoNodes(t *testing.T) ([]*testutil.Server, *primitives.Lease, *primitives.Lock) {
+// early expiry or a partition leaves it); b is B's lock of the name, cs
+// A's and B's coordinators.
+func onTwoNodes(t *testing.T) ([]*testutil.Server, *primitives.Lease, *primitives.Lock, []*coordinator.Coordinator) {
 	t.Helper()
 	srv := servers(t)
-	a, _ := primitives.NewLock(coord(t, srv), "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
-	b, _ := primitives.NewLock(coord(t, srv), "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+	cs := []*coordinator.Coordinator{coord(t, srv), coord(t, srv)}
+	a, _ := primitives.NewLock(cs[0], "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
+	b, _ := primitives.NewLock(cs[1], "clock", primitives.WithTTL(10*time.Second), primitives.WithAutoRenew(false))
 	la, err := a.TryAcquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -375,5 +379,5 @@ func onTwoNodes(t *testing.T) ([]*testutil.Server, *primitives.Lease, *primitive
 		holds(t, s, la.Token())
 	}
 	do(t, srv[2], "DEL", key)
-	return srv, la, b
+	return srv, la, b, cs
 }

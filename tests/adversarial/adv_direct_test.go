@@ -158,6 +158,10 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { _, err := lw.Acquire(c1); first <- err }()
 	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
+	logs := make([]*testkit.RanLog, len(srv)) // the two leaves of the cancelled Acquire
+	for i, s := range srv {
+		logs[i] = testkit.LogRan(t, s)
+	}
 	cancel1()
 	if err := <-first; err == nil {
 		t.Fatal("the cancelled Acquire returned a lease")
@@ -169,7 +173,9 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 	granted := time.Now()
 	w := testkit.HandOver(ctx, t, h, got)
 	defer w.Release(context.Background())
-	time.Sleep(600 * time.Millisecond) // the late leave (NodeTimeout 250 ms later) lands
+	for i, l := range logs { // the late leave (NodeTimeout 250 ms later) lands
+		l.AwaitRan(t, "leave", 2, fmt.Sprintf("the late leave to run on node %d", i))
+	}
 	if !holdsEverywhere(srv, name, w) {
 		t.Errorf("W's keys after the late leave: %q %q %q", testkit.NodeValue(srv[0], name), testkit.NodeValue(srv[1], name), testkit.NodeValue(srv[2], name))
 	}

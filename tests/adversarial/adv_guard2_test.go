@@ -192,8 +192,13 @@ func TestAdv2MaxTTLLearnedAfterTheFirstBound(t *testing.T) {
 		for _, p := range ps {
 			p.SetLatency(0)
 		}
-		time.Sleep(2 * time.Second)
-		t.Logf("S 2 s later: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
+		// S's looks read every node again: the horizon keys, A's MaxTTL
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		testkit.LookedSince(t, time.Now(), all, cs)
+		t.Logf("S after a look of every node: node 0 guarded %v until %v", cs.Nodes()[0].Guarded,
 			time.Until(cs.Nodes()[0].GuardedUntil).Round(time.Millisecond))
 		if d := advContend(t, a, granted, "learnlate", 2*time.Second, cs); d != "" {
 			t.Errorf("S1 broken: %s", d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -401,7 +402,9 @@ func TestAdvGuardSingleNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Release(context.Background())
-			time.Sleep(1500 * time.Millisecond) // B's raise reads A's horizon
+			// B's look reads A's horizon: B confirms it (B raises nothing,
+			// it has no TTL in use)
+			testkit.LookedSince(t, time.Now(), []int{0}, cb)
 			srv[0].RestartEmpty()
 			lb, _ := primitives.NewLock(cb, "single", primitives.WithTTL(time.Second), primitives.WithAutoRenew(false))
 			var lc *primitives.Lock
@@ -489,7 +492,9 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	mt := func(c *coordinator.Config) { c.MaxTTL = maxTTL }
 	ca := testkit.NewCoord(t, addrs, mt)
 	testkit.WaitAllUp(t, ca)
-	time.Sleep(maxTTL + 1500*time.Millisecond) // node 0 has been up longer than MaxTTL
+	// node 0 has been up longer than MaxTTL (by a whole second: INFO
+	// counts whole seconds)
+	testutil.WaitFor(t, 2*maxTTL, "node 0 up longer than MaxTTL", func() bool { return uptime(t, srv[0]) > maxTTL+time.Second })
 	const ttl = 8 * time.Second
 	granted := time.Now()
 	a := advHold(t, ca, srv, "uptime", ttl)
@@ -503,6 +508,22 @@ func TestAdvGuardResyncedNodeUptimeBound(t *testing.T) {
 	if d := advContend(t, a, granted, "uptime", 2*time.Second, cc); d != "" {
 		t.Errorf("S1 broken: %s", d)
 	}
+}
+
+// uptime is s's uptime_in_seconds, as the guard's look reads it.
+func uptime(t *testing.T, s *testutil.Server) time.Duration {
+	t.Helper()
+	for _, line := range strings.Split(testkit.Admin(t, s, "INFO", "server"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("uptime_in_seconds: %q", v)
+			}
+			return time.Duration(n) * time.Second
+		}
+	}
+	t.Fatalf("%s: no uptime_in_seconds in INFO", s.Addr())
+	return 0
 }
 
 // TestAdvGuardExtendLargerRaiseBlocked: A holds with 2 s TTLs and Extends

@@ -379,7 +379,11 @@ func TestAdvObserveStartedWhileNodesStopped(t *testing.T) {
 	srv := advServers(t, 3)
 	addrs := testutil.Addrs(srv)
 	ctx := context.Background()
-	ol := advLock(t, addrs, "late", "observer")
+	oc := testkit.NewCoord(t, addrs)
+	ol, err := primitives.NewLock(oc, "late", primitives.WithLabel("observer"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv[0].Pause()
 	srv[1].Pause()
 	w := watchAll(t, ol)
@@ -388,7 +392,8 @@ func TestAdvObserveStartedWhileNodesStopped(t *testing.T) {
 	srv[1].Resume()
 	w.await(t, "none once they resume", advPush, inState(primitives.LeaderNone))
 	srv[2].Kill()
-	time.Sleep(500 * time.Millisecond)
+	// the observer's process has seen node 2 go before the grant
+	testutil.WaitFor(t, 10*time.Second, "node 2 down for the observer", func() bool { return !oc.Nodes()[2].Up })
 	holder := advLock(t, addrs, "late", "holder")
 	lease, err := holder.TryAcquire(ctx)
 	if err != nil {
