@@ -29,7 +29,13 @@ func TestEvictionHiddenByResetstat(t *testing.T) {
 	ca, cb := newCoord(t, addrs), newCoord(t, addrs)
 	a, lb := evictLease(t, srv, ca, cb)
 	defer a.Release(context.Background())
-	time.Sleep(1500 * time.Millisecond) // every guard has a baseline
+	// every guard has a baseline: a look of node 0 that read the horizon
+	// A's acquire raised
+	testutil.WaitFor(t, 10*time.Second, "the horizon key on node 0", func() bool {
+		v, _ := srv[0].Do("EXISTS", "redlock:{guard}:horizon")
+		return v == "1"
+	})
+	readSince(t, time.Now(), []int{0}, "the horizon", ca, cb)
 	used, _ := strconv.ParseInt(infoField(testkit.Admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
 	began := time.Now()
 	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
@@ -45,6 +51,6 @@ func TestEvictionHiddenByResetstat(t *testing.T) {
 	if testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("evict", "lock")) != "0" {
 		t.Fatal("A's key was not evicted")
 	}
-	time.Sleep(1500 * time.Millisecond) // every guard looked since
-	neverWhileValid(t, a, lb, "1.5 s after the eviction")
+	readSince(t, time.Now(), []int{0}, "the eviction", ca, cb) // every guard looked since
+	neverWhileValid(t, a, lb, "once every guard looked since the eviction")
 }

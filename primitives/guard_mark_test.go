@@ -145,7 +145,9 @@ func TestGuardJoinedReleasesMarkTheirHandoffs(t *testing.T) {
 			for _, h := range hs {
 				go h.Release(context.Background())
 			}
-			time.Sleep(300 * time.Millisecond) // the releases queue behind the held renewal
+			for i := range srv { // the releases queue behind the held renewal
+				waitBacklog(t, ch, i, k)
+			}
 			for _, h := range held {
 				h.Release()
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redlock-go/redlock/chanapi"
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -489,7 +490,14 @@ func TestLatchRealNodeOpensItselfAtCount(t *testing.T) {
 	if err := l.CountDownID(ctx, "second"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the urgent lane reaches every node
+	// The urgent lane reaches node 0: the latch opened there (by the
+	// countdown itself, or by an open round after it), and nothing of the
+	// latch's is left queued for it (an open round went before CountDownID
+	// returned: Gather sends to every node).
+	testutil.WaitFor(t, 5*time.Second, "node 0 opened, its urgent queue drained", func() bool {
+		v, _ := srv[0].Do("HGET", "redlock:{selfopen}:latch", "opened")
+		return v == "1" && testkit.Backlog(c, 0) == 0
+	})
 	if n := scriptCalls(srv[0]) - before; n != 1 {
 		t.Errorf("node 0 ran %d scripts for the last CountDown, want 1 (no open round)", n)
 	}

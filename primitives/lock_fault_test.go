@@ -1545,7 +1545,12 @@ func TestLockFaultReleaseDuringPauseLeavesNoGhost(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv[2].Pause()
-		time.Sleep(400 * time.Millisecond) // renewals at ~170ms and ~330ms wait in node 2's sockets
+		// two renewal rounds (TTL/3 apart) since the pause: each moved the
+		// Deadline on nodes 0 and 1, and its copy for node 2 waits there
+		for range 2 {
+			d := lease.Deadline()
+			testutil.WaitFor(t, 5*time.Second, "a renewal while node 2 is paused", func() bool { return lease.Deadline().After(d) })
+		}
 		if err := lease.Release(context.Background()); err != nil {
 			t.Errorf("trial %d: Release with 2 of 3 up: %v", trial, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,17 @@ func oomScenario(t *testing.T, n int, fullBeforeNew bool) {
 		full()
 	}
 	// a look or two of the guard while every node is full
-	time.Sleep(1500 * time.Millisecond)
+	if fullBeforeNew {
+		// New found the nodes full: the guard's looks are refused (OOM), so
+		// none is recorded (LookedAt); each node counts the refusals. Two
+		// more on each: the guard kept looking at the full node.
+		for _, s := range srv {
+			base := oomRefusals(t, s)
+			testutil.WaitFor(t, 10*time.Second, "two looks refused", func() bool { return oomRefusals(t, s) >= base+2 })
+		}
+	} else {
+		readSince(t, time.Now(), nodesOf(srv), "the node full", c)
+	}
 	_, err = l.TryAcquire(ctx)
 	if err == nil {
 		t.Fatal("TryAcquire on full nodes succeeded")
@@ -74,11 +85,33 @@ func oomScenario(t *testing.T, n int, fullBeforeNew bool) {
 	for _, s := range srv {
 		testkit.Admin(t, s, "CONFIG", "SET", "maxmemory", "0")
 	}
+	// its own deadline: the looks above took some of ctx's
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
 	if !testutil.Eventually(20*time.Second, func() bool {
-		lease, err = l.TryAcquire(ctx)
+		lease, err = l.TryAcquire(rctx)
 		return err == nil
 	}) {
 		t.Fatalf("TryAcquire once the nodes have memory again: %v", err)
 	}
-	lease.Release(ctx)
+	lease.Release(rctx)
+}
+
+// oomRefusals is the number of commands s refused for OOM so far.
+func oomRefusals(t *testing.T, s *testutil.Server) int {
+	t.Helper()
+	_, v, _ := strings.Cut(testkit.Admin(t, s, "INFO", "errorstats"), "errorstat_OOM:count=")
+	v, _, _ = strings.Cut(v, "\r")
+	v, _, _ = strings.Cut(v, "\n")
+	n, _ := strconv.Atoi(strings.TrimSpace(v))
+	return n
+}
+
+// nodesOf is the node indexes 0..len(srv)-1.
+func nodesOf(srv []*testutil.Server) []int {
+	nodes := make([]int, len(srv))
+	for i := range nodes {
+		nodes[i] = i
+	}
+	return nodes
 }

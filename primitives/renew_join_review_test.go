@@ -113,7 +113,7 @@ func TestJoinedRenewalsAfterScriptFlush(t *testing.T) {
 			errs <- j.leases[i].Extend(ctx, 10*time.Second)
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // queued behind the blocker
+	waitBacklog(t, j.c, 0, n) // queued behind the blocker
 	if _, err := j.srv.Do("SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}

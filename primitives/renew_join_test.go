@@ -12,6 +12,7 @@ import (
 
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -83,6 +84,16 @@ func (j *joinNode) hold() (release func()) {
 	return func() {
 		h.Release()
 		<-done
+	}
+}
+
+// waitBacklog waits until c's actor of node i holds n urgent requests
+// (releases, rollbacks, renewals) queued and not yet sent: with autorenew
+// off and the lane held, the test's own.
+func waitBacklog(t *testing.T, c *coordinator.Coordinator, i, n int) {
+	t.Helper()
+	if !testutil.Eventually(10*time.Second, func() bool { return testkit.Backlog(c, i) == n }) {
+		t.Fatalf("node %d: %d urgent requests queued, want %d", i, testkit.Backlog(c, i), n)
 	}
 }
 
@@ -232,7 +243,7 @@ func TestReleasesOfABatchCostOneCall(t *testing.T) {
 	for i := range n {
 		wg.Go(func() { errs[i] = j.leases[i].Release(context.Background()) })
 	}
-	time.Sleep(300 * time.Millisecond) // every Release queued behind the held blocker
+	waitBacklog(t, j.c, 0, n) // every Release queued behind the held blocker
 	release()
 	wg.Wait()
 	for i, err := range errs {
