@@ -103,7 +103,7 @@ func TestClusterGuardStaleArmingWritesNothing(t *testing.T) {
 	})
 	// every process but G looks at m armed (else the race of
 	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
-	lookedSince(t, time.Now(), 0, "m armed", ca, cb)
+	testkit.LookedSince(t, time.Now(), []int{0}, ca, cb)
 	cut.SetFault(testutil.Reset)
 	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)
@@ -191,7 +191,7 @@ func partitionedGuard(t *testing.T, first string) {
 	t.Logf("m armed again %v after the first FLUSHALL", time.Since(flushed).Round(time.Millisecond))
 	// every process but G looks at m armed (else the race of
 	// TestClusterGuardSecondForgetRightAfterAnotherProcessArmed lets B in without G)
-	lookedSince(t, time.Now(), 0, "m armed", ca, cb)
+	testkit.LookedSince(t, time.Now(), []int{0}, ca, cb)
 	cut.SetFault(testutil.Reset)
 	granted := time.Now()
 	a := leaseOn(t, ca, name, ttl, m, key)

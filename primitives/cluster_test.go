@@ -494,40 +494,6 @@ func mustWait(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// lookedSince waits until the guard of every process in cs read node i in
-// a look whose reply came after since: a look of the tick after the one
-// the test saw decided (a tick looks, then arms), so it read the node as
-// it was at since or later.
-func lookedSince(t testing.TB, since time.Time, i int, what string, cs ...*coordinator.Coordinator) {
-	t.Helper()
-	for k, c := range cs {
-		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("process %d's guard to look at node %d (%s)", k, i, what), func() bool {
-			return c.Nodes()[i].LookedAt.After(since)
-		})
-	}
-}
-
-// readSince waits until the guard of every process in cs read each of
-// nodes in a look sent after since: the look after the first one that
-// replied after since (a guard's ticks run one after another, so that
-// look's tick began after the reply). A single look replied after since
-// may have read the node just before it.
-func readSince(t testing.TB, since time.Time, nodes []int, what string, cs ...*coordinator.Coordinator) {
-	t.Helper()
-	first := make([][]time.Time, len(cs))
-	for k, c := range cs {
-		for _, i := range nodes {
-			lookedSince(t, since, i, what, c)
-			first[k] = append(first[k], c.Nodes()[i].LookedAt)
-		}
-	}
-	for k, c := range cs {
-		for n, i := range nodes {
-			lookedSince(t, first[k][n], i, what, c)
-		}
-	}
-}
-
 // tryUntilHeld has A (l) TryAcquire until it holds, for up to 30 s, and
 // returns the lease and the time just before the winning try. A
 // coordinator counts a cluster node only once its own guard look found the

@@ -35,7 +35,7 @@ func TestEvictionHiddenByResetstat(t *testing.T) {
 		v, _ := srv[0].Do("EXISTS", "redlock:{guard}:horizon")
 		return v == "1"
 	})
-	readSince(t, time.Now(), []int{0}, "the horizon", ca, cb)
+	testkit.LookedSince(t, time.Now(), []int{0}, ca, cb)
 	used, _ := strconv.ParseInt(infoField(testkit.Admin(t, srv[0], "INFO", "memory"), "used_memory"), 10, 64)
 	began := time.Now()
 	testkit.Admin(t, srv[0], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
@@ -51,6 +51,6 @@ func TestEvictionHiddenByResetstat(t *testing.T) {
 	if testkit.Admin(t, srv[0], "EXISTS", testkit.LockKey("evict", "lock")) != "0" {
 		t.Fatal("A's key was not evicted")
 	}
-	readSince(t, time.Now(), []int{0}, "the eviction", ca, cb) // every guard looked since
+	testkit.LookedSince(t, time.Now(), []int{0}, ca, cb) // every guard looked since
 	neverWhileValid(t, a, lb, "once every guard looked since the eviction")
 }

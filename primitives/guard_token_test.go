@@ -103,7 +103,7 @@ func secondFlush(t *testing.T, mode string) {
 		v, _ := srv[0].Do("GET", testkit.ArmKey)
 		return v == id && !ca.Nodes()[0].Guarded && !cb.Nodes()[0].Guarded
 	})
-	lookedSince(t, time.Now(), 0, "s0 armed", ca, cb) // every process but Y looks at s0 armed
+	testkit.LookedSince(t, time.Now(), []int{0}, ca, cb) // every process but Y looks at s0 armed
 	cut.SetFault(testutil.Reset)
 	la, _ := primitives.NewLock(ca, name, primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 	granted := time.Now()

@@ -68,7 +68,7 @@ func oomScenario(t *testing.T, n int, fullBeforeNew bool) {
 			testutil.WaitFor(t, 10*time.Second, "two looks refused", func() bool { return oomRefusals(t, s) >= base+2 })
 		}
 	} else {
-		readSince(t, time.Now(), nodesOf(srv), "the node full", c)
+		testkit.LookedSince(t, time.Now(), nodesOf(srv), c)
 	}
 	_, err = l.TryAcquire(ctx)
 	if err == nil {
