@@ -328,13 +328,16 @@ func (c *LeaseSection) Report(t testing.TB) {
 	}
 }
 
-// Eventually polls cond every 5 ms until it holds (true) or timeout has
-// passed (false). A call that returned at a quorum may leave a request to
-// another node in flight. Tests use Eventually instead of reading state
-// right after such a call. Give it a generous timeout: it returns as soon
+// Eventually polls cond until it holds (true) or timeout has passed
+// (false): after 5 ms, then twice as long each time, at most 50 ms apart,
+// so a long wait beside many parallel tests costs the machine little.
+// A call that returned at a quorum may leave a request to another node in
+// flight. Tests use Eventually instead of reading state right after such
+// a call. Give it a generous timeout: it returns as soon
 // as cond holds.
 func Eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
+	every := 5 * time.Millisecond
 	for {
 		if cond() {
 			return true
@@ -342,7 +345,8 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
+		every = min(2*every, 50*time.Millisecond)
 	}
 }
 
