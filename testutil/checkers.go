@@ -329,7 +329,7 @@ func (c *LeaseSection) Report(t testing.TB) {
 }
 
 // Eventually polls cond until it holds (true) or timeout has passed
-// (false): after 5 ms, then twice as long each time, at most 50 ms apart,
+// (false): after 5 ms, then twice as long each time, at most 20 ms apart,
 // so a long wait beside many parallel tests costs the machine little.
 // A call that returned at a quorum may leave a request to another node in
 // flight. Tests use Eventually instead of reading state right after such
@@ -346,7 +346,7 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 			return false
 		}
 		time.Sleep(every)
-		every = min(2*every, 50*time.Millisecond)
+		every = min(2*every, 20*time.Millisecond)
 	}
 }
 

@@ -218,7 +218,7 @@ func TestEventually(t *testing.T) {
 		if !testutil.Eventually(time.Second, func() bool { return time.Since(start) >= 100*time.Millisecond }) {
 			t.Fatal("a condition that comes true in time was not seen")
 		}
-		if time.Since(start) > 150*time.Millisecond { // polls at most 50 ms apart
+		if time.Since(start) > 120*time.Millisecond { // polls at most 20 ms apart
 			t.Fatalf("returned %v after the condition held", time.Since(start)-100*time.Millisecond)
 		}
 		if testutil.Eventually(time.Second, func() bool { return false }) {
