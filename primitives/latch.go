@@ -258,51 +258,26 @@ func (l *CountDownLatch) restamp(call nodeactor.Call) nodeactor.Call {
 	return call
 }
 
-// latchState is one node's view.
-type latchState struct {
-	size    int64
-	opened  bool
-	openTTL time.Duration // remaining TTL of an open latch on this node
-	digest  string
-	existed bool
-	ids     []string // members op only
-}
+// latchState is one node's view (its parser is beside the ops, in
+// internal/scripts).
+type latchState = scripts.LatchState
 
-// parseLatch reads a state reply {code, size, opened, digest, existed,
-// time, ids...}. now is the node's TIME (ms), also on a -2 or -3 reply; a
-// -3 (the call arrived too late) is errLatchLate.
+// parseLatch reads a state reply. now is the node's TIME (ms), also on a
+// mismatch (the stored count) or a too-late reply (errLatchLate).
 func parseLatch(rep nodeactor.Reply) (st latchState, mismatch, now int64, err error) {
 	if rep.Err != nil {
 		return st, 0, 0, rep.Err
 	}
-	arr, err := rep.Msg.ToArray()
-	if err != nil || len(arr) < 6 {
-		return st, 0, 0, fmt.Errorf("redlock: unexpected latch reply %v", rep.Msg)
+	if st, err = scripts.ParseLatchState(rep.Msg); err != nil {
+		return latchState{}, 0, 0, err
 	}
-	code, err1 := arr[0].AsInt64()
-	size, err2 := arr[1].AsInt64()
-	op, err3 := arr[2].AsInt64()
-	dg, err4 := arr[3].ToString()
-	ex, err5 := arr[4].AsInt64()
-	now, err6 := arr[5].AsInt64()
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
-		return st, 0, 0, fmt.Errorf("redlock: unexpected latch reply %v: %w", rep.Msg, err)
-	}
-	switch code {
+	switch st.Code {
 	case scripts.LatchOtherCount:
-		return st, size, now, nil
+		return latchState{}, st.Size, st.Now, nil
 	case scripts.LatchTooLate:
-		return st, 0, now, errLatchLate
+		return latchState{}, 0, st.Now, errLatchLate
 	}
-	st = latchState{size: size, opened: op > 0, openTTL: time.Duration(op) * time.Millisecond, digest: dg, existed: ex == 1}
-	for _, m := range arr[6:] {
-		s, err := m.ToString()
-		if err != nil {
-			return st, 0, 0, fmt.Errorf("redlock: unexpected latch id %v", m)
-		}
-		st.ids = append(st.ids, s)
-	}
-	return st, 0, now, nil
+	return st, 0, st.Now, nil
 }
 
 // latchRound is the states of the nodes that answered one round.
@@ -379,7 +354,7 @@ func (l *CountDownLatch) round(ctx context.Context, call nodeactor.Call) (*latch
 func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error) {
 	opened := 0
 	for _, st := range v.states {
-		if st.opened {
+		if st.Opened {
 			opened++
 		}
 	}
@@ -392,8 +367,8 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 		// that every node forgets this latch at the same time.
 		rest := LatchOpenTTL
 		for _, st := range v.states {
-			if st.opened {
-				rest = min(rest, st.openTTL)
+			if st.Opened {
+				rest = min(rest, st.OpenTTL)
 			}
 		}
 		_, err := l.round(ctx, l.call(scripts.LatchOpen{LatchHead: l.head(rest), Channel: l.channel}))
@@ -417,13 +392,13 @@ func (l *CountDownLatch) settle(ctx context.Context, v *latchRound) (int, error)
 func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) {
 	same := true
 	for _, st := range v.states[1:] {
-		if st.size != v.states[0].size || st.digest != v.states[0].digest {
+		if st.Size != v.states[0].Size || st.Digest != v.states[0].Digest {
 			same = false
 			break
 		}
 	}
 	if same {
-		return int(v.states[0].size), nil
+		return int(v.states[0].Size), nil
 	}
 	m, err := l.round(ctx, l.call(scripts.LatchMembers{LatchHead: l.head(LatchIdleTTL)}))
 	if err != nil {
@@ -431,16 +406,16 @@ func (l *CountDownLatch) union(ctx context.Context, v *latchRound) (int, error) 
 	}
 	set := map[string]struct{}{}
 	for _, st := range m.states {
-		if st.opened {
+		if st.Opened {
 			return l.count, nil
 		}
-		for _, id := range st.ids {
+		for _, id := range st.IDs {
 			set[id] = struct{}{}
 		}
 	}
 	complete := true
 	for _, st := range m.states {
-		if int(st.size) != len(set) {
+		if int(st.Size) != len(set) {
 			complete = false
 		}
 	}

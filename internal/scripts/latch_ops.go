@@ -1,6 +1,12 @@
 package scripts
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+)
 
 // The ops of latch.lua (KEYS: LatchKeys). Every op but status answers the
 // latch's state {code, size, opened, digest, existed, time, ids...}.
@@ -66,3 +72,47 @@ func (a LatchOpen) Args() []string { return a.args("open", a.Channel) }
 type LatchStatus struct{}
 
 func (LatchStatus) Args() []string { return []string{"status"} }
+
+// LatchState is one node's answer {code, size, opened, digest, existed,
+// time, ids...}: Code is LatchOK, LatchOtherCount (Size is the stored
+// count) or LatchTooLate; Now is the node's TIME (ms) in every case.
+type LatchState struct {
+	Code    int64
+	Size    int64
+	Opened  bool
+	OpenTTL time.Duration // remaining TTL of an open latch on this node
+	Digest  string
+	Existed bool
+	Now     int64
+	IDs     []string // members op only
+}
+
+// ParseLatchState reads a latch op's reply.
+func ParseLatchState(m rueidis.RedisMessage) (LatchState, error) {
+	arr, err := m.ToArray()
+	if err != nil || len(arr) < 6 {
+		return LatchState{}, fmt.Errorf("redlock: unexpected latch reply %v", m)
+	}
+	code, err1 := arr[0].AsInt64()
+	size, err2 := arr[1].AsInt64()
+	op, err3 := arr[2].AsInt64()
+	dg, err4 := arr[3].ToString()
+	ex, err5 := arr[4].AsInt64()
+	now, err6 := arr[5].AsInt64()
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return LatchState{}, fmt.Errorf("redlock: unexpected latch reply %v: %w", m, err)
+	}
+	st := LatchState{Code: code, Size: size, Now: now}
+	if code == LatchOtherCount || code == LatchTooLate {
+		return st, nil
+	}
+	st.Opened, st.OpenTTL, st.Digest, st.Existed = op > 0, time.Duration(op)*time.Millisecond, dg, ex == 1
+	for _, m := range arr[6:] {
+		s, err := m.ToString()
+		if err != nil {
+			return LatchState{}, fmt.Errorf("redlock: unexpected latch id %v", m)
+		}
+		st.IDs = append(st.IDs, s)
+	}
+	return st, nil
+}
