@@ -2,6 +2,7 @@ package adversarial_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -44,10 +45,17 @@ func advHold(t *testing.T, c *coordinator.Coordinator, srv []*testutil.Server, n
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := l.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatalf("A: %v", err)
-	}
+	// A's hold is the attack's premise, not its subject: a first acquire
+	// that a loaded run's nodes answered after NodeTimeout (the guard's
+	// first arming, scripts loaded through a proxy) is taken again.
+	var a *primitives.Lease
+	testutil.WaitFor(t, 15*time.Second, "A's hold", func() bool {
+		a, err = l.TryAcquire(context.Background())
+		if err != nil && !errors.Is(err, primitives.ErrQuorumUnavailable) {
+			t.Fatalf("A: %v", err)
+		}
+		return err == nil
+	})
 	t.Cleanup(func() { a.Release(context.Background()) })
 	for _, s := range srv[advQuorum(len(srv)):] {
 		testkit.Admin(t, s, "DEL", testkit.LockKey(name, "lock"))
