@@ -265,10 +265,7 @@ type latchState = scripts.LatchState
 // parseLatch reads a state reply. now is the node's TIME (ms), also on a
 // mismatch (the stored count) or a too-late reply (errLatchLate).
 func parseLatch(rep nodeactor.Reply) (st latchState, mismatch, now int64, err error) {
-	if rep.Err != nil {
-		return st, 0, 0, rep.Err
-	}
-	if st, err = scripts.ParseLatchState(rep.Msg); err != nil {
+	if st, err = parseReply(rep, scripts.ParseLatchState); err != nil {
 		return latchState{}, 0, 0, err
 	}
 	switch st.Code {

@@ -58,17 +58,20 @@ func (l *Lock) rollbackCall(token, wid string) nodeactor.Call {
 // parseGrant and parseForce read a node's reply with its op's parser
 // (internal/scripts, beside the op's arguments).
 func parseGrant(rep nodeactor.Reply) (scripts.LockGrant, error) {
-	if rep.Err != nil {
-		return scripts.LockGrant{}, rep.Err
-	}
-	return scripts.ParseLockGrant(rep.Msg)
+	return parseReply(rep, scripts.ParseLockGrant)
 }
 
 func parseForce(rep nodeactor.Reply) (scripts.LockForced, error) {
+	return parseReply(rep, scripts.ParseLockForced)
+}
+
+// parseReply is rep's error, or its message read by an op's parser.
+func parseReply[T any](rep nodeactor.Reply, parse func(rueidis.RedisMessage) (T, error)) (T, error) {
 	if rep.Err != nil {
-		return scripts.LockForced{}, rep.Err
+		var zero T
+		return zero, rep.Err
 	}
-	return scripts.ParseLockForced(rep.Msg)
+	return parse(rep.Msg)
 }
 
 // holderOf names the holder of a lock.lua value for an operator: a token's

@@ -290,10 +290,7 @@ func (s *Semaphore) attempt(ctx context.Context, pr *proposer, wid string, enque
 type semReply = scripts.SemGrant
 
 func parseSemReply(rep nodeactor.Reply) (semReply, error) {
-	if rep.Err != nil {
-		return semReply{}, rep.Err
-	}
-	return scripts.ParseSemGrant(rep.Msg)
+	return parseReply(rep, scripts.ParseSemGrant)
 }
 
 // semVote classifies a slot acquire reply: granted (code 1), refused
