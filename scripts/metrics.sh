@@ -15,3 +15,20 @@ lib -name '*.go' ! -name '*_test.go' -type f | grep -v '^./cmd/' |
   xargs awk 'FNR==1 {inf=0} /^func / {inf=1; s=FNR; name=$0} inf && /^}/ {if (FNR-s+1 > 80) printf "  %d %s: %s\n", FNR-s+1, FILENAME, substr(name, 1, 70); inf=0}' || true
 echo "test lines: $(lib -name '*_test.go' -type f | xargs cat | wc -l)"
 echo "time.Sleep in tests: $(lib -name '*_test.go' -type f | xargs grep -h 'time\.Sleep' | wc -l)"
+# The sleeps inside a synctest bubble advance a fake clock: count them apart.
+echo "  of which in synctest bubbles (virtual time): $(lib -name '*_test.go' -type f | xargs awk '
+  FNR==1 {depth=0; inb=0}
+  { line=$0
+    if (!inb && line ~ /synctest\.(Test|Run)\(/) {inb=1; depth=0; started=0}
+    if (inb && line ~ /time\.Sleep/) n++
+    if (inb) { o=gsub(/\{/, "{", line); c=gsub(/\}/, "}", line); depth+=o-c; if (o>0) started=1; if (started && depth<=0) inb=0 } }
+  END {print n+0}')"
+echo "files one steady-state Lock.Acquire and Lease.Release enter (coverage counters, one redis-server):"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if go build -cover -covermode=atomic -coverpkg=github.com/redlock-go/redlock/... -o "$tmp/oppath" ./scripts/oppath 2>/dev/null &&
+  GOCOVERDIR=$tmp "$tmp/oppath" >"$tmp/out" 2>&1; then
+  sed 's/^/  /' "$tmp/out"
+else
+  echo "  (not measured: $(tail -1 "$tmp/out" 2>/dev/null || echo 'build failed'))"
+fi
