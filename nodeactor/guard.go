@@ -262,6 +262,7 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 	}
 	lk := Look{Sent: time.Now()}
 	guardstat.Count(a.Addr()) // the token's script: tests subtract it
+	a.countGuard(GuardScript) // the token's script
 	res := cl.DoMulti(ctx, cmds...)
 	lk.Recv = time.Now()
 	if err := lk.readInfo(res[0]); err != nil {
@@ -347,6 +348,7 @@ func (a *Actor) lookAgain(ctx context.Context, cl rueidis.Client, lk *Look) ([]i
 		}
 	}
 	guardstat.Count(a.Addr())
+	a.countGuard(GuardScript) // the token's script
 	res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl))
 	info, err := res[0].ToString()
@@ -438,6 +440,7 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 	}
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(want, token).Build())
 	seq := a.watch.Load()
+	a.countGuard(GuardScript) // armSet
 	if err := armed(ctx, cl, cl.DoMulti(ctx, cmds...), want, "", 1); err != nil {
 		a.since.Store(nil)
 		return err
