@@ -40,7 +40,6 @@ var enforced = []string{
 	"internal/clockstep",
 	"internal/engine",
 	"internal/guard",
-	"internal/guardstat",
 	"internal/redisproc",
 	"internal/scripts",
 	"internal/testkit",

@@ -39,6 +39,12 @@ type NodeStatus struct {
 	// LookedAt is when the guard last read the node (local clock; zero:
 	// not yet, or the guard is off). Identity and Guarded are as of then.
 	LookedAt time.Time
+	// GuardScripts counts the scripts the node guard sent to the node, its
+	// own load: looks, armings, horizon raises and confirmation checks.
+	// GuardChecks counts the checks alone: a direct grant its marks did
+	// not confirm costs one on each node (docs/lock.md, "A marked grant
+	// needs no confirmation round").
+	GuardScripts, GuardChecks int64
 }
 
 // New validates cfg, starts one actor per node and the router, and waits
@@ -109,7 +115,8 @@ func (c *Coordinator) Nodes() []NodeStatus {
 	for i, st := range sts {
 		g := c.eng.GuardState(i)
 		out[i] = NodeStatus{Addr: st.Addr, Up: st.Up, Latency: st.Latency, Capabilities: st.Caps, LastErr: st.LastErr,
-			Guarded: g.Guarded, GuardedUntil: g.Until, Identity: g.Identity, LookedAt: g.LookedAt}
+			Guarded: g.Guarded, GuardedUntil: g.Until, Identity: g.Identity, LookedAt: g.LookedAt,
+			GuardScripts: st.GuardScripts, GuardChecks: st.GuardChecks}
 	}
 	return out
 }

@@ -144,6 +144,9 @@ type Actor struct {
 	// reported as that cause, not as a forget (nil once a look or an
 	// arming succeeds).
 	unarmable atomic.Pointer[error]
+	// guardRuns and guardChecks count the node guard's own scripts sent
+	// to the node, and the confirmation checks among them (Status).
+	guardRuns, guardChecks atomic.Int64
 	// clock is the node's TIME read by the guard's last look, for
 	// clockLimit.
 	clock atomic.Pointer[clockRef]

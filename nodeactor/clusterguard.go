@@ -215,6 +215,7 @@ func (a *Actor) lookMaster(ctx context.Context, cl rueidis.Client, sm *slotMap, 
 	guess := a.masterArmed(addr)
 	checked := append([]uint16{sm.lowest[addr]}, a.suspectsOf(sm, addr)...)
 	info := mc.B().Info().Section("server", "replication").Build()
+	a.countGuard(GuardScript) // checkCmd
 	res := mc.DoMulti(ctx, info, mc.B().ScriptExists().Sha1(shas(guess)...).Build(),
 		mc.B().ClusterNodes().Build(), a.checkCmd(mc, checked))
 	ml := Look{Sent: time.Now()}
@@ -347,6 +348,7 @@ func (a *Actor) armMaster(ctx context.Context, cl rueidis.Client, addr, want str
 	cmds = append(cmds, mc.B().ScriptLoad().Script(armedMarker(a.opt.Guard).Body).Build())
 	ac := a.armCmds(mc, addr, want)
 	cmds = append(cmds, ac...)
+	a.guardRuns.Add(int64(len(ac)))
 	if err := armed(ctx, mc, mc.DoMulti(ctx, cmds...), want, addr, len(ac)); err != nil {
 		if errors.Is(err, errTokenChanged) {
 			a.dropPending(addr) // a new epoch: the engine's guard starts again

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/redlock-go/redlock/internal/guardstat"
 )
 
 // The node guard's reads and loads (docs/lock.md, "Node guard"). The
@@ -261,7 +260,7 @@ func (a *Actor) look(ctx context.Context, horizonKey string) (Look, error) {
 		cl.B().Time().Build(),
 	}
 	lk := Look{Sent: time.Now()}
-	guardstat.Count(a.Addr()) // the token's script: tests subtract it
+	a.countGuard(GuardScript) // the token's script
 	res := cl.DoMulti(ctx, cmds...)
 	lk.Recv = time.Now()
 	if err := lk.readInfo(res[0]); err != nil {
@@ -346,7 +345,7 @@ func (a *Actor) lookAgain(ctx context.Context, cl rueidis.Client, lk *Look) ([]i
 			shas = append(shas, s.markedFor(a.opt.Guard, lk.Identity).SHA)
 		}
 	}
-	guardstat.Count(a.Addr())
+	a.countGuard(GuardScript) // the token's script
 	res := cl.DoMulti(ctx, cl.B().Info().Section("server", "replication").Build(),
 		cl.B().ScriptExists().Sha1(shas...).Build(), a.sinceCmd(cl))
 	info, err := res[0].ToString()
@@ -438,6 +437,7 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 	}
 	cmds = append(cmds, cl.B().Eval().Script(armSet).Numkeys(2).Key(a.armKey(), a.sinceKey()).Arg(want, token).Build())
 	seq := a.watch.Load()
+	a.countGuard(GuardScript) // armSet
 	if err := armed(ctx, cl, cl.DoMulti(ctx, cmds...), want, "", 1); err != nil {
 		a.since.Store(nil)
 		return err

@@ -128,3 +128,53 @@ func lookNow(t testing.TB, a *nodeactor.Actor) nodeactor.Look {
 	}
 	return lk
 }
+
+var countProbe = nodeactor.NewScript("guard-count-test", "return 1")
+
+// Status counts the node guard's own scripts as the actor sends them: a
+// look's, an arming's, and each call marked Guard (a check also in
+// GuardChecks). The server ran exactly those, and one unmarked call.
+func TestStatusCountsTheGuardsScripts(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	ready(t, a)
+	ctx := context.Background()
+	scripts := func() int64 {
+		t.Helper()
+		info, err := s.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(0)
+		for line := range strings.Lines(info) {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	ran, st := scripts(), a.Status()
+	lk := lookNow(t, a)
+	if err := a.Arm(ctx, "", lk.Identity); err != nil {
+		t.Fatalf("Arm: %v", err)
+	}
+	for _, c := range []nodeactor.Call{
+		{Script: countProbe, Guard: nodeactor.GuardScript},
+		{Script: countProbe, Armed: true, Guard: nodeactor.GuardCheck},
+		{Script: countProbe},
+	} {
+		if rep := a.Do(ctx, nodeactor.Normal, c); rep.Err != nil {
+			t.Fatalf("%+v: %v", c, rep.Err)
+		}
+	}
+	now := a.Status()
+	guard, checks := now.GuardScripts-st.GuardScripts, now.GuardChecks-st.GuardChecks
+	if d := scripts() - ran; guard < 4 || checks != 1 || d != guard+1 {
+		t.Errorf("the server ran %d scripts; the actor counts %d of the guard's (want at least a look, an arming and 2 calls), %d checks (want 1)",
+			d, guard, checks)
+	}
+}

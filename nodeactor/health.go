@@ -45,11 +45,16 @@ type Status struct {
 	Caps    Capabilities
 	LastErr error
 	Fatal   error // set when a required capability is missing or the node is Unusable
+	// GuardScripts counts the scripts the node guard sent to the node
+	// through this actor: its looks', its armings', its horizon raises and
+	// its confirmation checks. GuardChecks counts those checks alone.
+	GuardScripts, GuardChecks int64
 }
 
 // Status returns a snapshot of the node's health and capabilities.
 func (a *Actor) Status() Status {
-	s := Status{Addr: a.opt.Addr, Up: a.up.Load(), Latency: time.Duration(a.ewmaNs.Load()), Caps: *a.caps.Load()}
+	s := Status{Addr: a.opt.Addr, Up: a.up.Load(), Latency: time.Duration(a.ewmaNs.Load()), Caps: *a.caps.Load(),
+		GuardScripts: a.guardRuns.Load(), GuardChecks: a.guardChecks.Load()}
 	if e := a.lastErr.Load(); e != nil {
 		s.LastErr = *e
 	}
@@ -67,3 +72,11 @@ func (a *Actor) Up() bool { return a.up.Load() }
 
 // Caps returns the node's probed capabilities (zero before the first probe).
 func (a *Actor) Caps() Capabilities { return *a.caps.Load() }
+
+// countGuard counts one of the node guard's scripts as it is sent (Status).
+func (a *Actor) countGuard(g GuardCall) {
+	a.guardRuns.Add(1)
+	if g == GuardCheck {
+		a.guardChecks.Add(1)
+	}
+}

@@ -375,6 +375,9 @@ func (a *Actor) build(cl rueidis.Client, c Call, eval bool, _ *Capabilities) rue
 		}
 		return cl.B().Arbitrary(c.Args...).Build()
 	}
+	if c.Guard != 0 {
+		a.countGuard(c.Guard) // built to be sent: each send counts
+	}
 	s := c.Script
 	if a.opt.Cluster {
 		s = s.sharded

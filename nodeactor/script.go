@@ -293,6 +293,10 @@ type Call struct {
 	// never marks. Elsewhere the plain script runs, with nothing added.
 	Mark bool
 
+	// Guard marks a call of the node guard's own: the actor counts each
+	// one it sends in Status (GuardScripts, and GuardChecks for a check).
+	Guard GuardCall
+
 	// Next, when set, makes the call the first step of a program run on
 	// this node alone (a MultiLock on a Redis Cluster node takes one slot
 	// group per step). The actor passes each step's reply to Next, which
@@ -314,6 +318,16 @@ type Call struct {
 	joined bool
 	markID string
 }
+
+// GuardCall names a call of the node guard's own (Call.Guard).
+type GuardCall uint8
+
+const (
+	// GuardScript is a script of the node guard: a horizon raise.
+	GuardScript GuardCall = iota + 1
+	// GuardCheck is a direct grant's armed confirmation check.
+	GuardCheck
+)
 
 // Join is one element of a joined call. The joined call passes every
 // element's Keys as its KEYS, one element after the other, and their Args

@@ -3,7 +3,6 @@ package primitives_test
 import (
 	"context"
 	"fmt"
-	"github.com/redlock-go/redlock/internal/guard"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -19,7 +18,8 @@ import (
 )
 
 // scriptCalls returns how many scripts (EVALSHA + EVAL) a server has run,
-// less those the node guards of this process ran there (horizon raises).
+// less those the node guards of the coordinators t built sent there
+// (looks, horizon raises).
 func scriptCalls(t *testing.T, s *testutil.Server) int {
 	t.Helper()
 	info, err := s.Do("INFO", "commandstats")
@@ -36,7 +36,7 @@ func scriptCalls(t *testing.T, s *testutil.Server) int {
 			}
 		}
 	}
-	return n - int(guard.ScriptsRun(s.Addr()))
+	return n - int(testkit.GuardScripts(t, s.Addr()))
 }
 
 func scriptCallsAll(t *testing.T, srv []*testutil.Server) []int {

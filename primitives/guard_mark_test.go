@@ -2,7 +2,6 @@ package primitives_test
 
 import (
 	"context"
-	"github.com/redlock-go/redlock/internal/guard"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +34,7 @@ func TestGuardMarkedDirectGrantNeedsNoRound(t *testing.T) {
 			testkit.QueuedOnAll(t, srv, name)
 			checks := func() (s int64) {
 				for _, a := range addrs {
-					s += guard.ChecksRun(a)
+					s += testkit.GuardChecks(t, a)
 				}
 				return s
 			}

@@ -9,13 +9,13 @@ package primitives_test
 import (
 	"context"
 	"errors"
-	"github.com/redlock-go/redlock/internal/guard"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -184,7 +184,7 @@ func evalshaCalls(t *testing.T, s *testutil.Server) int {
 	for line := range strings.Lines(info) {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
 			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n - int(guard.ScriptsRun(s.Addr()))
+			return n - int(testkit.GuardScripts(t, s.Addr()))
 		}
 	}
 	return 0

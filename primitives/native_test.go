@@ -2,7 +2,6 @@ package primitives_test
 
 import (
 	"context"
-	"github.com/redlock-go/redlock/internal/guard"
 	"os"
 	"slices"
 	"strconv"
@@ -48,7 +47,7 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
-			guardRuns[i] = guard.ScriptsRun(s.Addr())
+			guardRuns[i] = testkit.GuardScripts(t, s.Addr())
 		}
 	}
 	count := func(cmds ...string) []int {
@@ -62,7 +61,7 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 				out[i] += cmdCalls(stats, c)
 			}
 			if slices.Contains(cmds, "evalsha") {
-				out[i] -= int(guard.ScriptsRun(s.Addr()) - guardRuns[i])
+				out[i] -= int(testkit.GuardScripts(t, s.Addr()) - guardRuns[i])
 			}
 		}
 		return out

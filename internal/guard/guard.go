@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redlock-go/redlock/internal/guardstat"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -51,20 +50,6 @@ const (
 // checkScript is run armed on a direct grant's nodes: NOSCRIPT there
 // means a guarded node, whose grant must not count.
 var checkScript = nodeactor.NewScript("guard-check", `return 1`)
-
-func countGuardRun(addr string) { guardstat.Count(addr) }
-
-// ScriptsRun returns how many scripts the node guards of this process
-// ran on the node at addr (its looks included). Tests that count a node's
-// scripts subtract it.
-func ScriptsRun(addr string) int64 { return guardstat.Runs(addr) }
-
-// ChecksRun returns how many armed confirmation checks of direct grants
-// this process sent to the node at addr (also counted in ScriptsRun).
-func ChecksRun(addr string) int64 { return guardstat.Runs(checkPrefix + addr) }
-
-// checkPrefix keys the confirmation checks' own count in guardstat.
-const checkPrefix = "check "
 
 // Node is a node as the guard reaches it: a *nodeactor.Actor, or a fake.
 type Node interface {
@@ -442,9 +427,6 @@ func (g *Guard) arm(ctx context.Context, x int, master string, st *nodeGuard, wa
 		g.raise(rctx, ttl, g.cfg.NodeTimeout, false, x)
 		cancel()
 	}
-	if err == nil || errors.Is(err, nodeactor.ErrIdentityChanged) {
-		countGuardRun(g.nodes[x].Addr()) // the arm key's EVAL
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
@@ -522,7 +504,7 @@ func (g *Guard) ConfirmGrants(ctx context.Context, nodes []int, marked []string,
 // did. key is a key of the granted name: a cluster node runs the check on
 // the master that owns it.
 func (g *Guard) confirmArmed(ctx context.Context, nodes []int, pre int, key string) map[int]bool {
-	call := nodeactor.Call{Script: checkScript, Armed: true}
+	call := nodeactor.Call{Script: checkScript, Armed: true, Guard: nodeactor.GuardCheck}
 	if key != "" {
 		call.Keys = []string{key}
 	}
@@ -540,11 +522,7 @@ func (g *Guard) confirmArmed(ctx context.Context, nodes []int, pre int, key stri
 		}
 		return yes, done
 	}
-	r := g.cfg.Fanout(ctx, g.cfg.NodeTimeout, nodeactor.Normal, func(i int) nodeactor.Call {
-		countGuardRun(g.nodes[i].Addr())
-		countGuardRun(checkPrefix + g.nodes[i].Addr())
-		return call
-	}, func(r *Round) bool {
+	r := g.cfg.Fanout(ctx, g.cfg.NodeTimeout, nodeactor.Normal, func(int) nodeactor.Call { return call }, func(r *Round) bool {
 		yes, done := count(r)
 		return g.enough(pre+yes) || done == len(nodes)
 	}, nil)

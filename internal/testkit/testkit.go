@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +35,61 @@ func NewCoord(t testing.TB, addrs []string, mut ...func(*coordinator.Config)) *c
 		t.Fatalf("coordinator.New: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
+	built.add(t, c)
 	return c
+}
+
+// built holds the coordinators each test built with NewCoord, until the
+// test ends: what GuardScripts and GuardChecks sum over.
+var built = coords{by: map[testing.TB][]*coordinator.Coordinator{}}
+
+type coords struct {
+	mu sync.Mutex
+	by map[testing.TB][]*coordinator.Coordinator
+}
+
+func (b *coords) add(t testing.TB, c *coordinator.Coordinator) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.by[t] == nil {
+		t.Cleanup(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			delete(b.by, t)
+		})
+	}
+	b.by[t] = append(b.by[t], c)
+}
+
+// sum adds f of the status of every node at addr of the coordinators t
+// built, closed ones too.
+func (b *coords) sum(t testing.TB, addr string, f func(coordinator.NodeStatus) int64) int64 {
+	b.mu.Lock()
+	cs := b.by[t]
+	b.mu.Unlock()
+	n := int64(0)
+	for _, c := range cs {
+		for _, st := range c.Nodes() {
+			if st.Addr == addr {
+				n += f(st)
+			}
+		}
+	}
+	return n
+}
+
+// GuardScripts returns how many scripts the node guards of the
+// coordinators t built with NewCoord sent to the node at addr
+// (NodeStatus.GuardScripts). A test that counts a node's scripts
+// subtracts it.
+func GuardScripts(t testing.TB, addr string) int64 {
+	return built.sum(t, addr, func(st coordinator.NodeStatus) int64 { return st.GuardScripts })
+}
+
+// GuardChecks is GuardScripts for the confirmation checks alone
+// (NodeStatus.GuardChecks).
+func GuardChecks(t testing.TB, addr string) int64 {
+	return built.sum(t, addr, func(st coordinator.NodeStatus) int64 { return st.GuardChecks })
 }
 
 // WaitAllUp waits until every node answered and was probed (New returns as

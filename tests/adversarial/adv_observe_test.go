@@ -174,10 +174,13 @@ func TestAdvObserveFenceAfterEmptyRestart(t *testing.T) {
 		v, _ := srv[0].Do("GET", "redlock:{refence}:lock")
 		return v != ""
 	})
-	// two deadlines of re-reads, then node 0 goes
-	time.Sleep(2500 * time.Millisecond)
+	// two re-reads of node 0 re-taken, then two without it: the third
+	// read of a node began after the second had ended
+	reads := testkit.LogRan(t, srv[0])
+	reads.AwaitRan(t, "observe", 3, "the observer's reads of node 0 re-taken")
 	srv[0].Kill()
-	time.Sleep(2500 * time.Millisecond)
+	reads = testkit.LogRan(t, srv[1])
+	reads.AwaitRan(t, "observe", 3, "the observer's reads with node 0 gone")
 	if !lease.Valid() {
 		t.Fatal("the holder lost its lease")
 	}
@@ -433,7 +436,12 @@ func TestAdvObserveEmptyRestartWhileHeld(t *testing.T) {
 	}
 	from := len(w.all())
 	srv[0].RestartEmpty()
-	time.Sleep(1500 * time.Millisecond) // the observer reconnects and reads; the holder re-takes
+	// the observer reconnects and reads node 0 (its second read began
+	// after the first had ended); the holder re-takes it
+	testkit.LogRan(t, srv[0]).AwaitRan(t, "observe", 2, "the observer's reads of node 0 restarted")
+	testutil.WaitFor(t, 10*time.Second, "the holder's re-take of node 0", func() bool {
+		return strings.Contains(testkit.NodeValue(srv[0], "restart"), lease.Token())
+	})
 	// Until the release the holder holds nodes 1 and 2: a quorum.
 	for _, s := range w.all()[from:] {
 		if s.State != primitives.Leading {
