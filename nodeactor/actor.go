@@ -133,7 +133,7 @@ type Actor struct {
 	// armedCopies caches the armed copies for armedAs (armedScript).
 	armedCopies atomic.Pointer[armedSet]
 	// watch counts loss pushes, ended connections and dials on a watched
-	// connection (watch.go); watching says the connection is one; verdict
+	// connection (guard.go); watching says the connection is one; verdict
 	// is the last INFO that confirmed the identity under a watch value.
 	watch        atomic.Uint64
 	watching     atomic.Bool

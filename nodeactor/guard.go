@@ -3,9 +3,11 @@ package nodeactor
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -445,7 +447,7 @@ func (a *Actor) arm(ctx context.Context, master, want string) error {
 	a.armedAs.Store(&want)
 	a.unstep()
 	if a.watch.Load() == seq && !a.sentinel() {
-		// the pipeline's INFO named want on this connection (watch.go; a
+		// the pipeline's INFO named want on this connection (the watched connection, guard.go; a
 		// Sentinel set's first batch reads it again, with its master)
 		a.verdict.Store(&verdict{seq: seq, id: want})
 	}
@@ -553,4 +555,300 @@ func infoField(info, name string) string {
 		}
 	}
 	return ""
+}
+
+// What the node guard reads of a node that may lose keys without a
+// restart, and how it holds one out (docs/lock.md, "When a node forgot:
+// one definition"): the clock estimate armed calls carry, the eviction
+// policy, a disarming, and the cause of a node that refused the guard.
+
+// clockSlackMin is the least ClockSlack: an armed call that reaches the
+// node up to a second late (a TCP retransmission, a pause of the node or
+// of this process, a slow command ahead of it) still runs; a step larger
+// is refused at the first call, a smaller one is left to the looks.
+const clockSlackMin = time.Second
+
+// clockRef is the node's TIME (µs) read by a look of identity id sent at
+// sent.
+type clockRef struct {
+	id   string
+	us   int64
+	sent time.Time
+	// stepped: a look read a TIME past the previous look's limit (a
+	// forward step). Armed calls refuse (limit 0) until an arming or an
+	// adoption, which follow the guard's hold: a look must not re-base
+	// the limit on the stepped clock before the guard disarms the node
+	// (a race TestOneNodeClockForwardOnALeaseOfTwoNodes met in CI).
+	stepped bool
+}
+
+// limitMs is the latest TIME (ms) a call that reaches the node at t may
+// read if its clock did not step forward since ref's look.
+func (a *Actor) limitMs(ref *clockRef, t time.Time) int64 {
+	since := t.Sub(ref.sent)
+	return ref.us/1000 + int64(float64(since)*(1+a.opt.DriftFactor)/float64(time.Millisecond)) +
+		max(a.opt.ClockSlack, clockSlackMin).Milliseconds() + 2
+}
+
+// storeClock records a look's TIME as the limit's base, keeping a step
+// seen under the same identity until unstep.
+func (a *Actor) storeClock(lk *Look) {
+	ref := &clockRef{id: lk.Identity, us: lk.ServerUs, sent: lk.Sent}
+	if prev := a.clock.Load(); prev != nil && prev.id == lk.Identity &&
+		(prev.stepped || lk.ServerUs/1000 > a.limitMs(prev, lk.Recv)) {
+		ref.stepped = true
+	}
+	a.clock.Store(ref)
+}
+
+// unstep ends a step's refusal: the node was armed or adopted again, after
+// the guard's hold.
+func (a *Actor) unstep() {
+	if p := a.clock.Load(); p != nil && p.stepped {
+		c := *p
+		c.stepped = false
+		a.clock.Store(&c)
+	}
+}
+
+// clockLimit returns an armed call's last argument: the identity id and,
+// after a ';', the latest the node's TIME may read (ms) when the call
+// runs if its wall clock did not step forward since the guard's last
+// look: that look's TIME, plus the time since it was sent with the rate
+// drift, plus ClockSlack, at least clockSlackMin (a call that runs later
+// is refused; its caller stopped waiting for it). Without a look of id: id alone, no check.
+func (a *Actor) clockLimit(id string) string {
+	ref := a.clock.Load()
+	if ref == nil || ref.id != id || id == "" {
+		return id
+	}
+	ms := a.limitMs(ref, time.Now())
+	if ref.stepped {
+		ms = 0 // every TIME is later: the prelude refuses
+	}
+	var buf [128]byte // an identity is 81 bytes: one allocation, the string
+	b := append(buf[:0], id...)
+	b = append(b, ';')
+	return string(strconv.AppendInt(b, ms, 10))
+}
+
+// Disarm deletes the node's arm key: every process's armed calls refuse
+// there from now on, until a guard arms it again. The engine's guard
+// calls it when a look shows the node lost keys without a restart (an
+// eviction, a forward step of its clock). It can only hold the node out.
+func (a *Actor) Disarm(ctx context.Context) error {
+	cl, ctx, cancel, err := a.guardConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return cl.Do(ctx, cl.B().Del().Key(a.armKey()).Build()).Error()
+}
+
+// noteUnarmable records err, the result of a look or an arming: a node's
+// error reply (OOM, MISCONF, NOPERM...) is why the node is not armed;
+// success, or a failure to reach the node, clears it.
+func (a *Actor) noteUnarmable(err error) {
+	if _, answered := rueidis.IsRedisErr(err); answered && !isNoScript(err) {
+		a.unarmable.Store(&err)
+		return
+	}
+	if err == nil {
+		a.unarmable.Store(nil)
+	}
+}
+
+// notArmed returns the error of an armed call that found its script
+// missing: the reply the guard's last look or arming got, if the node
+// refused it, else ErrNodeGuarded (the node forgot).
+func (a *Actor) notArmed(noscript error) error {
+	if p := a.unarmable.Load(); p != nil {
+		return &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %w", ErrNotArmed, *p)}
+	}
+	return &NodeError{Addr: a.opt.Addr, Err: fmt.Errorf("%w: %v", ErrNodeGuarded, noscript)}
+}
+
+// readTime reads a TIME reply into lk.ServerUs.
+func (lk *Look) readTime(r rueidis.RedisResult) error {
+	v, err := r.AsStrSlice()
+	if err != nil {
+		return err
+	}
+	if len(v) != 2 {
+		return fmt.Errorf("redlock: guard look: TIME answered %q", v)
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("redlock: guard look: TIME: %w", err)
+	}
+	lk.ServerUs = sec*1_000_000 + usec
+	return nil
+}
+
+// evicts returns why a node with these INFO memory fields may evict a
+// key, or "": any policy but noeviction once maxmemory is set.
+func evicts(info string) string {
+	pol, max := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+	if pol == "" || pol == "noeviction" || max == "" || max == "0" {
+		return ""
+	}
+	return "maxmemory-policy " + pol + " with maxmemory " + max
+}
+
+// The watched connection (docs/lock.md, "The watched connection"). A
+// single node's connection has CLIENT TRACKING on. The node then pushes an
+// invalidation of all keys to it whenever it loses its dataset in place
+// (FLUSHALL, a full resync, DEBUG RELOAD), before the reply of any later
+// command. The watch counts those pushes, every connection that ends and
+// every new dial. The armed prelude no longer reads INFO: the lane reads
+// the identity once per watch value and trusts an armed reply only if the
+// watch did not move.
+
+// errWatchMoved is why an armed reply did not count: the watch moved
+// during the call, or the identity read before it was not the one the
+// call carried.
+var errWatchMoved = errors.New("NOSCRIPT redlock node guard: the node lost its dataset, or its connection or identity changed, during the call (watched connection): its identity is read again")
+
+// verdict is an INFO of the node, read on the connection of watch value
+// seq, that named identity id.
+type verdict struct {
+	seq    uint64
+	id     string
+	master string // a Sentinel set's master the INFO went to ("" otherwise)
+}
+
+// wantsWatch reports whether the actor asks for a watched connection: the
+// guard is on and the node is not a Redis Cluster (one client, many
+// masters: their prelude keeps the INFO).
+func (a *Actor) wantsWatch() bool { return a.opt.Guard != "" && !a.opt.Cluster }
+
+// Watching reports whether the node's connection is watched. When it is
+// not (tracking refused), the armed prelude reads INFO per call.
+func (a *Actor) Watching() bool { return a.watching.Load() }
+
+// watchOptions turns opt into a watched connection's: tracking on (OPTIN:
+// no key is tracked, only flushes are pushed), every push and every ended
+// connection bumps the watch, and so does every dial, before it.
+//
+// The options that would carry a call on another connection than the one
+// whose reader sees the pushes are forced back (helper-9's review):
+// DisableAutoPipelining sends calls on pooled connections whose replies
+// rueidis reads without handling pushes; a BlockingPipeline below a batch
+// moves the batch to a pooled connection; ClientTrackingOptions could
+// REDIRECT the pushes to another client.
+func (a *Actor) watchOptions(opt *rueidis.ClientOption) {
+	opt.DisableCache = false
+	opt.DisableAutoPipelining = false
+	opt.ClientTrackingOptions = nil
+	opt.BlockingPipeline = max(opt.BlockingPipeline, rueidis.DefaultBlockingPipeline, 2*a.opt.MaxBatch+2)
+	user := opt.OnInvalidations
+	opt.OnInvalidations = func(m []rueidis.RedisMessage) {
+		a.watch.Add(1)
+		if user != nil {
+			user(m)
+		}
+	}
+	dialCtx, dial := opt.DialCtxFn, opt.DialFn
+	opt.DialFn = nil
+	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		a.watch.Add(1)
+		switch {
+		case dialCtx != nil:
+			return dialCtx(ctx, dst, d, tc)
+		case dial != nil:
+			return dial(dst, d, tc)
+		case tc != nil:
+			return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+		}
+		return d.DialContext(ctx, "tcp", dst)
+	}
+}
+
+// batchWatch is what a batch with armed calls read of the watch before it
+// was sent.
+type batchWatch struct {
+	seq    uint64
+	id     string // the identity the armed calls carry
+	master string // a Sentinel set's master the batch goes to
+	verify bool   // no verdict held: the batch starts with INFO
+}
+
+// watchFor returns the batch's watch, nil when it has no armed call or the
+// connection is not watched (the prelude checks then).
+func (a *Actor) watchFor(cl rueidis.Client, us []unit) *batchWatch {
+	if !a.watching.Load() || !a.guarded.Load() {
+		return nil
+	}
+	for i := range us {
+		if a.armed(us[i].call) {
+			w := &batchWatch{seq: a.watch.Load(), id: a.armedIdentity(), master: a.masterOf(cl)}
+			v := a.verdict.Load()
+			w.verify = v == nil || *v != verdict{seq: w.seq, id: w.id, master: w.master}
+			return w
+		}
+	}
+	return nil
+}
+
+// infoCmd is the verifying INFO a batch starts with.
+func infoCmd(cl rueidis.Client) rueidis.Completed {
+	return cl.B().Info().Section("server", "replication").Build()
+}
+
+// trusted reports whether the batch's armed replies count: the watch did
+// not move and the identity is the calls' (held by a verdict, or read by
+// the batch's own INFO, which then becomes the verdict).
+func (a *Actor) trusted(cl rueidis.Client, w *batchWatch, info rueidis.RedisResult) bool {
+	if a.watch.Load() != w.seq || a.armedIdentity() != w.id || a.masterOf(cl) != w.master {
+		return false
+	}
+	if !w.verify {
+		return true
+	}
+	s, err := info.ToString()
+	if err != nil || !masterOfIdentity(s, w.id) {
+		return false
+	}
+	a.verdict.Store(&verdict{seq: w.seq, id: w.id, master: w.master})
+	return true
+}
+
+// recheck settles a batch whose watch moved (trusted was false): one more
+// INFO, after every reply. The identity then still the calls' means none
+// of them ran on a node that lost its dataset since the verdict (a restart
+// or a resync changes it for good; a FLUSHALL empties the arm key the
+// prelude read). The watch moves for harmless reasons too (the push
+// connection's dial, a reconnect): this spares those batches a refusal.
+// The INFO becomes the verdict when the watch holds still across it.
+func (a *Actor) recheck(ctx context.Context, cl rueidis.Client, w *batchWatch) bool {
+	seq := a.watch.Load()
+	s, err := cl.Do(ctx, infoCmd(cl)).ToString()
+	if err != nil || !masterOfIdentity(s, w.id) || a.armedIdentity() != w.id || a.masterOf(cl) != w.master {
+		return false
+	}
+	if a.watch.Load() == seq {
+		a.verdict.Store(&verdict{seq: seq, id: w.id, master: w.master})
+	}
+	return true
+}
+
+// masterOf is the master a Sentinel set's client sends to ("" on a plain
+// node). rueidis dials the new master of a switch (the watch moves) but
+// closes the old connection later, so a verdict also names its master:
+// one read on the old master never vouches for a batch on the new one.
+func (a *Actor) masterOf(cl rueidis.Client) string {
+	if !a.sentinel() {
+		return ""
+	}
+	return sentinelMaster(cl)
+}
+
+// masterOfIdentity reports whether an INFO (server, replication) names
+// identity id on a master. A replica takes its master's replication id,
+// which may be the node's own old one: a node that fully resynced from its
+// own lagging replica keeps its run_id and its replid, and lost keys
+// (helper-11's review). A master's replid only ever changes to a new one.
+func masterOfIdentity(info, id string) bool {
+	return infoField(info, "run_id") != "" && infoField(info, "role") == "master" && identity(info) == id
 }

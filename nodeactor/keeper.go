@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +45,7 @@ type Capabilities struct {
 var ErrKeyspaceUnavailable = errors.New("redlock: keyspace events required but cannot be enabled")
 
 // connect makes the node's client: a watched connection where the guard
-// may apply (watch.go), else, or where the node refuses tracking (an
+// may apply (guard.go), else, or where the node refuses tracking (an
 // ACL, RESP2), a plain one.
 func (a *Actor) connect() (rueidis.Client, error) {
 	if a.wantsWatch() {
@@ -557,4 +558,132 @@ func MergeKeyspaceFlags(flags string) string {
 		out += "x"
 	}
 	return out
+}
+
+// markUp records an answer that took rtt.
+func (a *Actor) markUp(rtt time.Duration) {
+	// Several lanes (a cluster node has four) measure at once: a CAS loop
+	// keeps every sample (a load-then-store lost some).
+	for {
+		old := a.ewmaNs.Load()
+		next := int64(rtt)
+		if old != 0 {
+			next = old + (int64(rtt)-old)/8
+		}
+		if a.ewmaNs.CompareAndSwap(old, next) {
+			break
+		}
+	}
+	if !a.up.Swap(true) {
+		a.opt.Logger.Info("redlock: node up", "node", a.opt.Addr)
+	}
+}
+
+// markDown records a failure to reach the node (not a ctx cancel).
+func (a *Actor) markDown(err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	a.lastErr.Store(&err)
+	if a.up.Swap(false) {
+		a.opt.Logger.Warn("redlock: node down", "node", a.opt.Addr, "err", err)
+	}
+}
+
+// Status is a snapshot of the node's health.
+type Status struct {
+	Addr    string
+	Up      bool
+	Latency time.Duration // EWMA of batch round trips
+	Caps    Capabilities
+	LastErr error
+	Fatal   error // set when a required capability is missing or the node is Unusable
+	// GuardScripts counts the scripts the node guard sent to the node
+	// through this actor: its looks', its armings', its horizon raises and
+	// its confirmation checks. GuardChecks counts those checks alone.
+	GuardScripts, GuardChecks int64
+}
+
+// Status returns a snapshot of the node's health and capabilities.
+func (a *Actor) Status() Status {
+	s := Status{Addr: a.opt.Addr, Up: a.up.Load(), Latency: time.Duration(a.ewmaNs.Load()), Caps: *a.caps.Load(),
+		GuardScripts: a.guardRuns.Load(), GuardChecks: a.guardChecks.Load()}
+	if e := a.lastErr.Load(); e != nil {
+		s.LastErr = *e
+	}
+	if e := a.unarmable.Load(); e != nil {
+		s.LastErr = fmt.Errorf("%w: %w", ErrNotArmed, *e) // why the node guard could not arm it
+	}
+	if e := a.fatal.Load(); e != nil {
+		s.Fatal = *e
+	}
+	return s
+}
+
+// Up reports whether the node answered its last batch or ping.
+func (a *Actor) Up() bool { return a.up.Load() }
+
+// Caps returns the node's probed capabilities (zero before the first probe).
+func (a *Actor) Caps() Capabilities { return *a.caps.Load() }
+
+// countGuard counts one of the node guard's scripts as it is sent (Status).
+func (a *Actor) countGuard(g GuardCall) {
+	a.guardRuns.Add(1)
+	if g == GuardCheck {
+		a.guardChecks.Add(1)
+	}
+}
+
+// sentinel reports whether the node is a Sentinel-managed master.
+func (a *Actor) sentinel() bool { return a.opt.Client.Sentinel.MasterSet != "" }
+
+// sentinelMaster returns the address of the master a Sentinel client
+// sends commands to.
+func sentinelMaster(cl rueidis.Client) string {
+	for addr := range cl.Nodes() {
+		return addr
+	}
+	return ""
+}
+
+// switched follows a Sentinel failover: rueidis already sends commands to
+// the new master. The push connection still listens to the old one, and
+// the new master has neither our keyspace flags nor, maybe, the same
+// native commands. So the keeper probes and configures it again, then
+// reopens the push connection. Messages sent meanwhile may be lost:
+// waiters re-check (OnPushReset).
+func (a *Actor) switched(p *pusher, cl rueidis.Client) {
+	old := a.Caps().Master
+	p.closeAll()
+	clear(p.configured)
+	caps, err := a.probe(cl, p)
+	a.caps.Store(&caps)
+	if err != nil {
+		a.lastErr.Store(&err)
+	}
+	a.opt.Logger.Info("redlock: the Sentinel master changed", "node", a.opt.Addr, "from", old, "to", caps.Master)
+	p.open()
+	p.reconcile()
+	if a.opt.OnPushReset != nil {
+		a.opt.OnPushReset(a.opt.Index)
+	}
+}
+
+// checkMinReplicas reads the master's min-replicas-to-write into caps and
+// warns when it is 0. A master partitioned from its sentinels then keeps
+// taking writes while they promote a replica: for a while one node of
+// the quorum answers twice, on both sides. With min-replicas-to-write 1
+// (and min-replicas-max-lag) the old master refuses writes once it lost
+// its replicas, and its holders' renewals fail.
+func (a *Actor) checkMinReplicas(ctx context.Context, cl rueidis.Client, caps *Capabilities) {
+	caps.MinReplicasToWrite = -1
+	v, err := configGet(ctx, cl, "min-replicas-to-write")
+	if err != nil {
+		return
+	}
+	caps.MinReplicasToWrite, _ = strconv.Atoi(v)
+	if caps.MinReplicasToWrite == 0 {
+		a.opt.Logger.Warn("redlock: a Sentinel master with min-replicas-to-write 0 may answer twice during a partition; set it to 1 or more",
+			"node", a.opt.Addr, "master", caps.Master)
+	}
 }

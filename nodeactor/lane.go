@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -242,7 +243,7 @@ func (a *Actor) deliver(live []Request, us []unit, res []rueidis.RedisResult, rt
 		}
 		if untrusted && a.armed(us[k].call) {
 			// the watch moved or the identity is not the calls': whatever
-			// the node answered, the guard's refusal (watch.go)
+			// the node answered, the guard's refusal (the watched connection, guard.go)
 			rr = errWatchMovedResult
 		}
 		rep := a.reply(&us[k].call, &live[i], rr, rtt)
@@ -482,4 +483,324 @@ func (a *Actor) armed(c Call) bool { return c.Armed && c.Script != nil && a.guar
 func isNoScript(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && e.IsNoScript()
+}
+
+// Lane is a request's class. It says what may be refused or dropped, and
+// what goes first on a busy node: an Urgent request goes before the Normal
+// ones queued on its lane, except those of its own resource (see Actor).
+// One resource's requests always run in the order queued.
+type Lane int
+
+const (
+	// Normal is for acquires: refused fast on a saturated node, and dropped
+	// unsent once its ctx ends.
+	Normal Lane = iota
+	// Urgent is for releases, rollbacks and renewals: never refused for room
+	// while the node is up, and sent even after its ctx ended.
+	Urgent
+)
+
+// Reply is the outcome of one Call on one node.
+type Reply struct {
+	Node int                  // index of the node
+	Msg  rueidis.RedisMessage // valid when Err is nil
+	Err  error                // transport failure, ctx end, or a Redis error reply
+	RTT  time.Duration        // time from dispatch to reply
+}
+
+// Ticket lets a caller give up on a request while keeping its outcome: a
+// reply that arrives after Abandon is passed to Late (on an actor worker
+// goroutine, so Late must not block) instead of being sent on Reply.
+type Ticket struct {
+	state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
+	drop  atomic.Bool  // Drop was called
+	Late  func(Reply)
+}
+
+// Abandon reports whether the reply was still pending; if so it will go to
+// Late. If it returns false the reply was (or is being) sent on Reply.
+func (t *Ticket) Abandon() bool { return t.state.CompareAndSwap(0, 2) }
+
+// Drop asks the node not to send a Normal request that is still queued
+// unsent, as if its ctx had ended (its reply wraps ErrNotSent); an Urgent
+// request is sent anyway.
+func (t *Ticket) Drop() { t.drop.Store(true) }
+
+// Request is one Call for the actor. Reply must have a free slot for the
+// one Reply the actor sends (size the channel to the fan-out).
+type Request struct {
+	Ctx context.Context // request scope; checked before I/O
+	// Deadline, when not zero, bounds the request as a deadline of Ctx
+	// would (the earlier of the two counts): a Normal request is not sent
+	// after it, and its batch waits for its reply until then. It spares a
+	// fan-out a context (and its timer) per round.
+	Deadline time.Time
+	Call     Call
+	Lane     Lane
+	Reply    chan<- Reply
+	Ticket   *Ticket // optional
+	// Expires makes an Urgent request stale at Deadline, like a Normal
+	// one: a renewal is useless once its lease's deadline passed, and an
+	// overloaded node should spend its time on those that are not.
+	Expires bool
+
+	retried bool // a cluster node already re-queued it once (see exec)
+	counted bool // holds room in the actor's queue accounting (see dequeued)
+}
+
+// Stale returns why a Normal request must not be sent any more at now —
+// its Ctx ended, its Deadline passed, or its Ticket was dropped — or nil.
+// An Urgent request is sent even after its ctx ended; it is stale only
+// when it Expires and its Deadline passed.
+func (r *Request) Stale(now time.Time) error {
+	if r.Lane != Normal {
+		if r.Expires && !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
+	if r.Ctx.Err() != nil {
+		return context.Cause(r.Ctx)
+	}
+	if !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+		return context.DeadlineExceeded
+	}
+	if r.Ticket != nil && r.Ticket.drop.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// deadline returns the earlier of Ctx's deadline and Deadline.
+func (r *Request) deadline() (time.Time, bool) {
+	d, ok := r.Ctx.Deadline()
+	if !r.Deadline.IsZero() && (!ok || r.Deadline.Before(d)) {
+		return r.Deadline, true
+	}
+	return d, ok
+}
+
+// Deliver hands rep to the requester exactly once: on Reply, or to the
+// Ticket's Late handler when the requester abandoned it first. A node
+// calls it once per request (the actor does; so do the engine's fake nodes).
+func (r *Request) Deliver(rep Reply) {
+	if r.Ticket != nil && !r.Ticket.state.CompareAndSwap(0, 1) {
+		if r.Ticket.Late != nil {
+			r.Ticket.Late(rep)
+		}
+		return
+	}
+	if r.Reply != nil {
+		r.Reply <- rep
+	}
+}
+
+// queue is one of a lane's FIFOs of requests, in a ring buffer. A burst
+// queued faster than the lane takes it (100,000 leases' renewals) grows it
+// by doubling, each request copied about once; the slice it replaced
+// (append at the tail, re-slice at the head) lost the room its head freed,
+// so each growth copied the whole queue again: 6 % of the client's CPU in
+// issue 28's burst.
+type queue struct {
+	buf  []Request
+	head int // index in buf of the oldest request
+	n    int // requests queued
+}
+
+func (q *queue) len() int { return q.n }
+
+func (q *queue) push(r Request) {
+	if q.n == len(q.buf) {
+		q.grow()
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = r
+	q.n++
+}
+
+func (q *queue) grow() {
+	nb := make([]Request, max(16, 2*len(q.buf)))
+	k := copy(nb, q.buf[q.head:min(q.head+q.n, len(q.buf))])
+	copy(nb[k:], q.buf[:q.n-k])
+	q.buf, q.head = nb, 0
+}
+
+// take moves requests from the head of q into batch until batch holds max
+// requests or q is empty, and returns batch. An emptied queue larger than
+// keep lets its array go (a burst's).
+func (q *queue) take(batch []Request, max, keep int) []Request {
+	for len(batch) < max && q.n > 0 {
+		batch = append(batch, q.buf[q.head])
+		q.buf[q.head] = Request{} // drop the references
+		q.head = (q.head + 1) % len(q.buf)
+		q.n--
+	}
+	if q.n == 0 {
+		q.head = 0
+		if len(q.buf) > keep {
+			q.buf = nil
+		}
+	}
+	return batch
+}
+
+// unit is one command of a batch: one request's Call, or the joined call
+// of several requests (Call.Join).
+type unit struct {
+	call  Call
+	first int     // index in the batch of the (first) request
+	elems []int   // a joined call: the batch indexes of its elements, in order
+	join  *Script // the joined call's script, while the unit may take more
+}
+
+// resources lists the resources a unit touches, for fallbacks.
+func (u *unit) resources(live []Request) []string {
+	if u.elems == nil {
+		return []string{resource(u.call)}
+	}
+	out := make([]string, len(u.elems))
+	for j, i := range u.elems {
+		out[j] = resource(live[i].Call)
+	}
+	return out
+}
+
+// joinable reports whether a lane may run c as an element of a joined call.
+// A program's step (Next) does not join, nor a marking call whose element
+// form cannot mark (not markable), nor anything on a Redis Cluster node:
+// the keys of a joined call may lie in different slots.
+func (a *Actor) joinable(c *Call) bool {
+	j := c.joinScript()
+	return j != nil && c.Next == nil && (!c.Mark || j.markable) && !a.opt.Cluster
+}
+
+// markIdentity is the identity a marking call carries: the one this actor
+// last found the node armed under, on a guarded single node ("" else).
+func (a *Actor) markIdentity() string {
+	if !a.guarded.Load() || a.opt.Cluster {
+		return ""
+	}
+	return a.armedIdentity()
+}
+
+// joinScript is the script of c's joined call: its Join's, or its
+// script's element form (Script.JoinedAs); nil when it has none.
+func (c *Call) joinScript() *Script {
+	switch {
+	case c.Join != nil:
+		return c.Join.Script
+	case c.Script != nil:
+		return c.Script.many
+	}
+	return nil
+}
+
+// joinElem is c's element of a joined call: its Join's keys and
+// arguments, or its own.
+func (c *Call) joinElem() (keys, args []string) {
+	if c.Join != nil {
+		return c.Join.Keys, c.Join.Args
+	}
+	return c.Keys, c.Args
+}
+
+// units turns a batch into its commands: requests whose Join names the same
+// script become one call, at the place of the first of them. A request
+// joins the open call only if no request of its own resource outside the
+// call lies between, so one resource's requests still run in the order
+// queued; otherwise it opens a new one. A call of one element is sent as
+// its request's own Call. It appends to us (the lane's reused slice).
+func (a *Actor) units(live []Request, us []unit) []unit {
+	open := -1                  // index in us of the joined call being filled
+	var touched map[string]bool // resources of other requests since it opened
+	for i := range live {
+		c := &live[i].Call
+		if !a.joinable(c) {
+			if open >= 0 {
+				if touched == nil {
+					touched = map[string]bool{}
+				}
+				touched[resource(*c)] = true
+			}
+			us = append(us, unit{call: *c, first: i})
+			continue
+		}
+		if open >= 0 && us[open].join == c.joinScript() && us[open].call.Armed == c.Armed &&
+			us[open].call.Mark == c.Mark && !touched[resource(*c)] {
+			u := &us[open]
+			if u.elems == nil {
+				// a second element: the unit becomes a joined call, armed
+				// when its elements are (one guard check for the call),
+				// marking when they mark
+				u.call, u.elems = Call{Script: u.join, Armed: c.Armed, Mark: c.Mark, joined: true}, []int{u.first}
+			}
+			u.elems = append(u.elems, i)
+			continue
+		}
+		open = len(us)
+		clear(touched)
+		// its own call until another joins it
+		us = append(us, unit{call: *c, first: i, join: c.joinScript()})
+	}
+	for k := range us {
+		if u := &us[k]; u.elems != nil {
+			a.joinElems(u, live)
+		}
+	}
+	return us
+}
+
+// joinElems sets a joined call's keys and arguments: every element's, one
+// after the other. A markable element form's elements each carry the arm
+// key and the identity they mark with (markCheck reads them as the
+// element's last key and argument), or, for a call that does not mark,
+// their first key and "".
+func (a *Actor) joinElems(u *unit, live []Request) {
+	var keys, args []string
+	if u.call.Mark {
+		u.call.markID = a.markIdentity()
+	}
+	for _, i := range u.elems {
+		k, v := live[i].Call.joinElem()
+		keys = append(keys, k...)
+		args = append(args, v...)
+		if u.join.markable {
+			// with no identity the key is never read: the element's own
+			// first key stands in (an ACL allows it; a GuardOff node's arm
+			// key name lies outside the KeyPrefix)
+			ak := a.armKey()
+			if u.call.markID == "" && len(k) > 0 {
+				ak = k[0]
+			}
+			keys = append(keys, ak)
+			args = append(args, u.call.markID)
+		}
+	}
+	u.call.Keys, u.call.Args = keys, args
+}
+
+// split gives each element of a joined call its reply: its element of the
+// answer, or, when the call as a whole failed, the call's failure.
+func (a *Actor) split(n int, rep Reply) []Reply {
+	out := make([]Reply, n)
+	var arr []rueidis.RedisMessage
+	if rep.Err == nil {
+		var err error
+		if arr, err = rep.Msg.ToArray(); err == nil && len(arr) != n {
+			err = fmt.Errorf("a joined call of %d elements answered %d", n, len(arr))
+		}
+		if err != nil {
+			rep.Err, arr = &NodeError{Addr: a.opt.Addr, Err: err}, nil
+		}
+	}
+	for j := range out {
+		if arr == nil {
+			out[j] = rep
+			continue
+		}
+		out[j] = Reply{Node: rep.Node, RTT: rep.RTT, Msg: arr[j]}
+		if err := arr[j].Error(); err != nil {
+			out[j] = Reply{Node: rep.Node, RTT: rep.RTT, Err: &NodeError{Addr: a.opt.Addr, Err: err}}
+		}
+	}
+	return out
 }

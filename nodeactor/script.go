@@ -116,7 +116,7 @@ func registered() []*Script {
 const armedPrelude = armedCheck + shadowArgs
 
 // watchedPrelude is armedPrelude on a watched connection: the lane, not
-// the script, compares the identity (watch.go).
+// the script, compares the identity (the watched connection, guard.go).
 const watchedPrelude = watchedCheck + shadowArgs
 
 // shadowArgs ends a single node's armed prelude: locals that shadow the
@@ -147,7 +147,7 @@ const armedCheck = "do local id, lim = string.match(ARGV[#ARGV], '^([^;]*);?(%d*
 	clockCheck
 
 // watchedCheck is armedCheck without the INFO: on a watched connection
-// the lane reads the identity once per watch value (watch.go).
+// the lane reads the identity once per watch value (the watched connection, guard.go).
 const watchedCheck = "do local id, lim = string.match(ARGV[#ARGV], '^([^;]*);?(%d*)$') " +
 	"if redis.call('GET', KEYS[#KEYS]) ~= id then " +
 	"return redis.error_reply('NOSCRIPT redlock node guard: the node forgot (its arm key is not the identity it was armed under)') end " +
@@ -225,7 +225,7 @@ func (s *Script) markedFor(tag, identity string) *Script {
 type armedSet struct {
 	identity string
 	cluster  bool
-	watched  bool // the watched prelude (watch.go)
+	watched  bool // the watched prelude (the watched connection, guard.go)
 	copies   map[*Script]*Script
 	marks    map[*Script]*Script
 }

@@ -106,7 +106,7 @@ type Settings struct {
 	ForceLua      bool
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
-	// TracerProvider and NameAttribute: Config's (trace.go).
+	// TracerProvider and NameAttribute: Config's (observe.go).
 	TracerProvider trace.TracerProvider
 	NameAttribute  func(name string) string
 	// Guard turns the node guard on (docs/lock.md, "Node guard"); MaxTTL
