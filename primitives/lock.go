@@ -546,7 +546,7 @@ func (l *Lock) ForceRelease(ctx context.Context, reason string) (_ ForcedRelease
 	if len(reason) > MaxReasonLen {
 		return ForcedRelease{}, fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalidArgument, len(reason), MaxReasonLen)
 	}
-	ctx, span := l.c.StartSpan(ctx, engine.SpanForceRelease, "lock", l.name)
+	ctx, span := l.c.StartSpan(ctx, coordinator.SpanForceRelease, "lock", l.name)
 	defer func() { engine.EndSpan(span, "forced", err) }()
 	call := l.call(scripts.LockForce{Window: l.o.set.HandoffWindow, Channel: l.channel, FenceKeep: fenceKeep, FenceSkew: fenceSkew})
 	// Every answer counts (not only a quorum's): a holder on exactly a

@@ -6,10 +6,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+)
+
+// How a waiter's last wait ended, for the acquire span's redlock.woken_by.
+const (
+	wokenNone   = "none"         // it never waited
+	wokenPush   = "push"         // a release's message
+	wokenDirect = "direct_grant" // a quorum of direct grants made the lease
+	wokenTimer  = "timer"        // the holder's TTL or the safety re-check
 )
 
 // acquireTrace follows one traced Lock acquire for its redlock.acquire
@@ -29,8 +38,8 @@ func startAcquireSpan(ctx context.Context, c *engine.Engine, primitive string, n
 	if !c.Tracing() {
 		return ctx, nil
 	}
-	ctx, span := c.StartSpan(ctx, engine.SpanAcquire, primitive, name())
-	return ctx, &acquireTrace{span: span, wokenBy: engine.WokenNone}
+	ctx, span := c.StartSpan(ctx, coordinator.SpanAcquire, primitive, name())
+	return ctx, &acquireTrace{span: span, wokenBy: wokenNone}
 }
 
 // startAcquireSpan starts a Lock's redlock.acquire span. A refused

@@ -213,7 +213,7 @@ func (wt *blockedAcquire) directGrants(ctx context.Context) (lease *Lease, again
 	}
 	lease, wait := wt.w.direct(gs)
 	if lease != nil {
-		wt.tr.wokenBy = engine.WokenDirect
+		wt.tr.wokenBy = wokenDirect
 		return lease, false
 	}
 	if wait <= 0 {
@@ -267,9 +267,9 @@ func (wt *blockedAcquire) sleep(ctx context.Context, res attemptResult, tried ti
 	select {
 	case <-wc:
 		wt.woken = true
-		wt.tr.wokenBy = engine.WokenPush
+		wt.tr.wokenBy = wokenPush
 	case <-t.C:
-		wt.tr.wokenBy = engine.WokenTimer
+		wt.tr.wokenBy = wokenTimer
 	case <-ctx.Done():
 	}
 	t.Stop()

@@ -159,14 +159,6 @@ const (
 	MetricContended = "redlock.acquire.contended" // counter: Acquire calls whose first attempt was refused; attr primitive
 )
 
-// How a waiter's last wait ended, for the acquire span's redlock.woken_by.
-const (
-	WokenNone   = "none"         // it never waited
-	WokenPush   = "push"         // a release's message
-	WokenDirect = "direct_grant" // a quorum of direct grants made the lease
-	WokenTimer  = "timer"        // the holder's TTL or the safety re-check
-)
-
 // moreInstruments are the hold, waiting and contention instruments.
 type moreInstruments struct {
 	HoldTime  metric.Float64Histogram
