@@ -13,6 +13,7 @@ lib \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \) -type f |
 echo "library functions over 80 lines (outside cmd/):"
 lib -name '*.go' ! -name '*_test.go' -type f | grep -v '^./cmd/' |
   xargs awk 'FNR==1 {inf=0} /^func / {inf=1; s=FNR; name=$0} inf && /^}/ {if (FNR-s+1 > 80) printf "  %d %s: %s\n", FNR-s+1, FILENAME, substr(name, 1, 70); inf=0}' || true
+echo "distinct internal/engine names primitives uses: $(ls primitives/*.go | grep -v _test.go | xargs grep -oh 'engine\.[A-Z][A-Za-z0-9]*' | sort -u | wc -l)"
 echo "test lines: $(lib -name '*_test.go' -type f | xargs cat | wc -l)"
 echo "time.Sleep in tests: $(lib -name '*_test.go' -type f | xargs grep -h 'time\.Sleep' | wc -l)"
 # The sleeps inside a synctest bubble advance a fake clock: count them apart.
