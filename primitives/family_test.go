@@ -332,11 +332,7 @@ func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
 		return testkit.Backlog(cs[1], 2) == 0 && testkit.NormalBacklog(cs[1], 2) == 0
 	})
 	srv[2].Resume()
-	// They ran once a status read, sent after them on the same lane, is
-	// answered by node 2.
-	testutil.WaitFor(t, 5*time.Second, "node 2 ran W's buffered requests", func() bool {
-		return waiter.Status(ctx)[2].Err == nil
-	})
+	testkit.CaughtUp(t, "node 2 ran W's buffered requests", waiter.Status)
 	srv[0].Kill()
 	start := time.Now()
 	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)

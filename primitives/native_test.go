@@ -87,15 +87,10 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 			}
 			// The acquisition's last scripts (a fence written back to every
 			// node) may still be in flight when Acquire returns at a quorum:
-			// let them land before counting. A status read is queued behind
-			// them on each node's lane, so it answers after they ran.
-			for _, st := range lk.(interface {
+			// let them land before counting.
+			testkit.CaughtUp(t, kind+": the acquisition's scripts", lk.(interface {
 				Status(context.Context) []primitives.NodeState
-			}).Status(context.Background()) {
-				if st.Err != nil {
-					t.Fatalf("%s, ForceLua %v: status of %s: %v", kind, force, st.Node, st.Err)
-				}
-			}
+			}).Status)
 			reset()
 			// A renewal every TTL/3: wait for two on every node, of the
 			// kind expected; the other kind must not have run.
