@@ -11,12 +11,11 @@ import (
 
 // CaughtUp waits until every node answered one status read (status: a
 // primitive's Status) sent after the call. A node actor's lane sends its
-// requests in order, one batch on the wire at a time, and a status read
-// goes behind the requests of its resource queued before it. So once a
-// node answered it, the node ran what the client had queued there
-// before: the copy of a release or a read that returned at a quorum, or
-// the requests a paused node kept in its socket. It fails t, naming
-// what, after 10 s.
+// requests in order, one batch on the wire at a time. A status read goes
+// behind the requests of its resource queued before it. So a node that
+// answered it has run what the client queued there before. That is the
+// copy of a release or a read that returned at a quorum, or what a
+// paused node kept in its socket. It fails t, naming what, after 10 s.
 func CaughtUp(t testing.TB, what string, status func(context.Context) []primitives.NodeState) {
 	t.Helper()
 	var sts []primitives.NodeState

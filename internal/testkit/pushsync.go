@@ -17,13 +17,13 @@ import (
 var pushSyncs atomic.Int64
 
 // PushSync waits until c's router has taken every push message that the
-// nodes srv (c's nodes, in order) sent it before the call: a keyspace
-// event of a release that returned at a quorum, say. It registers a
-// waiter of a topic of its own, publishes a marker on each node (a direct
-// grant to that waiter, whose sequence number names the node) and waits
-// until the waiter holds all of them. A node's push connection delivers
-// its messages in the order the node sent them, and the router takes
-// them in that order. Test goroutine only; it fails t after 10 s.
+// nodes srv (c's nodes, in order) sent it before the call. Such a message
+// is the keyspace event of a release that returned at a quorum, say. It
+// registers a waiter of a topic of its own and publishes a marker on
+// each node: a direct grant to that waiter, whose sequence number names
+// the node. Then it waits until the waiter holds them all. A node's push
+// connection keeps the order the node sent in, and so does the router.
+// Test goroutine only; it fails t after 10 s.
 func PushSync(t *testing.T, c *coordinator.Coordinator, srv []*testutil.Server) {
 	t.Helper()
 	topic := "testkit:pushsync:" + strconv.FormatInt(pushSyncs.Add(1), 10)
