@@ -105,6 +105,7 @@ type Actor struct {
 	// room while the node is up: they are what frees a saturated node.
 	normalCap *semaphore.Weighted
 	urgentN   atomic.Int64 // urgent requests queued
+	normalN   atomic.Int64 // normal requests queued (for tests: NormalBacklog)
 
 	client atomic.Pointer[rueidis.Client]
 	ready  chan struct{} // closed after the first successful connect and probe
@@ -385,6 +386,8 @@ func (a *Actor) enqueue(req Request) error {
 	req.counted = true
 	if req.Lane == Urgent {
 		a.urgentN.Add(1)
+	} else {
+		a.normalN.Add(1)
 	}
 	a.laneOf(req.Call).push(req)
 	select {
@@ -404,6 +407,7 @@ func (a *Actor) dequeued(r *Request) {
 	}
 	r.counted = false
 	if r.Lane == Normal {
+		a.normalN.Add(-1)
 		a.normalCap.Release(1)
 	} else {
 		a.urgentN.Add(-1)
@@ -414,6 +418,11 @@ func (a *Actor) dequeued(r *Request) {
 // renewals) queued and not yet sent. They go before acquires, so a large
 // backlog means the node is busy with held leases.
 func (a *Actor) Backlog() int { return int(a.urgentN.Load()) }
+
+// NormalBacklog returns the number of normal requests (acquires) queued
+// and not yet sent. Tests wait on it: acquires that wait behind a held
+// batch are queued for the next one.
+func (a *Actor) NormalBacklog() int { return int(a.normalN.Load()) }
 
 // Do sends one call and waits for its reply.
 func (a *Actor) Do(ctx context.Context, lane Lane, call Call) Reply {

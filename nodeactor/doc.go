@@ -71,7 +71,8 @@
 //   - up, lastErr, ewmaNs: atomics written by whoever talked to the node
 //     last (a lane after a batch, the keeper after a ping). The newest
 //     observation wins; no invariant spans two of them.
-//   - urgentN: queued urgent requests, counted by callers and lanes.
+//   - urgentN, normalN: queued urgent and normal requests, counted by
+//     callers and lanes.
 //   - slots (a cluster's slot map): written by the keeper alone, read
 //     by the lanes (armed calls) and the guard's looks.
 //   - armedAs, masterArms: written by the guard's Look, Arm and Adopt

@@ -49,7 +49,7 @@ func TestAdvJoinedPoisonedFenceFailsOnlyItsOwnAcquire(t *testing.T) {
 	// Joined: the same acquires queued for one batch.
 	release := j.hold()
 	got := j.tryAll("jp", upTo(n)...)
-	time.Sleep(300 * time.Millisecond)
+	j.waitQueued(n)
 	release()
 	failed := 0
 	for range n {
@@ -231,7 +231,7 @@ func TestAdvJoinedArmedCallAfterFlushallRefusesAll(t *testing.T) {
 	go j.blocker.Extend(context.Background(), 10*time.Second)
 	<-h1.Caught()
 	got := j.tryAll("jg", upTo(n)...)
-	time.Sleep(300 * time.Millisecond)
+	j.waitQueued(n)
 	h1.Release()
 	select {
 	case <-h2.Caught():
@@ -278,7 +278,7 @@ func TestAdvJoinedSameResourceTwice(t *testing.T) {
 		all = append(all, k%names)
 	}
 	got := j.tryAll("js", all...)
-	time.Sleep(300 * time.Millisecond)
+	j.waitQueued(names * each)
 	release()
 	won := make([][]*primitives.Lease, names)
 	for range names * each {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
+	"github.com/redlock-go/redlock/testutil"
 )
 
 // The uncontended acquires queued for one batch of a guarded node cost it
@@ -25,8 +27,7 @@ func TestTryAcquiresOfABatchCostOneCall(t *testing.T) {
 	}
 	release := j.hold()
 	got := j.tryAll("ja", upTo(n)...)
-	// The attempts reach the held lane's queue in microseconds each.
-	time.Sleep(300 * time.Millisecond)
+	j.waitQueued(n)
 	release()
 	var leases []*primitives.Lease
 	defer func() {
@@ -84,6 +85,15 @@ func (j *joinNode) tryAll(prefix string, names ...int) <-chan tryResult {
 		}()
 	}
 	return got
+}
+
+// waitQueued waits until n acquires are queued on j's node, behind the
+// held batch: the next batch takes them all.
+func (j *joinNode) waitQueued(n int) {
+	j.t.Helper()
+	if !testutil.Eventually(10*time.Second, func() bool { return testkit.NormalBacklog(j.c, 0) == n }) {
+		j.t.Fatalf("%d acquires queued behind the held batch, want %d", testkit.NormalBacklog(j.c, 0), n)
+	}
 }
 
 // upTo returns 0, 1, ..., n-1.

@@ -132,7 +132,17 @@ func BenchmarkLockHandoff(b *testing.B) {
 						}
 						got <- w
 					}()
-					time.Sleep(5 * time.Millisecond) // W queues
+					// W queues on every node
+					if !testutil.Eventually(5*time.Second, func() bool {
+						for _, st := range lh.Status(ctx) {
+							if st.Waiters != 1 {
+								return false
+							}
+						}
+						return true
+					}) {
+						b.Fatalf("W never queued on every node: %+v", lh.Status(ctx))
+					}
 					b.StartTimer()
 					h.Release(ctx)
 					w := <-got

@@ -137,10 +137,17 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 		}
 		before[i] = v
 	}
+	// The held rollbacks have not run: each node logs it when it does.
+	logs := map[int]*testkit.RanLog{}
+	for i := range held {
+		logs[i] = testkit.LogRan(t, srv[i])
+	}
 	for _, hd := range held {
 		hd.Rollback.Release()
 	}
-	time.Sleep(500 * time.Millisecond) // the held rollbacks run
+	for i, l := range logs {
+		l.AwaitRan(t, "rollback", 1, fmt.Sprintf("the held rollback to run on node %d", i))
+	}
 	// The rollback must leave W holding the node. The grant is kept
 	// as it was, or (W retried) W's newer attempt, held behind the
 	// rollback on the same connection, re-grants it under the

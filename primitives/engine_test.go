@@ -266,8 +266,21 @@ func TestReleaseBurstIsNeverDropped(t *testing.T) {
 	}
 	wg.Wait()
 	acqErrs.Range(func(k, v any) bool { t.Fatalf("acquire %v: %v", k, v); return false })
-	// Release while the first renewal round (at TTL/3) is being sent.
-	time.Sleep(time.Until(first.Add(ttl/3 + 100*time.Millisecond)))
+	// Release while the first renewal round (at TTL/3) is being sent:
+	// once it moved a lease's Deadline.
+	acquired := make([]time.Time, n)
+	for i, l := range leases {
+		acquired[i] = l.Deadline()
+	}
+	testutil.WaitFor(t, ttl, "the first renewal round", func() bool {
+		for i, l := range leases {
+			if l.Deadline().After(acquired[i]) {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("first renewal %v after the first acquire", time.Since(first).Round(time.Millisecond))
 	work := make(chan *primitives.Lease, n)
 	for _, l := range leases {
 		work <- l

@@ -651,8 +651,10 @@ func TestFairLockCancelLeavesNoEntry(t *testing.T) {
 				if !testutil.Eventually(time.Second, func() bool { return flAll(flQueueLens(srv, name), 0) }) {
 					t.Errorf("iter %d (storm %v): queue entry left 1s after cancel: %v", iter, storm, flQueueLens(srv, name))
 				}
-				// and it stays gone (no stale attempt re-inserts it)
-				time.Sleep(50 * time.Millisecond)
+				// and it stays gone (no stale attempt re-inserts it): once
+				// every node ran what the waiter's client had queued there,
+				// no attempt of it is left on its way
+				testkit.CaughtUp(t, "iter "+strconv.Itoa(iter)+": the waiter's attempts", w.Status)
 				if q := flQueueLens(srv, name); !flAll(q, 0) {
 					t.Errorf("iter %d (storm %v): entry re-inserted after the leave: %v", iter, storm, q)
 				}

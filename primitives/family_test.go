@@ -324,11 +324,15 @@ func TestFairLockWinnerLeavesNoStaleEntry(t *testing.T) {
 		srv[2].Resume()
 		t.FailNow()
 	}
-	time.Sleep(100 * time.Millisecond)
 	wl.Release(ctx)
-	time.Sleep(200 * time.Millisecond) // still below the health check: the buffered requests run on resume
+	// W's requests to node 2 (its claim, its release) leave its actor's
+	// queue for the paused node's socket, well below the health check:
+	// the buffered requests run on resume.
+	testutil.WaitFor(t, 5*time.Second, "W's requests to node 2 sent", func() bool {
+		return testkit.Backlog(cs[1], 2) == 0 && testkit.NormalBacklog(cs[1], 2) == 0
+	})
 	srv[2].Resume()
-	time.Sleep(100 * time.Millisecond)
+	testkit.CaughtUp(t, "node 2 ran W's buffered requests", waiter.Status)
 	srv[0].Kill()
 	start := time.Now()
 	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -204,7 +204,8 @@ func TestLatchRealCallLaterThanMaxLateChangesNothing(t *testing.T) {
 	if n := latchCount(t, l); n != 1 { // the latch exists on every node
 		t.Fatalf("fresh latch: Count %d", n)
 	}
-	time.Sleep(100 * time.Millisecond) // the read reached node 2 too
+	// Count returns at a quorum: its read on node 2 may be in flight.
+	testkit.CaughtUp(t, "the read on node 2", l.Status)
 	calls := evalshaCalls(t, srv[2])
 	px.SetFault(testutil.Blackhole) // holds the bytes; they flow when it heals
 	if err := l.CountDownID(context.Background(), "x"); err != nil {

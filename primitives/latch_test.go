@@ -334,6 +334,10 @@ func TestLatchRealCountersAndWaiters(t *testing.T) {
 		var lastStart atomic.Int64
 		var wg sync.WaitGroup
 		lat := make([]time.Duration, n)
+		logs := make([]*testkit.RanLog, len(srv))
+		for i, s := range srv {
+			logs[i] = testkit.LogRan(t, s)
+		}
 		for w := range n {
 			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })
 			l := mustLatch(t, c, name, n)
@@ -350,7 +354,18 @@ func TestLatchRealCountersAndWaiters(t *testing.T) {
 				returned.Add(1)
 			})
 		}
-		time.Sleep(100 * time.Millisecond) // waiters are subscribed and waiting
+		// Waiters are subscribed and waiting: a waiter reads the count
+		// ("get") once subscribed; each has its own connections. Its read
+		// may be dropped on the third node once a quorum answered.
+		testutil.WaitFor(t, 10*time.Second, "every waiter's first read on a quorum", func() bool {
+			k := 0
+			for _, lg := range logs {
+				if lg.Clients(t, "get") >= n {
+					k++
+				}
+			}
+			return k >= 2
+		})
 		var cw sync.WaitGroup
 		for k := range n {
 			c := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })

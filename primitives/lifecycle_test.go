@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/coordinator"
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // A lease ends locally before any node is asked to free it: in every
@@ -96,9 +98,16 @@ func TestCloseWakesBlockedCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer h.Release(ctx)
-			cw := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy = strat })
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			defer mp.Shutdown(context.Background())
+			cw := newCoord(t, addrs, func(cfg *coordinator.Config) { cfg.WaitStrategy, cfg.MeterProvider = strat, mp })
 			lw, _ := primitives.NewLock(cw, name, primitives.WithTTL(30*time.Second))
 			latch, _ := primitives.NewCountDownLatch(cw, name+"-latch", 1)
+			logs := make([]*testkit.RanLog, len(srv))
+			for i, s := range srv {
+				logs[i] = testkit.LogRan(t, s)
+			}
 			errs := make(chan error, 4)
 			for range 3 {
 				go func() { _, err := lw.Acquire(ctx); errs <- err }()
@@ -116,7 +125,19 @@ func TestCloseWakesBlockedCalls(t *testing.T) {
 					t.Fatalf("the waiters never queued: %v", lh.Status(ctx))
 				}
 			} else {
-				time.Sleep(300 * time.Millisecond)
+				// Polling waiters do not queue: each counts as waiting once
+				// refused, and the latch's Wait reads the count ("get").
+				testutil.WaitFor(t, 5*time.Second, "the blocked calls", func() bool {
+					if sumOf(t, reader, "redlock.acquire.waiting") != 3 {
+						return false
+					}
+					for _, lg := range logs {
+						if lg.Count(t, "get") > 0 {
+							return true
+						}
+					}
+					return false
+				})
 			}
 			start := time.Now()
 			if err := cw.Close(); err != nil {

@@ -905,7 +905,9 @@ func TestLockFaultCleanStateAfterRelease(t *testing.T) {
 		if err := lease.Release(context.Background()); err != nil {
 			t.Errorf("race #%d: Release: %v", i, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// Release returns at a quorum: the third node's copy may be in
+		// flight, and a renewal queued before it.
+		testkit.CaughtUp(t, fmt.Sprintf("race #%d", i), lr.Status)
 		for j, s := range srv {
 			if v := testkit.Admin(t, s, "GET", testkit.LockKey("cleanrace", "lock")); v != testutil.NilReply {
 				ghosts++
@@ -1207,6 +1209,7 @@ func TestLockFaultExtend(t *testing.T) {
 	}
 	// a majority with another owner: Extend fails and the lease is lost
 	testkit.Admin(t, srv[1], "SET", testkit.LockKey("extend", "lock"), other, "PX", "5000")
+	logs := []*testkit.RanLog{testkit.LogRan(t, srv[0]), testkit.LogRan(t, srv[1])}
 	err = lease.Extend(ctx, 5*time.Second)
 	if !errors.Is(err, primitives.ErrLeaseLost) {
 		t.Errorf("Extend with 2 of 3 taken by another = %v, want ErrLeaseLost", err)
@@ -1219,7 +1222,11 @@ func TestLockFaultExtend(t *testing.T) {
 	if err := lease.Release(ctx); !errors.Is(err, primitives.ErrLeaseLost) {
 		t.Errorf("Release after loss = %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The lost lease releases its keys on every node, in the background:
+	// that release must leave the other owner's keys alone.
+	for i, lg := range logs {
+		lg.AwaitRan(t, "release", 1, fmt.Sprintf("the lost lease's release on node %d", i))
+	}
 	for i := range 2 {
 		if v := testkit.Admin(t, srv[i], "GET", testkit.LockKey("extend", "lock")); v != other {
 			t.Errorf("node %d: other owner's key changed to %q", i, v)
@@ -1556,7 +1563,8 @@ func TestLockFaultReleaseDuringPauseLeavesNoGhost(t *testing.T) {
 		}
 		releasedAt := time.Now()
 		srv[2].Resume()
-		time.Sleep(100 * time.Millisecond)
+		// node 2 runs the renewals it kept, then the release
+		testkit.CaughtUp(t, fmt.Sprintf("trial %d", trial), l.Status)
 		v := testkit.Admin(t, srv[2], "GET", key)
 		if v != testutil.NilReply {
 			ghosts++

@@ -240,7 +240,7 @@ func TestLockContendedClientQueuesAtOnce(t *testing.T) {
 	}) {
 		t.Fatal("B's release did not reach every node")
 	}
-	time.Sleep(100 * time.Millisecond) // the push messages of those deletes
+	testkit.PushSync(t, cb, srv) // B's process took the push messages of those deletes
 
 	// B again, behind A: it queues at once (1 attempt: the queued one,
 	// refused; the release grants it the lock directly), and D, queued after

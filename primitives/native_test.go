@@ -87,10 +87,22 @@ func TestLockRenewsNativelyWhereProbed(t *testing.T) {
 			// The acquisition's last scripts (a fence written back to every
 			// node) may still be in flight when Acquire returns at a quorum:
 			// let them land before counting.
-			time.Sleep(2 * c.Config().NodeTimeout)
+			testkit.CaughtUp(t, kind+": the acquisition's scripts", lk.(interface {
+				Status(context.Context) []primitives.NodeState
+			}).Status)
 			reset()
-			time.Sleep(700 * time.Millisecond) // a renewal every TTL/3: about six
-			sets, scripts := count("set"), count("evalsha", "eval")
+			// A renewal every TTL/3: wait for two on every node, of the
+			// kind expected; the other kind must not have run.
+			var sets, scripts []int
+			testutil.Eventually(5*time.Second, func() bool {
+				sets, scripts = count("set"), count("evalsha", "eval")
+				for i := range srv {
+					if want && sets[i] < 2 || !want && scripts[i] < 2 {
+						return false
+					}
+				}
+				return true
+			})
 			if !lease.Valid() {
 				t.Fatalf("%s, ForceLua %v: lease lost while renewing: %v", kind, force, lease.Err())
 			}

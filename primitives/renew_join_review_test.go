@@ -35,7 +35,22 @@ func TestJoinedRenewalsPausedQuorumNeverTwoHolders(t *testing.T) {
 			t.Fatalf("%d: %v", i, err)
 		}
 	}
-	time.Sleep(2 * ttl) // a few renewal rounds: all still held
+	// Two renewal rounds: each lease's Deadline moved twice (or it was
+	// lost, counted below).
+	for round := range 2 {
+		first := make([]time.Time, n)
+		for i, l := range leases {
+			first[i] = l.Deadline()
+		}
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("renewal round %d of every lease", round+1), func() bool {
+			for i, l := range leases {
+				if l.Valid() && !l.Deadline().After(first[i]) {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	held := 0
 	for _, l := range leases {
 		if l.Valid() {

@@ -83,7 +83,11 @@ func TestRWLockRealPhaseFair(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		time.Sleep(time.Second)
+		// mid-run: both sides at work (runRW fails a side that never is)
+		testutil.Eventually(10*time.Second, func() bool {
+			reads, writes := chk.Counts()
+			return reads > 0 && writes > 0
+		})
 		srv[2].Pause()
 		time.Sleep(time.Second)
 		srv[2].Resume()

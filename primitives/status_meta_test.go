@@ -140,7 +140,16 @@ func TestRWLockStatusShowsHoldersAndWaiters(t *testing.T) {
 		if !testutil.Eventually(10*time.Second, func() bool { return len(view().WaitingReaders) == i+1 }) {
 			t.Fatalf("reader %s not waiting on a quorum: %s", r, view())
 		}
-		time.Sleep(2 * time.Millisecond) // distinct waiting-since
+		// Distinct waiting-since: a reader's is when its Acquire started,
+		// in ms of its own clock; the next one starts in a later ms.
+		var last int64
+		for _, w := range view().WaitingReaders {
+			if w.Since.IsZero() {
+				t.Fatalf("waiting reader %s without a since", w.Label)
+			}
+			last = max(last, w.Since.UnixMilli())
+		}
+		testutil.WaitFor(t, time.Second, "the clock past "+r+"'s waiting-since", func() bool { return time.Now().UnixMilli() > last })
 	}
 	bg = append(bg, acquireBG(ctx, rw("writer-2").Writer()))
 	if !testutil.Eventually(10*time.Second, func() bool { return len(view().WaitingWriters) == 1 }) {

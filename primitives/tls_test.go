@@ -135,9 +135,23 @@ func TestTLSEveryPrimitive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logs := make([]*testkit.RanLog, len(srv))
+	for i, s := range srv {
+		logs[i] = testkit.LogRan(t, s)
+	}
 	opened := make(chan error, 1)
 	go func() { opened <- l.Wait(ctx) }()
-	time.Sleep(200 * time.Millisecond) // the waiter is subscribed
+	// Wait reads the count once subscribed: its read ran on a quorum, so
+	// it saw the latch closed and waits for the opening's message.
+	testutil.WaitFor(t, 10*time.Second, "latch: the waiter's first read on a quorum", func() bool {
+		n := 0
+		for _, lg := range logs {
+			if lg.Count(t, "get") > 0 {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	before := engine.Of(c).Router().Stats().Woken
 	for range 2 {
 		if err := l.CountDown(ctx); err != nil {

@@ -375,7 +375,17 @@ func TestTraceEveryWaiterLinksToItsHolder(t *testing.T) {
 			if !testutil.Eventually(5*time.Second, func() bool { return sumOf(t, w.reader, "redlock.acquire.waiting") == 1 }) {
 				t.Fatal("the waiter never waited")
 			}
-			time.Sleep(50 * time.Millisecond)
+			// After its first refusal the waiter reads the holders and
+			// links its span to theirs: a release before that read
+			// leaves no holder to link to.
+			testutil.WaitFor(t, 5*time.Second, "the waiter's link to its holder", func() bool {
+				for _, s := range w.spans.Started() {
+					if s.Name() == "redlock.acquire" && len(s.Links()) > 0 {
+						return true
+					}
+				}
+				return false
+			})
 			if err := lease.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -275,6 +275,9 @@ type Node interface {
 	TrySend(req nodeactor.Request) error
 	// Backlog is the number of urgent requests queued on the node.
 	Backlog() int
+	// NormalBacklog is the number of normal requests (acquires) queued
+	// on the node.
+	NormalBacklog() int
 	Status() nodeactor.Status
 	Caps() nodeactor.Capabilities
 	Ready() <-chan struct{}
@@ -356,6 +359,10 @@ func (c *Engine) GuardState(i int) guard.State { return c.guard.NodeState(i) }
 // Backlog returns the number of urgent requests queued on node i and not
 // yet sent (Node.Backlog).
 func (c *Engine) Backlog(i int) int { return c.nodes[i].Backlog() }
+
+// NormalBacklog returns the number of normal requests (acquires) queued on
+// node i and not yet sent (Node.NormalBacklog).
+func (c *Engine) NormalBacklog(i int) int { return c.nodes[i].NormalBacklog() }
 
 // NodeIsCluster reports whether node i was configured as a Redis Cluster
 // (by its ?addr= seeds).

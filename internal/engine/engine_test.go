@@ -68,6 +68,9 @@ func (f *fakeNode) Backlog() int {
 	return f.backlog
 }
 
+// NormalBacklog is 0: the fake's acquires are not counted.
+func (f *fakeNode) NormalBacklog() int { return 0 }
+
 func (f *fakeNode) Addr() string { return "fake" + strconv.Itoa(f.idx) }
 func (f *fakeNode) Status() nodeactor.Status {
 	return nodeactor.Status{Addr: f.Addr(), Up: true}

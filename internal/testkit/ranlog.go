@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,26 @@ func (l *RanLog) Count(t testing.TB, arg string) int {
 		}
 	}
 	return n
+}
+
+// Clients returns how many clients (connections) ran a command with the
+// argument arg since LogRan. A slowlog entry ends with its client's
+// address, after the command's arguments.
+func (l *RanLog) Clients(t testing.TB, arg string) int {
+	t.Helper()
+	clients := map[string]bool{}
+	named := false // the entry read so far names arg
+	for _, f := range strings.Fields(Admin(t, l.s, "SLOWLOG", "GET", "100000")) {
+		f = strings.Trim(f, "[]")
+		if f == arg {
+			named = true
+			continue
+		}
+		if _, port, err := net.SplitHostPort(f); named && err == nil && port != "" {
+			clients[f], named = true, false
+		}
+	}
+	return len(clients)
 }
 
 // AwaitRan waits until the server ran n commands with the argument arg

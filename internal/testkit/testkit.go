@@ -132,3 +132,7 @@ func ProcOf(c *coordinator.Coordinator) string { return engine.Of(c).Proc() }
 // Backlog returns the number of urgent requests (releases, rollbacks,
 // renewals) that c has queued on node i and not yet sent.
 func Backlog(c *coordinator.Coordinator, i int) int { return engine.Of(c).Backlog(i) }
+
+// NormalBacklog returns the number of normal requests (acquires) that c
+// has queued on node i and not yet sent.
+func NormalBacklog(c *coordinator.Coordinator, i int) int { return engine.Of(c).NormalBacklog(i) }
