@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -137,7 +138,7 @@ func TestWatchSeesEveryDatasetLoss(t *testing.T) {
 }
 
 // armedActor starts a guarded actor on s and arms the node.
-func armedActor(t *testing.T, s *testutil.Server) *nodeactor.Actor {
+func armedActor(t testing.TB, s *testutil.Server) *nodeactor.Actor {
 	t.Helper()
 	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
 	ready(t, a)
@@ -254,19 +255,66 @@ func BenchmarkArmedCheckServerTime(b *testing.B) {
 					b.Fatal(rep.Err)
 				}
 			}
-			v, _ := s.Do("INFO", "commandstats")
-			for line := range strings.Lines(v) {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-					for f := range strings.SplitSeq(rest, ",") {
-						if u, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-							x, _ := strconv.ParseFloat(u, 64)
-							b.ReportMetric(x, "server-µs/call")
-						}
-					}
-				}
-			}
+			b.ReportMetric(evalshaUsec(b, s), "server-µs/call")
 		})
 	}
+}
+
+// BenchmarkLockTryServerTime splits the server time of an uncontended
+// acquire (lock_try.lua, a fresh key each call: a grant) into its parts:
+// an EVALSHA that does nothing, the same armed (the guard's check on a
+// watched connection), the acquire unarmed, and the acquire armed, as
+// every acquire runs. INFO commandstats' EVALSHA usec per call
+// (docs/benchmarks.md, "Issue 40, fourth step").
+func BenchmarkLockTryServerTime(b *testing.B) {
+	testutil.RequireRedis(b)
+	noop := nodeactor.NewFixedScript("try-bench-noop", "return 1")
+	try := nodeactor.NewFixedScript("try-bench-lock", scripts.LockTry)
+	for _, c := range []struct {
+		name   string
+		script *nodeactor.Script
+		armed  bool
+	}{{"noop", noop, false}, {"noop-armed", noop, true}, {"lock-try", try, false}, {"lock-try-armed", try, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := testutil.StartServer(b, testutil.ServerOptions{})
+			a := armedActor(b, s)
+			ctx := context.Background()
+			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				call := nodeactor.Call{Script: c.script, Armed: c.armed,
+					Keys: scripts.Keys("redlock:{b"+strconv.Itoa(i)+"}", scripts.LockKeys),
+					Args: scripts.LockTryAcquire{Token: "0123456789abcdef0123456789abcdef", TTL: 30 * time.Second,
+						FenceKeep: time.Minute, FenceInit: 1 << 40, FenceSkew: 10 * time.Second}.Args()}
+				if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+					b.Fatal(rep.Err)
+				}
+			}
+			b.ReportMetric(evalshaUsec(b, s), "server-µs/call")
+		})
+	}
+}
+
+// evalshaUsec is INFO commandstats' EVALSHA usec per call on s.
+func evalshaUsec(b *testing.B, s *testutil.Server) float64 {
+	v, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(v) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for f := range strings.SplitSeq(rest, ",") {
+				if u, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+					x, _ := strconv.ParseFloat(u, 64)
+					return x
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // A node that fully resyncs from its own lagging replica keeps its run_id
