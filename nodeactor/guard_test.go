@@ -19,8 +19,7 @@ import (
 func TestArmRefusesAnotherIdentity(t *testing.T) {
 	testutil.RequireRedis(t)
 	s := testutil.StartServer(t, testutil.ServerOptions{})
-	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
-	ready(t, a)
+	a := guardedActor(t, s)
 	if !a.Guarded() {
 		t.Fatal("a real server with Options.Guard is not guarded")
 	}
@@ -74,8 +73,7 @@ var (
 func TestFixedScriptArmedCopyChecksTheArmKey(t *testing.T) {
 	testutil.RequireRedis(t)
 	s := testutil.StartServer(t, testutil.ServerOptions{})
-	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
-	ready(t, a)
+	a := guardedActor(t, s)
 	ctx := context.Background()
 	var lk nodeactor.Look
 	var err error
@@ -137,8 +135,7 @@ var countProbe = nodeactor.NewScript("guard-count-test", "return 1")
 func TestStatusCountsTheGuardsScripts(t *testing.T) {
 	testutil.RequireRedis(t)
 	s := testutil.StartServer(t, testutil.ServerOptions{})
-	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
-	ready(t, a)
+	a := guardedActor(t, s)
 	ctx := context.Background()
 	scripts := func() int64 {
 		t.Helper()

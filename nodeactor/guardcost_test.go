@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/testutil"
 )
 
@@ -16,8 +15,7 @@ import (
 func BenchmarkGuardLookServerTime(b *testing.B) {
 	testutil.RequireRedis(b)
 	s := testutil.StartServer(b, testutil.ServerOptions{})
-	a := start(b, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
-	ready(b, a)
+	a := guardedActor(b, s)
 	ctx := context.Background()
 	lk := lookNow(b, a)
 	if err := a.Arm(ctx, "", lk.Identity); err != nil {

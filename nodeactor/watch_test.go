@@ -137,11 +137,18 @@ func TestWatchSeesEveryDatasetLoss(t *testing.T) {
 	}
 }
 
-// armedActor starts a guarded actor on s and arms the node.
-func armedActor(t testing.TB, s *testutil.Server) *nodeactor.Actor {
+// guardedActor starts an actor on s with the node guard's prefix, ready.
+func guardedActor(t testing.TB, s *testutil.Server) *nodeactor.Actor {
 	t.Helper()
 	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
 	ready(t, a)
+	return a
+}
+
+// armedActor starts a guarded actor on s and arms the node.
+func armedActor(t testing.TB, s *testutil.Server) *nodeactor.Actor {
+	t.Helper()
+	a := guardedActor(t, s)
 	lk := lookNow(t, a)
 	if err := a.Arm(context.Background(), "", lk.Identity); err != nil {
 		t.Fatalf("Arm: %v", err)
