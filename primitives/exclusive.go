@@ -90,13 +90,12 @@ func (w *waiter) holdSpec(token string, fence uint64) engine.HoldSpec {
 
 func (w *waiter) traits() traits { return w.queued.traits() }
 
-// perNode returns the call for each node: call itself, adapted per node
-// by a when set.
-func perNode(a nodeAdapter, call nodeactor.Call) func(int) nodeactor.Call {
+// perNode returns call for node i: call itself, adapted by a when set.
+func perNode(a nodeAdapter, call nodeactor.Call, i int) nodeactor.Call {
 	if a != nil {
-		return func(i int) nodeactor.Call { return a.forNode(i, call) }
+		return a.forNode(i, call)
 	}
-	return func(int) nodeactor.Call { return call }
+	return call
 }
 
 // fenceInit is the value a node with no fence counter starts it from: the
@@ -163,20 +162,20 @@ type exclusiveOp struct {
 	forNode           nodeAdapter
 	x                 exclusive
 	token             string
-	acquire, rollback func(int) nodeactor.Call
+	acquire, rollback nodeactor.Call // before forNode adapts them
 	vote              func(nodeactor.Reply) (engine.Vote, error)
 }
 
 func newExclusiveOp(forNode nodeAdapter, x exclusive, token string, acquire, rollback nodeactor.Call) *exclusiveOp {
 	return &exclusiveOp{forNode: forNode, x: x, token: token,
-		acquire: perNode(forNode, acquire), rollback: perNode(forNode, rollback), vote: lockVote}
+		acquire: acquire, rollback: rollback, vote: lockVote}
 }
 
-func (o *exclusiveOp) Acquire(i int) nodeactor.Call                  { return o.acquire(i) }
-func (o *exclusiveOp) Rollback(i int) nodeactor.Call                 { return o.rollback(i) }
+func (o *exclusiveOp) Acquire(i int) nodeactor.Call                  { return perNode(o.forNode, o.acquire, i) }
+func (o *exclusiveOp) Rollback(i int) nodeactor.Call                 { return perNode(o.forNode, o.rollback, i) }
 func (o *exclusiveOp) Vote(rep nodeactor.Reply) (engine.Vote, error) { return o.vote(rep) }
 func (o *exclusiveOp) Fence(f int64, i int) nodeactor.Call {
-	return perNode(o.forNode, o.x.fenceCall(f))(i)
+	return perNode(o.forNode, o.x.fenceCall(f), i)
 }
 func (o *exclusiveOp) Hold(fence uint64) engine.HoldSpec { return o.x.holdSpec(o.token, fence) }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/engine"
@@ -73,8 +74,15 @@ func validLabel(s string) error {
 
 // holderMeta is the part of the metadata fixed per primitive: "~label~host~pid".
 func holderMeta(label string) string {
+	if label == "" {
+		return unlabelledMeta() // built once: most primitives have no label
+	}
 	return metaSep + label + metaSep + hostLabel() + metaSep + strconv.Itoa(os.Getpid())
 }
+
+var unlabelledMeta = sync.OnceValue(func() string {
+	return metaSep + metaSep + hostLabel() + metaSep + strconv.Itoa(os.Getpid())
+})
 
 var hostLabel = func() func() string {
 	h, _ := os.Hostname()

@@ -146,13 +146,20 @@ func buildOptions(c *engine.Engine, opts []Option) (options, error) {
 	}
 	set := c.Settings()
 	o := options{set: set, ttl: set.DefaultTTL, autoRenew: true}
-	for _, opt := range opts {
-		if opt == nil {
-			return o, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+	if len(opts) > 0 {
+		// the options write to a copy: o itself does not escape, so a
+		// primitive made with none costs no allocation here
+		p := new(options)
+		*p = o
+		for _, opt := range opts {
+			if opt == nil {
+				return *p, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+			}
+			if err := opt(p); err != nil {
+				return *p, err
+			}
 		}
-		if err := opt(&o); err != nil {
-			return o, err
-		}
+		o = *p
 	}
 	if set.MaxTTL > 0 && o.ttl > set.MaxTTL {
 		return o, fmt.Errorf("%w: TTL %s exceeds the coordinator's MaxTTL %s", ErrInvalidArgument, o.ttl, set.MaxTTL)

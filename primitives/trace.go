@@ -45,6 +45,9 @@ func startAcquireSpan(ctx context.Context, c *engine.Engine, primitive string, n
 // startAcquireSpan starts a Lock's redlock.acquire span. A refused
 // waiter's span links to the holder's (see waitLoop).
 func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireTrace) {
+	if !l.c.Tracing() {
+		return ctx, nil // before the method values below: they allocate
+	}
 	ctx, t := startAcquireSpan(ctx, l.c, "lock", l.Name)
 	t.linkTo(l.holders)
 	return ctx, t

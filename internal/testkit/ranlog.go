@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,44 @@ func (l *RanLog) Clients(t testing.TB, arg string) int {
 		}
 	}
 	return len(clients)
+}
+
+// Ran reports whether the server ran a command, since LogRan, among whose
+// arguments are every one of args (a script's op name and a waiter id,
+// say). Each slowlog entry is read as one command.
+func (l *RanLog) Ran(t testing.TB, args ...string) bool {
+	t.Helper()
+	for _, e := range slowlogEntries(Admin(t, l.s, "SLOWLOG", "GET", "100000")) {
+		fields := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(e))
+		all := true
+		for _, a := range args {
+			all = all && slices.Contains(fields, a)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// slowlogEntries cuts a rendered SLOWLOG GET reply, "[[entry] [entry]]",
+// into its entries.
+func slowlogEntries(reply string) []string {
+	var out []string
+	depth, start := 0, 0
+	for i, r := range reply {
+		switch r {
+		case '[':
+			if depth++; depth == 2 {
+				start = i
+			}
+		case ']':
+			if depth--; depth == 1 {
+				out = append(out, reply[start:i+1])
+			}
+		}
+	}
+	return out
 }
 
 // AwaitRan waits until the server ran n commands with the argument arg
