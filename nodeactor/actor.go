@@ -145,6 +145,13 @@ type Actor struct {
 	// reported as that cause, not as a forget (nil once a look or an
 	// arming succeeds).
 	unarmable atomic.Pointer[error]
+	// marks numbers the lanes' markers; unsure says the last marker got
+	// no reply in time, so the next DoMulti starts with one too; conns
+	// are the client's open connections, which replaceConn closes
+	// (package doc, "Replies").
+	marks  atomic.Uint64
+	unsure atomic.Bool
+	conns  sync.Map // *trackedConn -> struct{}
 	// guardRuns and guardChecks count the node guard's own scripts sent
 	// to the node, and the confirmation checks among them (Status).
 	guardRuns, guardChecks atomic.Int64

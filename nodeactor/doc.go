@@ -56,6 +56,53 @@
 // 2. The one limit is a connection broken by the network while the node is
 // paused: what the node read from it still runs when it resumes.
 //
+// # Replies: each reply is its own request's
+//
+// RESP has no request ids: rueidis gives a connection's replies to its
+// requests in the order they were written. A reply lost on a live
+// connection (a proxy that dropped it: FAULTS.md F7; TCP itself loses
+// nothing without breaking the connection) leaves every later reply one
+// request behind, for good. The next request would take its
+// predecessor's reply: a grant meant for another resource among them.
+// The lanes check the order in band, on a single node or a Sentinel set.
+//
+//  1. A marker ends every DoMulti of a lane (its batch, a resend, a
+//     fallback): PING with a string no other request is answered with
+//     (markPrefix and a number of this actor's, never reused).
+//  2. Its replies count only if the marker's reply came and is its
+//     string. A lost reply moves every later one up by one slot: the
+//     marker's slot would hold the reply of a request written after it,
+//     or nothing yet. Losses only add up, so a marker in place means
+//     every reply before it on the connection is its own request's.
+//  3. A marker answered with anything else says the connection is out
+//     of step. The batch is answered as a broken connection's (the
+//     outcome unknown: the engine counts no grant and rolls back), and
+//     the actor closes the connection, so that rueidis dials a fresh one.
+//     The marker's reply came, so the node ran every request of the lane
+//     written before it: closing loses none and reorders none (point 5's
+//     concern). The lane resends the batch once (point 4).
+//  4. A marker whose reply did not come by the batch's deadline (a slow
+//     or paused node, or a loss) leaves the batch's replies unknown too
+//     (as a timeout's). The connection is kept, as point 5 wants, but
+//     marked suspect: the next DoMulti also starts with a marker. Its
+//     reply in place clears the mark (the replies were late, not lost);
+//     anything else is point 3.
+//  5. The keeper's health ping is a marker too, checked the same way:
+//     a lane whose batches are shorter than the shift never sees a reply
+//     in its own markers' slots (each times out, point 4), but the ping's
+//     slot gets a later request's reply, and the ping replaces the
+//     connection. So a connection out of step is replaced within a health
+//     tick or two once requests flow; a lane trusts nothing meanwhile.
+//  6. The guard's own requests (a look's INFO, an arming) carry no
+//     marker. A shifted reply there fails their parsers' checks (a look
+//     needs run_id; an arming reads its key's value back), and every armed
+//     script checks the arm key on the node itself: a wrong belief there
+//     refuses calls, never grants.
+//
+// A cluster node sends no marker: rueidis routes a keyless PING to any
+// master, not to the slot's connection. There a lost reply is the limit
+// it is for any pipelined Redis Cluster client.
+//
 // # Who owns what
 //
 // An Actor runs Options.Workers lane goroutines (serve) and one keeper.

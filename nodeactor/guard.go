@@ -749,19 +749,11 @@ func (a *Actor) watchOptions(opt *rueidis.ClientOption) {
 			user(m)
 		}
 	}
-	dialCtx, dial := opt.DialCtxFn, opt.DialFn
+	dial := dialerOf(*opt)
 	opt.DialFn = nil
 	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
 		a.watch.Add(1)
-		switch {
-		case dialCtx != nil:
-			return dialCtx(ctx, dst, d, tc)
-		case dial != nil:
-			return dial(dst, d, tc)
-		case tc != nil:
-			return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
-		}
-		return d.DialContext(ctx, "tcp", dst)
+		return dial(ctx, dst, d, tc)
 	}
 }
 

@@ -86,6 +86,20 @@ func (a *Actor) connectWith(watched bool) (rueidis.Client, error) {
 	if opt.ConnWriteTimeout == 0 {
 		opt.ConnWriteTimeout = 3 * a.opt.DialTimeout
 	}
+	if !a.opt.Cluster {
+		// replaceConn closes what this dials (package doc, "Replies")
+		dial := dialerOf(opt)
+		opt.DialFn = nil
+		opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+			c, err := dial(ctx, dst, d, tc)
+			if err != nil {
+				return nil, err
+			}
+			t := &trackedConn{Conn: c, a: a}
+			a.conns.Store(t, struct{}{})
+			return t, nil
+		}
+	}
 	plain := opt
 	if watched {
 		a.watchOptions(&opt)
@@ -347,8 +361,25 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	ctx, cancel := a.upkeep(a.opt.DialTimeout)
 	defer cancel()
 	start := time.Now()
-	err := cl.Do(ctx, cl.B().Ping().Build()).Error()
-	if err != nil {
+	if a.opt.Cluster {
+		if err := cl.Do(ctx, cl.B().Ping().Build()).Error(); err != nil {
+			a.markDown(err)
+			return err
+		}
+		a.markUp(time.Since(start))
+		return nil
+	}
+	// The ping is a marker too (package doc, "Replies"): another request's
+	// reply in its slot says the connection fell out of step. An idle
+	// lane sends no marker, and a lane stuck behind a shift as long as its
+	// batches sees none of its own: the ping's slot gets a later reply.
+	mark := a.nextMark()
+	rr := cl.Do(ctx, cl.B().Ping().Message(mark).Build())
+	if outOfStep(rr, mark) {
+		a.replaceConn()
+		return errOutOfStep
+	}
+	if err := rr.Error(); err != nil {
 		a.markDown(err)
 		return err
 	}
@@ -686,4 +717,44 @@ func (a *Actor) checkMinReplicas(ctx context.Context, cl rueidis.Client, caps *C
 		a.opt.Logger.Warn("redlock: a Sentinel master with min-replicas-to-write 0 may answer twice during a partition; set it to 1 or more",
 			"node", a.opt.Addr, "master", caps.Master)
 	}
+}
+
+// dialerOf returns opt's dial: its own, or what rueidis does without one.
+func dialerOf(opt rueidis.ClientOption) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	dialCtx, dial := opt.DialCtxFn, opt.DialFn
+	return func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		switch {
+		case dialCtx != nil:
+			return dialCtx(ctx, dst, d, tc)
+		case dial != nil:
+			return dial(dst, d, tc)
+		case tc != nil:
+			return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+		}
+		return d.DialContext(ctx, "tcp", dst)
+	}
+}
+
+// trackedConn is a connection the client dialed, known to replaceConn
+// while it is open.
+type trackedConn struct {
+	net.Conn
+	a *Actor
+}
+
+func (c *trackedConn) Close() error {
+	c.a.conns.Delete(c)
+	return c.Conn.Close()
+}
+
+// replaceConn closes every connection of the client: one fell out of
+// step (doMulti). rueidis dials a fresh one for the next request, and the
+// push connections are opened again (the keeper sees them end).
+func (a *Actor) replaceConn() {
+	a.opt.Logger.Warn("redlock: a reply was lost on the connection (its replies fell out of step); replacing it", "node", a.opt.Addr)
+	a.unsure.Store(false)
+	a.conns.Range(func(k, _ any) bool {
+		_ = k.(*trackedConn).Close()
+		return true
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -157,7 +158,7 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 	if w != nil && w.verify {
 		pre = 1 // the verifying INFO goes first, on the same connection
 	}
-	cmds := make(rueidis.Commands, pre+len(us))
+	cmds := make(rueidis.Commands, pre+len(us), pre+len(us)+2) // room for the markers
 	if pre > 0 {
 		cmds[0] = infoCmd(cl)
 	}
@@ -165,7 +166,7 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 		cmds[pre+i] = a.build(cl, us[i].call, false, caps)
 	}
 	start := time.Now()
-	all := cl.DoMulti(ctx, cmds...)
+	all := a.doMulti(ctx, cl, cmds)
 	res = all[pre:]
 	rtt = time.Since(start)
 	// A broken connection (the node restarted, a proxy reset it) fails the
@@ -181,11 +182,11 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 		}
 	}
 	if len(broken) > 0 {
-		again := make(rueidis.Commands, len(broken))
+		again := make(rueidis.Commands, len(broken), len(broken)+2)
 		for j, i := range broken {
 			again[j] = a.build(cl, us[i].call, false, caps)
 		}
-		for j, rr := range cl.DoMulti(ctx, again...) {
+		for j, rr := range a.doMulti(ctx, cl, again) {
 			res[broken[j]] = rr
 		}
 	}
@@ -197,15 +198,100 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 		if len(redo) == 0 {
 			break
 		}
-		again := make(rueidis.Commands, len(redo))
+		again := make(rueidis.Commands, len(redo), len(redo)+2)
 		for j, i := range redo {
 			again[j] = a.build(cl, us[i].call, eval != nil && eval[i], caps)
 		}
-		for j, rr := range cl.DoMulti(ctx, again...) {
+		for j, rr := range a.doMulti(ctx, cl, again) {
 			res[redo[j]] = rr
 		}
 	}
 	return res, rtt, w != nil && !a.trusted(cl, w, all[0]) && !a.recheck(ctx, cl, w)
+}
+
+// markPrefix begins every marker's string (doMulti).
+const markPrefix = "redlock:in-step:"
+
+// errOutOfStep answers the requests of a DoMulti whose marker was answered
+// with another request's reply.
+var errOutOfStep = errors.New("redlock: the connection fell out of step (a reply was lost on it); replaced")
+
+// doMulti sends cmds as one DoMulti of a lane, ended by a marker (and
+// started by one while the connection is suspect), and returns one result
+// per command of cmds: the replies if the markers came back in place,
+// else errors (package doc, "Replies"). cmds must have room for two more.
+func (a *Actor) doMulti(ctx context.Context, cl rueidis.Client, cmds rueidis.Commands) []rueidis.RedisResult {
+	if a.opt.Cluster {
+		return cl.DoMulti(ctx, cmds...)
+	}
+	head := ""
+	if a.unsure.Load() {
+		head = a.nextMark()
+		cmds = slices.Insert(cmds, 0, cl.B().Ping().Message(head).Build())
+	}
+	tail := a.nextMark()
+	cmds = append(cmds, cl.B().Ping().Message(tail).Build())
+	all := cl.DoMulti(ctx, cmds...)
+	res := all[:len(all)-1]
+	if head != "" {
+		res = res[1:]
+	}
+	first, last := all[0], all[len(all)-1]
+	switch {
+	case head != "" && outOfStep(first, head), outOfStep(last, tail):
+		a.replaceConn()
+		for i := range res {
+			res[i] = errOutOfStepResult
+		}
+	case !inPlace(last, tail):
+		// no reply by the deadline, or a refused marker: unknown
+		a.unsure.Store(true)
+		err := last.NonRedisError()
+		if err == nil {
+			err = fmt.Errorf("redlock: the order of the connection's replies is not known: %w", last.Error())
+		}
+		for i := range res {
+			res[i] = rueidis.NewErrorResult(err)
+		}
+	default:
+		a.unsure.Store(false)
+	}
+	return res
+}
+
+// errOutOfStepResult is the result of a request answered errOutOfStep.
+var errOutOfStepResult = rueidis.NewErrorResult(errOutOfStep)
+
+// outOfStep reports whether a marker's slot holds another request's
+// reply. No reply yet (a timeout, a broken connection) says nothing, nor
+// the refusals a PING itself may get (an ACL without it, a busy script, a
+// loading or master-less node).
+func outOfStep(rr rueidis.RedisResult, mark string) bool {
+	if rr.NonRedisError() != nil {
+		return false
+	}
+	if err := rr.Error(); err != nil {
+		msg := err.Error()
+		for _, p := range []string{"NOPERM", "BUSY", "LOADING", "MASTERDOWN", "NOAUTH"} {
+			if strings.HasPrefix(msg, p) {
+				return false
+			}
+		}
+		return true
+	}
+	return !inPlace(rr, mark)
+}
+
+// inPlace reports whether a marker's slot holds the marker's own reply.
+func inPlace(rr rueidis.RedisResult, mark string) bool {
+	s, err := rr.ToString()
+	return err == nil && s == mark
+}
+
+// nextMark returns a marker's string, never used before by this actor.
+func (a *Actor) nextMark() string {
+	var b [len(markPrefix) + 20]byte
+	return string(strconv.AppendUint(append(b[:0], markPrefix...), a.marks.Add(1), 10))
 }
 
 // noteHealth marks the node down on a network error among res, else up
