@@ -86,6 +86,7 @@ func (a *Actor) connectWith(watched bool) (rueidis.Client, error) {
 	if opt.ConnWriteTimeout == 0 {
 		opt.ConnWriteTimeout = 3 * a.opt.DialTimeout
 	}
+	plain := opt // as given: explain dials it the way rueidis would
 	if !a.opt.Cluster {
 		// replaceConn closes what this dials (package doc, "Replies")
 		dial := dialerOf(opt)
@@ -100,7 +101,6 @@ func (a *Actor) connectWith(watched bool) (rueidis.Client, error) {
 			return t, nil
 		}
 	}
-	plain := opt
 	if watched {
 		a.watchOptions(&opt)
 	}
