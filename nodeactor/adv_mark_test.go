@@ -1,0 +1,89 @@
+package nodeactor_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock/nodeactor"
+	"github.com/redlock-go/redlock/testutil"
+)
+
+// Adversarial review of "a reply lost on a live connection can no longer
+// give a request another request's reply" (h-adv-mark).
+
+// A shift longer than what the lane and the keeper write within their own
+// waits is never found: the lane's markers and the keeper's pings all time
+// out (unknown, not out of step), so the connection is kept, shifted, for
+// as long as light steady traffic goes on. rueidis's own idle PING (which
+// would close it) never fires while replies keep coming. The node answers
+// nothing although it is healthy and the fault healed.
+func TestAdvLargeShiftNeverHeals(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	p := testutil.NewProxy(t, s.Addr())
+	a := start(t, p.Addr())
+	ready(t, a)
+	ctx := context.Background()
+	call := func(arg string, d time.Duration) nodeactor.Reply {
+		c, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}" + arg}, Args: []string{arg}})
+	}
+	if rep := call("warm", 5*time.Second); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	p.SetFault(testutil.DropReplies)
+	// one call keeps the lane busy while 40 more queue: they go as one
+	// batch, whose 42 replies (and its markers') are all dropped
+	var wg sync.WaitGroup
+	wg.Go(func() { call("lost-first", 300*time.Millisecond) })
+	time.Sleep(50 * time.Millisecond)
+	for j := range 40 {
+		wg.Go(func() { call(fmt.Sprintf("lost%d", j), 2*time.Second) })
+	}
+	wg.Wait()
+	p.SetFault(testutil.Pass)
+	healedAt := time.Now()
+	ok, unknown := 0, 0
+	for time.Since(healedAt) < 20*time.Second && ok < 3 {
+		arg := fmt.Sprintf("after%d", ok+unknown)
+		rep := call(arg, 300*time.Millisecond)
+		if rep.Err != nil {
+			unknown++
+			continue
+		}
+		if got, err := rep.Msg.ToString(); err != nil || got != arg {
+			t.Fatalf("call %s got %q (%v): another call's reply", arg, got, err)
+		}
+		ok++
+	}
+	t.Logf("after the fault healed: %d calls answered, %d unknown, in %v", ok, unknown, time.Since(healedAt).Round(time.Millisecond))
+	if ok < 3 {
+		t.Errorf("a healthy node answered no call for 20 s after the fault healed (%d calls unknown): the shifted connection was never replaced", unknown)
+	}
+}
+
+// A user whose ACL lacks PING (the refusals outOfStep tolerates) gets
+// every lane batch answered "unknown": the markers are refused, so nothing
+// counts. Before the change only the keeper's health ping failed.
+func TestAdvNoPingACLMakesNodeUnusable(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	if _, err := s.Do(strings.Fields("ACL SETUSER u on >pw ~* &* +@all -ping")...); err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, s.Addr(), func(o *nodeactor.Options) {
+		o.Client.Username, o.Client.Password = "u", "pw"
+	})
+	ready(t, a)
+	c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rep := a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}x"}, Args: []string{"x"}})
+	if rep.Err != nil {
+		t.Errorf("a call on a node whose ACL refuses only PING failed: %v", rep.Err)
+	}
+}
