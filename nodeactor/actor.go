@@ -151,7 +151,9 @@ type Actor struct {
 	// (package doc, "Replies").
 	marks  atomic.Uint64
 	unsure atomic.Bool
-	conns  sync.Map // *trackedConn -> struct{}
+	// lateMark: the keeper's health marker still waits for its slot.
+	lateMark atomic.Bool
+	conns    sync.Map // *trackedConn -> struct{}
 	// guardRuns and guardChecks count the node guard's own scripts sent
 	// to the node, and the confirmation checks among them (Status).
 	guardRuns, guardChecks atomic.Int64

@@ -373,10 +373,35 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	// reply in its slot says the connection fell out of step. An idle
 	// lane sends no marker, and a lane stuck behind a shift as long as its
 	// batches sees none of its own: the ping's slot gets a later reply.
+	//
+	// Its slot is filled only once as many requests as replies were lost
+	// were written after it: a shift longer than what the lanes write
+	// within DialTimeout would never be found (h-adv-mark,
+	// TestAdvLargeShiftNeverHeals). So the marker waits for its slot as
+	// long as the actor lives (one at a time); the health verdict still
+	// comes after DialTimeout.
+	if !a.lateMark.CompareAndSwap(false, true) {
+		err := fmt.Errorf("redlock: the previous health marker is still unanswered: %w", context.DeadlineExceeded)
+		a.markDown(err)
+		return err
+	}
 	mark := a.nextMark()
-	rr := cl.Do(ctx, cl.B().Ping().Message(mark).Build())
+	got := make(chan rueidis.RedisResult, 1)
+	a.wg.Go(func() {
+		defer a.lateMark.Store(false)
+		rr := cl.Do(a.life, cl.B().Ping().Message(mark).Build())
+		if outOfStep(rr, mark) {
+			a.replaceConn()
+		}
+		got <- rr
+	})
+	var rr rueidis.RedisResult
+	select {
+	case rr = <-got:
+	case <-ctx.Done():
+		rr = rueidis.NewErrorResult(context.Cause(ctx))
+	}
 	if outOfStep(rr, mark) {
-		a.replaceConn()
 		return errOutOfStep
 	}
 	if err := rr.Error(); err != nil {
