@@ -3,6 +3,9 @@ package nodeactor_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -85,5 +88,76 @@ func TestAdvNoPingACLMakesNodeUnusable(t *testing.T) {
 	rep := a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}x"}, Args: []string{"x"}})
 	if rep.Err != nil {
 		t.Errorf("a call on a node whose ACL refuses only PING failed: %v", rep.Err)
+	}
+}
+
+// countingLog counts the log lines that contain want.
+type countingLog struct {
+	want string
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *countingLog) Write(b []byte) (int, error) {
+	if strings.Contains(string(b), c.want) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return len(b), nil
+}
+
+func (c *countingLog) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// setPad sets its key to ARGV[2]; ARGV[1] only pads the request, so that it
+// spans two of the proxy's chunks.
+var setPad = nodeactor.NewScript("set-pad", "redis.call('SET', KEYS[1], ARGV[2]) return ARGV[2]")
+
+// A server with PING renamed away (rename-command, as some hosted
+// services do with commands they do not offer) answers every marker
+// "ERR unknown command": outOfStep reads that as another request's reply,
+// so every batch fails and closes the connections, in a loop.
+func TestAdvRenamedPingReplacesInALoop(t *testing.T) {
+	testutil.RequireRedis(t)
+	// testutil.StartServer checks readiness with PING: start it by hand
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--rename-command", "PING", "NOTPING")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testutil.Eventually(10*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	s := struct{ Addr func() string }{func() string { return addr }}
+	logw := &countingLog{want: "replacing it"}
+	a := start(t, s.Addr(), func(o *nodeactor.Options) { o.Logger = slog.New(slog.NewTextHandler(logw, nil)) })
+	ready(t, a)
+	failed := 0
+	for i := range 10 {
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		rep := a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}x"}, Args: []string{fmt.Sprint(i)}})
+		cancel()
+		if rep.Err != nil {
+			failed++
+		}
+	}
+	if failed > 0 || logw.count() > 0 {
+		t.Errorf("a healthy node without PING: %d of 10 calls failed, the connections were replaced %d times", failed, logw.count())
 	}
 }
