@@ -153,7 +153,9 @@ type Actor struct {
 	unsure atomic.Bool
 	// lateMark: the keeper's health marker still waits for its slot.
 	lateMark atomic.Bool
-	conns    sync.Map // *trackedConn -> struct{}
+	// noMarks: the node refused PING; no markers (markRefused).
+	noMarks atomic.Bool
+	conns   sync.Map // *trackedConn -> struct{}
 	// guardRuns and guardChecks count the node guard's own scripts sent
 	// to the node, and the confirmation checks among them (Status).
 	guardRuns, guardChecks atomic.Int64

@@ -91,17 +91,26 @@
 //     a lane whose batches are shorter than the shift never sees a reply
 //     in its own markers' slots (each times out, point 4), but the ping's
 //     slot gets a later request's reply, and the ping replaces the
-//     connection. So a connection out of step is replaced within a health
-//     tick or two once requests flow; a lane trusts nothing meanwhile.
+//     connection. Its slot fills only once as many requests as replies
+//     were lost came after it, so the ping waits for it as long as the
+//     actor lives (one at a time; the health verdict still comes after
+//     DialTimeout). A lane trusts nothing meanwhile.
 //  6. The guard's own requests (a look's INFO, an arming) carry no
 //     marker. A shifted reply there fails their parsers' checks (a look
 //     needs run_id; an arming reads its key's value back), and every armed
 //     script checks the arm key on the node itself: a wrong belief there
 //     refuses calls, never grants.
+//  7. A node that refuses PING itself (an ACL without it, the command
+//     renamed) gets no markers from then on, with a warning: its replies
+//     are trusted in order, as any pipelined client's are.
 //
-// A cluster node sends no marker: rueidis routes a keyless PING to any
-// master, not to the slot's connection. There a lost reply is the limit
-// it is for any pipelined Redis Cluster client.
+// Limits. A cluster node sends no marker yet: its batches span masters,
+// and a marker per master (Completed.SetSlot) is not built. The ping's
+// replacement (point 5) may close a connection that still carries a lane
+// batch the network holds (two faults at once: a lost reply and a stuck
+// request); what the node reads of it later may run after requests sent
+// on the new connection, the limit the Order section states for a
+// connection broken during a pause.
 //
 // # Who owns what
 //

@@ -240,6 +240,7 @@ func (a *Actor) keeper() {
 	}
 	a.storeSlots(p.owner)
 	caps, err := a.probe(cl, p)
+	a.probeMarks(cl)
 	a.caps.Store(&caps)
 	if err != nil {
 		a.lastErr.Store(&err)
@@ -361,7 +362,7 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	ctx, cancel := a.upkeep(a.opt.DialTimeout)
 	defer cancel()
 	start := time.Now()
-	if a.opt.Cluster {
+	if !a.marking() {
 		if err := cl.Do(ctx, cl.B().Ping().Build()).Error(); err != nil {
 			a.markDown(err)
 			return err
@@ -376,8 +377,8 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	//
 	// Its slot is filled only once as many requests as replies were lost
 	// were written after it: a shift longer than what the lanes write
-	// within DialTimeout would never be found (h-adv-mark,
-	// TestAdvLargeShiftNeverHeals). So the marker waits for its slot as
+	// within DialTimeout would never be found
+	// (TestAdvLargeShiftNeverHeals). So the marker waits for its slot as
 	// long as the actor lives (one at a time); the health verdict still
 	// comes after DialTimeout.
 	if !a.lateMark.CompareAndSwap(false, true) {
@@ -713,6 +714,7 @@ func (a *Actor) switched(p *pusher, cl rueidis.Client) {
 	p.closeAll()
 	clear(p.configured)
 	caps, err := a.probe(cl, p)
+	a.probeMarks(cl)
 	a.caps.Store(&caps)
 	if err != nil {
 		a.lastErr.Store(&err)
@@ -782,4 +784,37 @@ func (a *Actor) replaceConn() {
 		_ = k.(*trackedConn).Close()
 		return true
 	})
+}
+
+// probeMarks sends one marker on a new client: a node that refuses PING
+// (an ACL without it, a renamed command) gets no markers (markRefused).
+func (a *Actor) probeMarks(cl rueidis.Client) {
+	if !a.marking() {
+		return
+	}
+	ctx, cancel := a.upkeep(a.opt.DialTimeout)
+	defer cancel()
+	if err := cl.Do(ctx, cl.B().Ping().Message(a.nextMark()).Build()).Error(); refusesPing(err) {
+		a.markRefused(err)
+	}
+}
+
+// marking reports whether the lanes and the keeper send markers: not on
+// a cluster node, nor on a node that refused PING.
+func (a *Actor) marking() bool { return !a.opt.Cluster && !a.noMarks.Load() }
+
+// markRefused turns markers off for good: the node refused PING (err).
+// Its replies are then trusted in order, as any pipelined client does.
+func (a *Actor) markRefused(err error) {
+	if a.noMarks.CompareAndSwap(false, true) {
+		a.opt.Logger.Warn("redlock: the node refuses PING, so a reply lost on the connection cannot be told (grant PING, e.g. +@connection, to the ACL user)",
+			"node", a.opt.Addr, "err", err)
+	}
+}
+
+// refusesPing reports whether err is the node's refusal of PING itself:
+// an ACL without it, or the command renamed away.
+func refusesPing(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(strings.ToLower(err.Error()), "'ping'")
 }

@@ -221,7 +221,7 @@ var errOutOfStep = errors.New("redlock: the connection fell out of step (a reply
 // per command of cmds: the replies if the markers came back in place,
 // else errors (package doc, "Replies"). cmds must have room for two more.
 func (a *Actor) doMulti(ctx context.Context, cl rueidis.Client, cmds rueidis.Commands) []rueidis.RedisResult {
-	if a.opt.Cluster {
+	if !a.marking() {
 		return cl.DoMulti(ctx, cmds...)
 	}
 	head := ""
@@ -245,6 +245,9 @@ func (a *Actor) doMulti(ctx context.Context, cl rueidis.Client, cmds rueidis.Com
 		}
 	case !inPlace(last, tail):
 		// no reply by the deadline, or a refused marker: unknown
+		if err := last.Error(); refusesPing(err) {
+			a.markRefused(err)
+		}
 		a.unsure.Store(true)
 		err := last.NonRedisError()
 		if err == nil {
@@ -271,8 +274,11 @@ func outOfStep(rr rueidis.RedisResult, mark string) bool {
 		return false
 	}
 	if err := rr.Error(); err != nil {
+		if refusesPing(err) {
+			return false
+		}
 		msg := err.Error()
-		for _, p := range []string{"NOPERM", "BUSY", "LOADING", "MASTERDOWN", "NOAUTH"} {
+		for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "NOAUTH"} {
 			if strings.HasPrefix(msg, p) {
 				return false
 			}
