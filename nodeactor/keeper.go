@@ -378,7 +378,7 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	// Its slot is filled only once as many requests as replies were lost
 	// were written after it: a shift longer than what the lanes write
 	// within DialTimeout would never be found
-	// (TestAdvLargeShiftNeverHeals). So the marker waits for its slot as
+	// (TestAdvLargeShiftHealsUnderLightTraffic). So the marker waits for its slot as
 	// long as the actor lives (one at a time); the health verdict still
 	// comes after DialTimeout.
 	if !a.lateMark.CompareAndSwap(false, true) {
