@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -346,14 +347,30 @@ func TestAdvObserveFlagExpiredOnAMinority(t *testing.T) {
 	ctx := context.Background()
 	w := watchAll(t, advLock(t, addrs, "flag", "observer"))
 	w.await(t, "the first state", advPush, inState(primitives.LeaderNone))
+	// The flag expires lazily (active expiry is off on these servers):
+	// reading it would delete it and wake the observer, which flags the
+	// name again. So the wait is for each node's clock to pass the flag's
+	// 1 ms, read with TIME, and the flag is left untouched.
+	serverMs := func(s *testutil.Server) int64 {
+		v, err := s.Do("TIME")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(strings.Trim(v, "[]"))
+		sec, _ := strconv.ParseInt(f[0], 10, 64)
+		usec, _ := strconv.ParseInt(f[1], 10, 64)
+		return sec*1000 + usec/1000
+	}
+	until := map[*testutil.Server]int64{}
 	for _, s := range srv[3:] {
 		if _, err := s.Do("PEXPIRE", "redlock:{flag}:w", "1"); err != nil {
 			t.Fatal(err)
 		}
+		until[s] = serverMs(s) + 2
 	}
-	testutil.WaitFor(t, 5*time.Second, "the watch flag to expire on nodes 3 and 4", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the watch flag's 1 ms to pass on nodes 3 and 4", func() bool {
 		for _, s := range srv[3:] {
-			if v, err := s.Do("EXISTS", "redlock:{flag}:w"); err != nil || v != "0" {
+			if serverMs(s) < until[s] {
 				return false
 			}
 		}
