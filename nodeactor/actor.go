@@ -155,7 +155,8 @@ type Actor struct {
 	lateMark atomic.Bool
 	// noMarks: the node refused PING; no markers (markRefused).
 	noMarks atomic.Bool
-	conns   sync.Map // *trackedConn -> struct{}
+	conns   sync.Map      // *trackedConn -> struct{}
+	dials   atomic.Uint64 // the conns dialed so far (trackedConn.seq)
 	// guardRuns and guardChecks count the node guard's own scripts sent
 	// to the node, and the confirmation checks among them (Status).
 	guardRuns, guardChecks atomic.Int64

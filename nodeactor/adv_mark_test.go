@@ -2,6 +2,7 @@ package nodeactor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis/mock"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -86,6 +88,36 @@ func TestAdvNoPingACLStillServes(t *testing.T) {
 	rep := a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}x"}, Args: []string{"x"}})
 	if rep.Err != nil {
 		t.Errorf("a call on a node whose ACL refuses only PING failed: %v", rep.Err)
+	}
+	// the keeper's health pings (every second) are refused too: an
+	// answer, so the node stays up
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if st := a.Status(); !st.Up {
+			t.Fatalf("the node went down on a refused health PING: %v", st.LastErr)
+		}
+	}
+}
+
+// redisErr is the error of a node's error reply msg.
+func redisErr(msg string) error { return mock.Result(mock.RedisError(msg)).Error() }
+
+// Only PING's own refusals turn the markers off: not another command's
+// error that merely mentions ping.
+func TestRefusesPing(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{redisErr("NOPERM User u has no permissions to run the 'ping' command"), true},
+		{redisErr("ERR unknown command 'PING', with args beginning with: 'redlock:in-step:1' "), true},
+		{redisErr("ERR unknown command `PING`, with args beginning with: `x`, "), true},
+		{redisErr("ERR unknown command 'X', with args beginning with: 'ping' "), false},
+		{redisErr("NOPERM this user has no permissions to access the 'ping' key"), false},
+		{errors.New("ERR unknown command 'PING'"), false}, // not a reply of the node
+	} {
+		if got := nodeactor.RefusesPing(c.err); got != c.want {
+			t.Errorf("RefusesPing(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
 

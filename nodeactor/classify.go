@@ -50,7 +50,7 @@ var transientCodes = map[string]bool{
 // was not sent, or it was cut short by its context — not that the node
 // refused it.
 var transientErrs = []error{
-	ErrNodeDown, ErrNotSent, ErrBusy, ErrNodeGuarded,
+	ErrNodeDown, ErrNotSent, ErrBusy, ErrNodeGuarded, errOutOfStep, errUnsure,
 	rueidis.ErrClosing, rueidis.ErrDoCacheAborted, rueidis.ErrNoSlot,
 	context.DeadlineExceeded, context.Canceled, os.ErrDeadlineExceeded,
 	io.EOF, io.ErrUnexpectedEOF, io.ErrClosedPipe, net.ErrClosed,

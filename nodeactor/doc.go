@@ -101,8 +101,10 @@
 //     script checks the arm key on the node itself: a wrong belief there
 //     refuses calls, never grants.
 //  7. A node that refuses PING itself (an ACL without it, the command
-//     renamed) gets no markers from then on, with a warning: its replies
-//     are trusted in order, as any pipelined client's are.
+//     renamed), or a proxy that answers PING with PONG whatever its
+//     argument, gets no markers from then on, with a warning: its replies
+//     are trusted in order, as any pipelined client's are. The batch whose
+//     marker was refused is sent once more, without one.
 //
 // Limits. A cluster node sends no marker yet: its batches span masters,
 // and a marker per master (Completed.SetSlot) is not built. The ping's
@@ -136,4 +138,8 @@
 //   - suspects, pend, looked (the cluster guard): under armMu; a lane
 //     adds the slot of a refused armed call to suspects.
 //   - A Ticket's state: one atomic; the first of Deliver and Abandon wins.
+//   - marks, unsure, noMarks, lateMark, dials: atomics of the markers
+//     (lanes, the keeper and its one waiting health ping); conns: the
+//     dialed connections, a sync.Map (the dial function adds, Close
+//     removes, replaceConn closes).
 package nodeactor

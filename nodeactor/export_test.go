@@ -16,3 +16,6 @@ func (a *Actor) SlotOwner(slot uint16) string {
 	}
 	return sm.owner[slot]
 }
+
+// RefusesPing is refusesPing, for its table test.
+var RefusesPing = refusesPing

@@ -89,14 +89,24 @@ func (a *Actor) connectWith(watched bool) (rueidis.Client, error) {
 	plain := opt // as given: explain dials it the way rueidis would
 	if !a.opt.Cluster {
 		// replaceConn closes what this dials (package doc, "Replies")
-		dial := dialerOf(opt)
+		dial, sentinels, noDelayOff := dialerOf(opt), map[string]bool{}, opt.DisableTCPNoDelay
+		if a.sentinel() {
+			for _, addr := range opt.InitAddress {
+				sentinels[addr] = true // not the master's connection
+			}
+		}
 		opt.DialFn = nil
 		opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
 			c, err := dial(ctx, dst, d, tc)
-			if err != nil {
-				return nil, err
+			if err != nil || sentinels[dst] {
+				return c, err
 			}
-			t := &trackedConn{Conn: c, a: a}
+			if noDelayOff {
+				// rueidis sets it on the conn it dialed; it cannot see
+				// through the wrapper
+				disableNoDelay(c)
+			}
+			t := &trackedConn{Conn: c, a: a, seq: a.dials.Add(1)}
 			a.conns.Store(t, struct{}{})
 			return t, nil
 		}
@@ -363,7 +373,8 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	defer cancel()
 	start := time.Now()
 	if !a.marking() {
-		if err := cl.Do(ctx, cl.B().Ping().Build()).Error(); err != nil {
+		// a node that refuses PING itself answered: it is up
+		if err := cl.Do(ctx, cl.B().Ping().Build()).Error(); err != nil && !refusesPing(err) {
 			a.markDown(err)
 			return err
 		}
@@ -382,18 +393,18 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	// long as the actor lives (one at a time); the health verdict still
 	// comes after DialTimeout.
 	if !a.lateMark.CompareAndSwap(false, true) {
-		err := fmt.Errorf("redlock: the previous health marker is still unanswered: %w", context.DeadlineExceeded)
+		err := fmt.Errorf("redlock: no reply yet to an earlier health PING: %w", context.DeadlineExceeded)
 		a.markDown(err)
 		return err
 	}
-	mark := a.nextMark()
+	mark, dials := a.nextMark(), a.dials.Load()
 	got := make(chan rueidis.RedisResult, 1)
 	a.wg.Go(func() {
-		defer a.lateMark.Store(false)
 		rr := cl.Do(a.life, cl.B().Ping().Message(mark).Build())
 		if outOfStep(rr, mark) {
-			a.replaceConn()
+			a.replaceConn(dials)
 		}
+		a.lateMark.Store(false) // before the keeper reads rr: its next ping may go
 		got <- rr
 	})
 	var rr rueidis.RedisResult
@@ -405,9 +416,11 @@ func (a *Actor) ping(cl rueidis.Client) error {
 	if outOfStep(rr, mark) {
 		return errOutOfStep
 	}
-	if err := rr.Error(); err != nil {
+	if err := rr.Error(); err != nil && !refusesPing(err) {
 		a.markDown(err)
 		return err
+	} else if err != nil {
+		a.markRefused(err) // an answer: the node is up, and gets no markers
 	}
 	a.markUp(time.Since(start))
 	return nil
@@ -763,10 +776,22 @@ func dialerOf(opt rueidis.ClientOption) func(context.Context, string, *net.Diale
 }
 
 // trackedConn is a connection the client dialed, known to replaceConn
-// while it is open.
+// while it is open; seq numbers the dials.
 type trackedConn struct {
 	net.Conn
-	a *Actor
+	a   *Actor
+	seq uint64
+}
+
+// disableNoDelay turns Nagle's algorithm back on for c (a TCP or a TLS
+// connection), as rueidis's DisableTCPNoDelay does.
+func disableNoDelay(c net.Conn) {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	if t, ok := c.(*net.TCPConn); ok {
+		_ = t.SetNoDelay(false)
+	}
 }
 
 func (c *trackedConn) Close() error {
@@ -774,14 +799,19 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// replaceConn closes every connection of the client: one fell out of
-// step (doMulti). rueidis dials a fresh one for the next request, and the
-// push connections are opened again (the keeper sees them end).
-func (a *Actor) replaceConn() {
+// replaceConn closes the client's connections dialed up to dials (the
+// count when the out-of-step request was sent): one fell out of step
+// (doMulti, ping). rueidis dials a fresh one for the next request, and
+// the push connections are opened again (the keeper sees them end). A
+// connection dialed since is fresh: a second detection of the same shift
+// leaves it open.
+func (a *Actor) replaceConn(dials uint64) {
 	a.opt.Logger.Warn("redlock: a reply was lost on the connection (its replies fell out of step); replacing it", "node", a.opt.Addr)
 	a.unsure.Store(false)
 	a.conns.Range(func(k, _ any) bool {
-		_ = k.(*trackedConn).Close()
+		if c := k.(*trackedConn); c.seq <= dials {
+			_ = c.Close()
+		}
 		return true
 	})
 }
@@ -794,8 +824,12 @@ func (a *Actor) probeMarks(cl rueidis.Client) {
 	}
 	ctx, cancel := a.upkeep(a.opt.DialTimeout)
 	defer cancel()
-	if err := cl.Do(ctx, cl.B().Ping().Message(a.nextMark()).Build()).Error(); refusesPing(err) {
+	rr := cl.Do(ctx, cl.B().Ping().Message(a.nextMark()).Build())
+	if err := rr.Error(); refusesPing(err) {
 		a.markRefused(err)
+	} else if s, _ := rr.ToString(); err == nil && s == "PONG" {
+		// a proxy in front answers PING itself, whatever its argument
+		a.markRefused(errors.New("PING answered PONG, not its argument (a proxy that answers PING itself)"))
 	}
 }
 
@@ -803,11 +837,12 @@ func (a *Actor) probeMarks(cl rueidis.Client) {
 // a cluster node, nor on a node that refused PING.
 func (a *Actor) marking() bool { return !a.opt.Cluster && !a.noMarks.Load() }
 
-// markRefused turns markers off for good: the node refused PING (err).
-// Its replies are then trusted in order, as any pipelined client does.
+// markRefused turns markers off for good: the node does not answer PING
+// with its argument (err says why). Its replies are then trusted in
+// order, as any pipelined client's are.
 func (a *Actor) markRefused(err error) {
 	if a.noMarks.CompareAndSwap(false, true) {
-		a.opt.Logger.Warn("redlock: the node refuses PING, so a reply lost on the connection cannot be told (grant PING, e.g. +@connection, to the ACL user)",
+		a.opt.Logger.Warn("redlock: PING <message> does not work on the node, so a reply lost on the connection cannot be detected (allow +ping for the ACL user; do not rename PING)",
 			"node", a.opt.Addr, "err", err)
 	}
 }
@@ -815,6 +850,10 @@ func (a *Actor) markRefused(err error) {
 // refusesPing reports whether err is the node's refusal of PING itself:
 // an ACL without it, or the command renamed away.
 func refusesPing(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
-	return ok && strings.Contains(strings.ToLower(err.Error()), "'ping'")
+	if _, ok := rueidis.IsRedisErr(err); !ok {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "'ping' command") ||
+		strings.Contains(msg, "unknown command 'ping'") || strings.Contains(msg, "unknown command `ping`")
 }

@@ -213,8 +213,12 @@ func (a *Actor) send(ctx context.Context, cl rueidis.Client, live []Request, us 
 const markPrefix = "redlock:in-step:"
 
 // errOutOfStep answers the requests of a DoMulti whose marker was answered
-// with another request's reply.
-var errOutOfStep = errors.New("redlock: the connection fell out of step (a reply was lost on it); replaced")
+// with another request's reply; errUnsure those of one whose marker was
+// refused. Both are transient: the request got no answer of its own.
+var (
+	errOutOfStep = errors.New("redlock: the connection fell out of step (a reply was lost on it); replaced")
+	errUnsure    = errors.New("redlock: the replies on the connection could not be checked")
+)
 
 // doMulti sends cmds as one DoMulti of a lane, ended by a marker (and
 // started by one while the connection is suspect), and returns one result
@@ -229,7 +233,7 @@ func (a *Actor) doMulti(ctx context.Context, cl rueidis.Client, cmds rueidis.Com
 		head = a.nextMark()
 		cmds = slices.Insert(cmds, 0, cl.B().Ping().Message(head).Build())
 	}
-	tail := a.nextMark()
+	tail, dials := a.nextMark(), a.dials.Load()
 	cmds = append(cmds, cl.B().Ping().Message(tail).Build())
 	all := cl.DoMulti(ctx, cmds...)
 	res := all[:len(all)-1]
@@ -239,7 +243,7 @@ func (a *Actor) doMulti(ctx context.Context, cl rueidis.Client, cmds rueidis.Com
 	first, last := all[0], all[len(all)-1]
 	switch {
 	case head != "" && outOfStep(first, head), outOfStep(last, tail):
-		a.replaceConn()
+		a.replaceConn(dials)
 		for i := range res {
 			res[i] = errOutOfStepResult
 		}
@@ -251,7 +255,8 @@ func (a *Actor) doMulti(ctx context.Context, cl rueidis.Client, cmds rueidis.Com
 		a.unsure.Store(true)
 		err := last.NonRedisError()
 		if err == nil {
-			err = fmt.Errorf("redlock: the order of the connection's replies is not known: %w", last.Error())
+			// a refused marker (the lane resends the batch once)
+			err = fmt.Errorf("%w: its end marker was refused: %v", errUnsure, last.Error())
 		}
 		for i := range res {
 			res[i] = rueidis.NewErrorResult(err)
