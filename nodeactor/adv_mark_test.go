@@ -26,20 +26,7 @@ import (
 // keeper's marker waits for its slot until later requests fill it, and
 // replaces the connection: the node answers again under light traffic.
 func TestAdvLargeShiftHealsUnderLightTraffic(t *testing.T) {
-	testutil.RequireRedis(t)
-	s := testutil.StartServer(t, testutil.ServerOptions{})
-	p := testutil.NewProxy(t, s.Addr())
-	a := start(t, p.Addr())
-	ready(t, a)
-	ctx := context.Background()
-	call := func(arg string, d time.Duration) nodeactor.Reply {
-		c, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}" + arg}, Args: []string{arg}})
-	}
-	if rep := call("warm", 5*time.Second); rep.Err != nil {
-		t.Fatal(rep.Err)
-	}
+	p, call := proxiedOwnArg(t)
 	p.SetFault(testutil.DropReplies)
 	// one call keeps the lane busy while 40 more queue: they go as one
 	// batch, whose 42 replies (and its markers') are all dropped

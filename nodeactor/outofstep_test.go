@@ -15,6 +15,27 @@ import (
 // call's argument was shifted onto this call.
 var ownArg = nodeactor.NewScript("own-arg", "return ARGV[1]")
 
+// proxiedOwnArg starts an actor on a server behind a proxy, and returns
+// the proxy and a call of ownArg with arg (its ctx ends after d), once
+// one went through.
+func proxiedOwnArg(t *testing.T) (*testutil.Proxy, func(arg string, d time.Duration) nodeactor.Reply) {
+	t.Helper()
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	p := testutil.NewProxy(t, s.Addr())
+	a := start(t, p.Addr())
+	ready(t, a)
+	call := func(arg string, d time.Duration) nodeactor.Reply {
+		c, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}" + arg}, Args: []string{arg}})
+	}
+	if rep := call("warm", 5*time.Second); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	return p, call
+}
+
 // A reply lost on a live connection (FAULTS.md F7: a proxy drops the
 // replies, then heals) leaves every later reply one request behind: the
 // next request would take its predecessor's reply, a grant meant for
@@ -22,20 +43,7 @@ var ownArg = nodeactor.NewScript("own-arg", "return ARGV[1]")
 // and once the fault healed, calls succeed again (the actor replaces the
 // connection that fell out of step).
 func TestLostReplyNeverShiftsAReply(t *testing.T) {
-	testutil.RequireRedis(t)
-	s := testutil.StartServer(t, testutil.ServerOptions{})
-	p := testutil.NewProxy(t, s.Addr())
-	a := start(t, p.Addr())
-	ready(t, a)
-	ctx := context.Background()
-	call := func(arg string, d time.Duration) nodeactor.Reply {
-		c, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return a.Do(c, nodeactor.Normal, nodeactor.Call{Script: ownArg, Keys: []string{"{k}" + arg}, Args: []string{arg}})
-	}
-	if rep := call("warm", 5*time.Second); rep.Err != nil {
-		t.Fatal(rep.Err)
-	}
+	p, call := proxiedOwnArg(t)
 	p.SetFault(testutil.DropReplies)
 	if rep := call("lost", 300*time.Millisecond); rep.Err == nil {
 		t.Fatalf("a reply came through DropReplies: %v", rep.Msg)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -351,26 +350,16 @@ func TestAdvObserveFlagExpiredOnAMinority(t *testing.T) {
 	// reading it would delete it and wake the observer, which flags the
 	// name again. So the wait is for each node's clock to pass the flag's
 	// 1 ms, read with TIME, and the flag is left untouched.
-	serverMs := func(s *testutil.Server) int64 {
-		v, err := s.Do("TIME")
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := strings.Fields(strings.Trim(v, "[]"))
-		sec, _ := strconv.ParseInt(f[0], 10, 64)
-		usec, _ := strconv.ParseInt(f[1], 10, 64)
-		return sec*1000 + usec/1000
-	}
 	until := map[*testutil.Server]int64{}
 	for _, s := range srv[3:] {
 		if _, err := s.Do("PEXPIRE", "redlock:{flag}:w", "1"); err != nil {
 			t.Fatal(err)
 		}
-		until[s] = serverMs(s) + 2
+		until[s] = testkit.ServerMs(t, s) + 2
 	}
 	testutil.WaitFor(t, 5*time.Second, "the watch flag's 1 ms to pass on nodes 3 and 4", func() bool {
 		for _, s := range srv[3:] {
-			if serverMs(s) < until[s] {
+			if testkit.ServerMs(t, s) < until[s] {
 				return false
 			}
 		}
