@@ -133,7 +133,10 @@ func missedSwitch(t *testing.T, mode coordinator.GuardMode) bool {
 	}
 	srv := testutil.StartServers(t, 2, testutil.ServerOptions{})
 	cut := testutil.NewProxy(t, srv[1].Addr())
-	ttl := 10 * time.Second
+	// A must outlive the failover and B's following it: on a loaded
+	// machine the sentinels took 12 s to agree (a split election, then a
+	// forced failover), past a 10 s lease, and the test saw nothing.
+	ttl := 25 * time.Second
 	ca := newCoord(t, []string{set.URL(), srv[0].Addr(), cut.Addr()}, guardMode(mode))
 	cb := newCoord(t, []string{set.URL(), srv[0].Addr(), srv[1].Addr()}, guardMode(mode))
 	testkit.WaitAllUp(t, ca)
