@@ -273,22 +273,15 @@ var errOutOfStepResult = rueidis.NewErrorResult(errOutOfStep)
 // outOfStep reports whether a marker's slot holds another request's
 // reply. No reply yet (a timeout, a broken connection) says nothing, nor
 // the refusals a PING itself may get (an ACL without it, a busy script, a
-// loading or master-less node).
+// loading or master-less node, our credentials).
 func outOfStep(rr rueidis.RedisResult, mark string) bool {
 	if rr.NonRedisError() != nil {
 		return false
 	}
 	if err := rr.Error(); err != nil {
-		if refusesPing(err) {
-			return false
-		}
-		msg := err.Error()
-		for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "NOAUTH"} {
-			if strings.HasPrefix(msg, p) {
-				return false
-			}
-		}
-		return true
+		// "not now" (classify.go) or our credentials: not a reply of
+		// another request (or, if one, the next marker sees the shift)
+		return !refusesPing(err) && !Transient(err) && !IsAuthFailure(err)
 	}
 	return !inPlace(rr, mark)
 }
