@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 	"github.com/redlock-go/redlock/testutil"
@@ -297,6 +298,62 @@ func BenchmarkLockTryServerTime(b *testing.B) {
 					Args: scripts.LockTryAcquire{Token: "0123456789abcdef0123456789abcdef", TTL: 30 * time.Second,
 						FenceKeep: time.Minute, FenceInit: 1 << 40, FenceSkew: 10 * time.Second}.Args()}
 				if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+					b.Fatal(rep.Err)
+				}
+			}
+			b.ReportMetric(evalshaUsec(b, s), "server-µs/call")
+		})
+	}
+}
+
+// BenchmarkLockReleaseServerTime is what a plain Lock release costs the
+// server: lock.lua's release op on a key held by its token, with no queue
+// (the W3/W4 case), plain and as the marking copy a Lease sends. The key
+// is set by a plain SET, so EVALSHA counts the release alone. The
+// "same-commands" row runs only the commands such a release runs (the
+// two GETs, the EXISTS of the six other keys, the DEL) in a script of its
+// own: what the rest of lock.lua costs. Compare with
+// BenchmarkLockTryServerTime's rows (docs/benchmarks.md).
+func BenchmarkLockReleaseServerTime(b *testing.B) {
+	testutil.RequireRedis(b)
+	release := nodeactor.NewFixedScript("release-bench-lock", scripts.Lock)
+	same := nodeactor.NewFixedScript("release-bench-same", `
+local v = redis.pcall('GET', KEYS[1])
+local fv = redis.pcall('GET', KEYS[2])
+local extra = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+if v == 'rl1:L:' .. ARGV[2] then redis.call('DEL', KEYS[1]) return 1 end
+return 0`)
+	for _, c := range []struct {
+		name   string
+		script *nodeactor.Script
+		mark   bool
+	}{{"lock", release, false}, {"lock-marked", release, true}, {"same-commands", same, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := testutil.StartServer(b, testutil.ServerOptions{})
+			a := armedActor(b, s)
+			ctx := context.Background()
+			const tok = "0123456789abcdef0123456789abcdef"
+			cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				prefix := "redlock:{r" + strconv.Itoa(i) + "}"
+				call := nodeactor.Call{Script: c.script, Mark: c.mark, Keys: scripts.Keys(prefix, scripts.LockKeys),
+					Args: scripts.LockRelease{Token: tok, Window: time.Second, Channel: prefix + ":ch"}.Args()}
+				if err := cl.Do(ctx, cl.B().Set().Key(prefix+":lock").Value("rl1:L:"+tok).PxMilliseconds(30000).Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				if rep := a.Do(ctx, nodeactor.Normal, call); rep.Err != nil {
+					b.Fatal(rep.Err)
+				} else if v, _ := rep.Msg.AsInt64(); v != 1 {
+					b.Fatalf("release answered %v, want 1", rep.Msg)
 					b.Fatal(rep.Err)
 				}
 			}

@@ -17,36 +17,6 @@ import (
 	"github.com/redlock-go/redlock/testutil"
 )
 
-// scriptCalls returns how many scripts (EVALSHA + EVAL) a server has run,
-// less those the node guards of the coordinators t built sent there
-// (looks, horizon raises).
-func scriptCalls(t *testing.T, s *testutil.Server) int {
-	t.Helper()
-	info, err := s.Do("INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Fields(info) {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
-			if rest, ok := strings.CutPrefix(line, cmd); ok {
-				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-				v, _ := strconv.Atoi(calls)
-				n += v
-			}
-		}
-	}
-	return n - int(testkit.GuardScripts(t, s.Addr()))
-}
-
-func scriptCallsAll(t *testing.T, srv []*testutil.Server) []int {
-	out := make([]int, len(srv))
-	for i, s := range srv {
-		out[i] = scriptCalls(t, s)
-	}
-	return out
-}
-
 // settleKey waits a moment for key to be on every server (a quorum
 // decision returns before the last node ran the request); it may never be
 // on one of them (that node had refused the grant), which is legitimate.
@@ -81,8 +51,9 @@ func twoClients(t *testing.T) ([]*testutil.Server, *coordinator.Coordinator, *co
 func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv, ca, cb := twoClients(t)
+	ran := testkit.LogRanAll(t, srv)
 	la, _ := primitives.NewLock(ca, "alt")
-	lb, _ := primitives.NewLock(cb, "alt")
+	lb, _ := primitives.NewLock(cb, "alt", primitives.WithLabel("b"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -110,21 +81,21 @@ func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
 			}
 		}
 	})
-	worst, worstHold := 0, -1
+	worst, worstHold, worstRan := 0, -1, []string(nil)
 	for h := range holds {
 		lease, err := la.Acquire(ctx)
 		if err != nil {
 			t.Fatalf("hold %d: A: %v", h, err)
 		}
 		settleKey(srv, "redlock:{alt}:lock")
-		before := scriptCallsAll(t, srv)
+		before := testkit.ScriptCounts(t, ran, "~b~")
 		holding <- struct{}{}
 		<-bWaiting
 		time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
-		after := scriptCallsAll(t, srv)
-		for i := range srv {
-			if d := after[i] - before[i]; d > worst {
-				worst, worstHold = d, h
+		for i, l := range ran {
+			// B's scripts (its tokens and waiter id carry its label)
+			if b := l.Scripts(t, "~b~"); len(b)-before[i] > worst {
+				worst, worstHold, worstRan = len(b)-before[i], h, b[:len(b)-before[i]] // newest first
 			}
 		}
 		if err := lease.Release(ctx); err != nil {
@@ -137,7 +108,8 @@ func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
 	}
 	t.Logf("worst hold: %d scripts on one node by the waiter (hold %d)", worst, worstHold)
 	if worst > 3 {
-		t.Fatalf("hold %d: the waiter ran %d scripts on one node while the lock was held (want <= 3): it spins", worstHold, worst)
+		t.Fatalf("hold %d: the waiter ran %d scripts on one node while the lock was held (want <= 3): it spins; they were:\n%s",
+			worstHold, worst, strings.Join(worstRan, "\n"))
 	}
 }
 
@@ -148,6 +120,7 @@ func TestWaiterNeverSpinsDuringAHold(t *testing.T) {
 func TestIdleWaitersDoNotPoll(t *testing.T) {
 	testutil.RequireRedis(t)
 	srv, holder, waiter := twoClients(t)
+	ran := testkit.LogRanAll(t, srv)
 	const n = 300
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -184,10 +157,16 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 		}
 		return true
 	})
-	before := scriptCallsAll(t, srv)
+	before := testkit.ScriptCounts(t, ran, "{idle-")
+	for i, b := range before {
+		// the log sees the waiters' scripts: each queued on every node
+		if b < n {
+			t.Fatalf("node %d logged %d scripts of %d waiters that queued there", i, b, n)
+		}
+	}
 	const window = 4 * time.Second
 	time.Sleep(window)
-	after := scriptCallsAll(t, srv)
+	after := testkit.ScriptCounts(t, ran, "{idle-")
 	worst := 0
 	for i := range srv {
 		worst = max(worst, after[i]-before[i])
@@ -333,7 +312,8 @@ func TestWaiterSleepsNextToADeadNode(t *testing.T) {
 	}
 	live := srv[:2]
 	settleKey(live, "redlock:{dead}:lock")
-	before := scriptCallsAll(t, live)
+	ran := testkit.LogRanAll(t, live)
+	before := testkit.ScriptCounts(t, ran, "{dead}")
 	got := make(chan error, 1)
 	go func() {
 		l, err := lb.Acquire(ctx)
@@ -343,7 +323,7 @@ func TestWaiterSleepsNextToADeadNode(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(1500 * time.Millisecond)
-	after := scriptCallsAll(t, live)
+	after := testkit.ScriptCounts(t, ran, "{dead}")
 	worst := 0
 	for i := range live {
 		worst = max(worst, after[i]-before[i])

@@ -479,19 +479,8 @@ func TestLatchRealNodeOpensItselfAtCount(t *testing.T) {
 	if err := l.CountDownID(ctx, "first"); err != nil {
 		t.Fatal(err)
 	}
-	scriptCalls := func(s *testutil.Server) int {
-		info, err := s.Do("INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.Lines(info) {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n - int(testkit.GuardScripts(t, s.Addr())) // less the node guard's raises
-			}
-		}
-		return 0
-	}
+	ran := testkit.LogRan(t, srv[0])
+	scripts := func() int { return len(ran.Scripts(t, "{selfopen}")) }
 	// CountDownID returns at a quorum: node 0's copy of the first may be
 	// in flight, and counted after the snapshot.
 	if !testutil.Eventually(5*time.Second, func() bool {
@@ -500,7 +489,7 @@ func TestLatchRealNodeOpensItselfAtCount(t *testing.T) {
 	}) {
 		t.Fatal("node 0 never counted the first id")
 	}
-	before := scriptCalls(srv[0])
+	before := scripts()
 	if err := l.CountDownID(ctx, "second"); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +501,7 @@ func TestLatchRealNodeOpensItselfAtCount(t *testing.T) {
 		v, _ := srv[0].Do("HGET", "redlock:{selfopen}:latch", "opened")
 		return v == "1" && testkit.Backlog(c, 0) == 0
 	})
-	if n := scriptCalls(srv[0]) - before; n != 1 {
+	if n := scripts() - before; n != 1 {
 		t.Errorf("node 0 ran %d scripts for the last CountDown, want 1 (no open round)", n)
 	}
 	for i, s := range srv {

@@ -104,3 +104,50 @@ func (l *RanLog) AwaitRan(t *testing.T, arg string, n int, what string) {
 	t.Helper()
 	testutil.WaitFor(t, 10*time.Second, what, func() bool { return l.Count(t, arg) >= n })
 }
+
+// LogRanAll is LogRan on each server.
+func LogRanAll(t testing.TB, srv []*testutil.Server) []*RanLog {
+	t.Helper()
+	logs := make([]*RanLog, len(srv))
+	for i, s := range srv {
+		logs[i] = LogRan(t, s)
+	}
+	return logs
+}
+
+// Scripts returns the script calls (EVALSHA, EVAL, FCALL) the server ran
+// since LogRan that name sub in their logged arguments, each as the
+// slowlog renders it. A resource's hash tag ("{name}") finds its scripts:
+// a joined call once (its first element's keys are among the first 32
+// arguments), and never the node guard's, which name no resource. This
+// count is exact. INFO commandstats less the guard's own count is not: a
+// guard script is counted as it is sent, and until the server ran it the
+// difference is one short.
+func (l *RanLog) Scripts(t testing.TB, sub string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range slowlogEntries(Admin(t, l.s, "SLOWLOG", "GET", "100000")) {
+		if !strings.Contains(e, sub) {
+			continue
+		}
+		// an entry: id, time, duration, then the command's name and arguments
+		f := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(e))
+		if len(f) > 3 && scriptCommands[strings.ToUpper(f[3])] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+var scriptCommands = map[string]bool{"EVALSHA": true, "EVAL": true, "EVALSHA_RO": true, "EVAL_RO": true, "FCALL": true, "FCALL_RO": true}
+
+// ScriptCounts returns, per log, how many scripts naming sub its server
+// ran since LogRan (Scripts).
+func ScriptCounts(t testing.TB, logs []*RanLog, sub string) []int {
+	t.Helper()
+	n := make([]int, len(logs))
+	for i, l := range logs {
+		n[i] = len(l.Scripts(t, sub))
+	}
+	return n
+}
