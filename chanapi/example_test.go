@@ -75,6 +75,7 @@ func ExampleLock() {
 				case <-lease.Lost(): // closed by Deadline while the process runs
 					log.Print("leadership lost: ", lease.Err())
 				case <-shutdown:
+					a.Close()                           // first: the Acquirer takes no lease after this one
 					lease.Release(context.Background()) // ends lease.Context()
 				}
 				<-done // lead has returned
