@@ -118,7 +118,8 @@ type Actor struct {
 	fatal   atomic.Pointer[error] // a failure that makes the node unusable: a probe's (KeyspaceOn refused) or our credentials refused
 
 	// guarded: the node guard applies (Options.Guard, and the node reports
-	// a run_id). Set by the keeper's probe, read by the lanes.
+	// a run_id). Set from Options.Guard at New, decided by the keeper's
+	// probe, read by the lanes.
 	guarded atomic.Bool
 	// armedAs is the identity the node was last found or made armed under
 	// (Look, Arm): armed calls pass it for the prelude to compare with the
@@ -299,6 +300,10 @@ func New(opt Options) *Actor {
 	}
 	a.life, a.endLife = context.WithCancel(context.Background())
 	a.armKeyName = opt.Guard + "{guard}:armed"
+	// Until the probe decides, the guard applies: an armed call sent
+	// before it goes armed, with no identity, and is refused (docs/lock.md,
+	// "Before the first look").
+	a.guarded.Store(opt.Guard != "")
 	a.caps.Store(&Capabilities{})
 	for range opt.Workers {
 		l := &fifo{kick: make(chan struct{}, 1), inNormal: map[string]int{}}

@@ -175,3 +175,39 @@ func TestStatusCountsTheGuardsScripts(t *testing.T) {
 			d, guard, checks)
 	}
 }
+
+// An armed call that a lane sends before the keeper's probe has decided
+// whether the guard applies goes armed: before this process has looked at
+// the node, the node grants nothing that counts. Here the probe is held
+// in the network (its native-command probe) and the call goes out behind
+// it; unarmed, it would run and write.
+func TestArmedCallBeforeTheProbeIsRefused(t *testing.T) {
+	testutil.RequireRedis(t)
+	s := testutil.StartServer(t, testutil.ServerOptions{})
+	p := testutil.NewProxy(t, s.Addr())
+	p.Capture(true)
+	probe := p.Hold(nodeactor.DefaultProbeKey)
+	defer probe.Release()
+	a := start(t, p.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
+	select {
+	case <-probe.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe never came")
+	}
+	write := nodeactor.NewScript("pre-probe-write", "redis.call('SET', KEYS[1], 'x') return 1")
+	got := make(chan nodeactor.Reply, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got <- a.Do(ctx, nodeactor.Normal, nodeactor.Call{Script: write, Armed: true, Keys: []string{"pre-probe"}})
+	}()
+	testutil.WaitFor(t, 5*time.Second, "the call sent behind the held probe", func() bool { return len(p.Captured("EVALSHA")) > 0 })
+	probe.Release()
+	rep := <-got
+	if !errors.Is(rep.Err, nodeactor.ErrNodeGuarded) {
+		t.Errorf("an armed call sent before the probe: %v %v, want ErrNodeGuarded", rep.Msg, rep.Err)
+	}
+	if v, _ := s.Do("EXISTS", "pre-probe"); v != "0" {
+		t.Errorf("the call wrote on a node this process had not looked at (EXISTS %s)", v)
+	}
+}
