@@ -200,16 +200,18 @@ func (a *Actor) Adopt(master, identity string) {
 func (a *Actor) Guarded() bool { return a.guarded.Load() }
 
 // probeGuard decides whether the guard applies. A node whose INFO has no
-// run_id, or refuses INFO server (miniredis), stays unguarded; a
-// transport error keeps the guard on.
+// run_id, or refuses INFO server for good (miniredis, an ACL), stays
+// unguarded; a transport error or a transient refusal keeps the guard on.
 func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client) {
 	if a.opt.Guard == "" {
 		a.guarded.Store(false)
 		return
 	}
 	info, err := cl.Do(ctx, cl.B().Info().Section("server").Build()).ToString()
-	if _, answered := rueidis.IsRedisErr(err); answered {
-		// no INFO server (miniredis), or an ACL without +info: no identity
+	if _, answered := rueidis.IsRedisErr(err); answered && !Transient(err) && !IsAuthFailure(err) {
+		// no INFO server (miniredis), or an ACL without +info: no identity.
+		// A transient refusal (BUSY, LOADING) says nothing: the guard stays
+		// on, as for a transport error, and the looks decide.
 		a.guarded.Store(false)
 		if IsNoPerm(err) {
 			a.opt.Logger.Warn("redlock: node guard off for this node: INFO refused (grant +info, docs/operations.md)",
