@@ -360,59 +360,6 @@ func TestOneNodeClockForwardBeforeTheProbe(t *testing.T) {
 	t.Logf("B: %v", r.err)
 }
 
-// A process whose guard first looks at a node after that node's clock
-// stepped forward has no look from before the step to compare with: it
-// compares the node's horizon key with the other nodes' (docs/lock.md, "A
-// first look compares the horizons"). A holds on nodes 0 and 1; its
-// acquire to node 2 is stuck in the network (node 2 is armed and free);
-// node 0's clock steps an hour forward, so A's key and the horizon key
-// there expire, and A's own looks cannot reach node 0 to disarm it. B,
-// started then, must not win {0, 2} while A is valid. Before, it did,
-// every run.
-func TestFreshProcessAfterAForwardStep(t *testing.T) {
-	srv := servers(t)
-	pa, paddrs := testkit.Proxied(t, testutil.Addrs(srv))
-	defer func() {
-		for _, p := range pa {
-			p.SetFault(testutil.Pass)
-		}
-	}()
-	ca, err := coordinator.New(context.Background(), coordinator.Config{Nodes: paddrs, DefaultTTL: 3 * time.Second,
-		NodeTimeout: 250 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ca.Close() })
-	testkit.WaitAllUp(t, ca)
-	testkit.LookedSince(t, time.Now(), []int{0, 1, 2}, ca) // A armed every node
-	a, _ := primitives.NewLock(ca, "clock", primitives.WithTTL(20*time.Second))
-	ctx := context.Background()
-	stuck := pa[2].Hold("{clock}:lock") // A's acquire on node 2, and what follows it there
-	defer stuck.Release()
-	la, err := a.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer la.Release(ctx)
-	holds(t, srv[0], la.Token())
-	holds(t, srv[1], la.Token())
-	pa[0].SetFault(testutil.Blackhole) // A's looks no longer reach node 0
-	srv[0].StepClock(time.Hour)
-	if v := do(t, srv[0], "GET", key); v != testutil.NilReply {
-		t.Fatalf("the holder's key survived an hour's step: %q", v)
-	}
-	b, _ := primitives.NewLock(coord(t, srv), "clock")
-	lb, err := b.TryAcquire(ctx)
-	if err == nil {
-		defer lb.Release(ctx)
-		if la.Valid() {
-			t.Fatalf("B holds (fence %d) while A is valid (fence %d); node values %q %q %q", lb.Fence(), la.Fence(),
-				do(t, srv[0], "GET", key), do(t, srv[1], "GET", key), do(t, srv[2], "GET", key))
-		}
-	}
-	t.Logf("B: %v", err)
-}
-
 // A clock glitch (an adversarial review's): node 0's clock steps forward
 // 30 s and back within a fraction of the look period. While it is ahead,
 // Redis's active expiry deletes A's key there, and the horizon key too.

@@ -298,13 +298,8 @@ func (g *Guard) decide(ctx context.Context, x int, master string, lk nodeactor.L
 		st.lookedAt = lk.Recv
 	}
 	if master == "" {
-		first := st.clkID != lk.Identity // no earlier look of this identity
 		if why := g.lostKeys(x, st, lk); why != "" {
 			st.lost = why
-		} else if first && lk.ArmedAs == lk.Identity {
-			if why := g.shortHorizon(x, lk, hs, errs); why != "" {
-				st.lost = why
-			}
 		}
 	}
 	if lk.ArmedAs != lk.Identity {
@@ -627,32 +622,6 @@ func (g *Guard) lostKeys(x int, st *nodeGuard, lk nodeactor.Look) string {
 		st.hzLow = lk.Sent.Add(lk.Horizon - g.drift(lk.Horizon))
 	}
 	return why
-}
-
-// shortHorizon returns why node x may have lost keys before this
-// process's first look lk of it, or "": its horizon key (missing: lk's
-// own time) ends more than twice the per-call slack before another
-// node's key can end. Every coordinator raises every node's key, so the
-// keys end within a raise or two of each other (docs/lock.md, "A first
-// look compares the horizons"). hs are every node's horizons, read after
-// lk (errs: which failed).
-func (g *Guard) shortHorizon(x int, lk nodeactor.Look, hs []nodeactor.Look, errs []error) string {
-	high := lk.Recv
-	if lk.Horizon >= 0 {
-		high = lk.Recv.Add(lk.Horizon + g.drift(lk.Horizon))
-	}
-	slack := 2 * max(g.cfg.NodeTimeout, time.Second)
-	for j := range hs {
-		if j == x || errs[j] != nil || hs[j].Horizon < 0 {
-			continue
-		}
-		low := hs[j].Sent.Add(hs[j].Horizon - g.drift(hs[j].Horizon))
-		if gap := low.Sub(high); gap > slack {
-			return fmt.Sprintf("at this process's first look its horizon key ends %v before %s's (a clock step, an eviction or a delete)",
-				gap.Round(time.Millisecond), g.nodes[j].Addr())
-		}
-	}
-	return ""
 }
 
 // Until adds to err, a reply of node i that wraps ErrNodeGuarded, until
