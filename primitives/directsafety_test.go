@@ -248,7 +248,7 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	// W queues; the rollback of its attempt on node 0 is held from here on
 	// (its connection must not stay blocked past the client's write
 	// timeout: the rest runs in a few seconds).
-	rb := testkit.HoldRollback(pw[0], testkit.ProcOf(cw))
+	rb := testkit.HoldRollbackGuarded(pw[0], testkit.ProcOf(cw))
 	wgot := testkit.AcquireAsync(ctx, t, lw)
 	testkit.AwaitCaught(t, rb.Rollback, "node 0")
 	if !testutil.Eventually(5*time.Second, func() bool {

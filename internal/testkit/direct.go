@@ -13,6 +13,10 @@ import (
 // delays, in the direct grant tests.
 const DirectNodeTimeout = 200 * time.Millisecond
 
+// guardCallDeadline is the longest deadline of the node guard's calls
+// (internal/guard: a raise or an arming waits max(NodeTimeout, 1 s)).
+const guardCallDeadline = time.Second
+
 // Proxied returns a proxy in front of each address, and their addresses.
 func Proxied(t *testing.T, addrs []string) ([]*testutil.Proxy, []string) {
 	px := make([]*testutil.Proxy, len(addrs))
@@ -28,13 +32,28 @@ func Proxied(t *testing.T, addrs []string) ([]*testutil.Proxy, []string) {
 type DelayedAttempt struct{ Attempt, Rollback *testutil.Held }
 
 // HoldRollback delays the next enqueuing attempt of proc through p past
-// NodeTimeout and holds back the rollback that follows it.
+// NodeTimeout and holds back the rollback that follows it, for a waiter
+// whose coordinator runs no node guard (GuardOff).
 func HoldRollback(p *testutil.Proxy, proc string) DelayedAttempt {
+	return holdRollback(p, proc, 3*DirectNodeTimeout)
+}
+
+// HoldRollbackGuarded is HoldRollback for a waiter whose coordinator runs
+// the node guard. A lane batch waits for its latest deadline, and the
+// guard's calls (a raise, an arming: 1 s) can share the attempt's batch:
+// with HoldRollback's delay the attempt's reply could arrive in time, a
+// clean refusal that needs no rollback, and the rollback to hold never
+// came ("node 0: the rollback was never sent", a few full runs in 20).
+func HoldRollbackGuarded(p *testutil.Proxy, proc string) DelayedAttempt {
+	return holdRollback(p, proc, guardCallDeadline+3*DirectNodeTimeout)
+}
+
+func holdRollback(p *testutil.Proxy, proc string, delay time.Duration) DelayedAttempt {
 	// (RESP bulk strings: the script's source, sent on a NOSCRIPT, names
 	// every op too)
 	// The rollback held is the one after the delayed attempt: under load an
 	// earlier attempt can time out and be rolled back too.
-	d := p.Delay(3*DirectNodeTimeout, "$7\r\nacquire\r\n", proc)
+	d := p.Delay(delay, "$7\r\nacquire\r\n", proc)
 	return DelayedAttempt{d, p.HoldAfter(d, "$8\r\nrollback\r\n")}
 }
 
