@@ -41,9 +41,21 @@ func bothValid(t *testing.T, a *primitives.Lease, granted time.Time, b *primitiv
 // direct grant record expire with the queue's keys. Then the stuck
 // rollbacks arrive. They must not delete W's keys: with them gone from
 // two of three nodes, another client takes the lock while W is valid.
+//
+// The case needs W's delayed attempt to have run on both slow nodes
+// (its direct-grant record there names its token). Under load that is
+// not always so (a clean-clone run found the record missing, cause not
+// isolated): the case is then set up again, as its primitives sibling
+// TestDirectGrantSurvivesLateRollback is.
 func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	testutil.RequireRedis(t)
 	t.Parallel()
+	testkit.UntilReached(t, 3, func() bool { return lateRollbackAfterExpiryTry(t) })
+}
+
+// lateRollbackAfterExpiryTry runs the case once; false (with what it set up
+// undone) when W's delayed attempts did not run as the case needs.
+func lateRollbackAfterExpiryTry(t *testing.T) bool {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	addrs := testutil.Addrs(srv)
 	const name = "advqx"
@@ -74,7 +86,14 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	testkit.QueuedOnOnce(t, srv, name, 0, 1)
 	for i, hd := range held {
 		if err := hd.Ran(srv[i], name); err != nil {
-			t.Fatal(err)
+			t.Logf("not reached: node %d: %v; again", i, err)
+			for _, hd := range held {
+				hd.Rollback.Release()
+			}
+			if w := testkit.HandOver(ctx, t, h, got); w != nil {
+				w.Release(context.Background())
+			}
+			return false
 		}
 	}
 	w := testkit.HandOver(ctx, t, h, got)
@@ -123,6 +142,7 @@ func TestAdvLateRollbackAfterQueueEntryExpired(t *testing.T) {
 	if !w.Valid() {
 		t.Errorf("W lost its lease while nobody else took it: %v", w.Err())
 	}
+	return true
 }
 
 // holdsEverywhere reports whether every node's key is l's.
