@@ -3,7 +3,6 @@ package nodeactor_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,21 +31,10 @@ func TestAdv22ProbeThatMetABusyNodeKeepsTheGuard(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the probe's INFO never came")
 	}
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		_, _ = s.Do("EVAL", "while true do end", "0") // another client's slow script
-	}()
-	testutil.WaitFor(t, 5*time.Second, "the node answering BUSY", func() bool {
-		_, err := s.Do("PING")
-		return err != nil && strings.Contains(err.Error(), "BUSY")
-	})
+	endBusy := s.Busy(t) // another client's slow script
 	info.Release()
 	ready(t, a)
-	if _, err := s.Do("SCRIPT", "KILL"); err != nil {
-		t.Fatal(err)
-	}
-	<-busy
+	endBusy()
 	if !a.Guarded() {
 		t.Errorf("a real Redis node with Options.Guard is unguarded after its probe's INFO met BUSY (a transient answer)")
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -263,3 +264,27 @@ func (s *Server) signal(sig syscall.Signal) {
 
 // infoField returns the value of "name:value" in an INFO reply.
 func infoField(info, name string) string { return redisproc.InfoField(info, name) }
+
+// Busy runs an endless script on s from another client and returns once
+// s answers BUSY (the server needs a short busy-reply-threshold, e.g.
+// Args "--lua-time-limit", "50"). The returned func ends the script
+// (SCRIPT KILL) and waits until its client has its answer.
+func (s *Server) Busy(t testing.TB) (end func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Do("EVAL", "while true do end", "0")
+	}()
+	WaitFor(t, 5*time.Second, s.Addr()+" answering BUSY", func() bool {
+		_, err := s.Do("PING")
+		return err != nil && strings.Contains(err.Error(), "BUSY")
+	})
+	return func() {
+		t.Helper()
+		if _, err := s.Do("SCRIPT", "KILL"); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	}
+}

@@ -2,7 +2,6 @@ package clockstep_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,15 +47,7 @@ func TestAdv22OneNodeClockForwardAfterABusyProbe(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("B's probe of node 0 never sent its INFO")
 	}
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		_, _ = srv[0].Do("EVAL", "while true do end", "0") // another client's slow script
-	}()
-	testutil.WaitFor(t, 5*time.Second, "node 0 answering BUSY", func() bool {
-		_, err := srv[0].Do("PING")
-		return err != nil && strings.Contains(err.Error(), "BUSY")
-	})
+	endBusy := srv[0].Busy(t) // another client's slow script
 	info.Release()
 	m := <-mc
 	if m.err != nil {
@@ -65,10 +56,7 @@ func TestAdv22OneNodeClockForwardAfterABusyProbe(t *testing.T) {
 	cb := m.c
 	t.Cleanup(func() { cb.Close() })
 	testutil.WaitFor(t, 10*time.Second, "B's probe of node 0", func() bool { return cb.Nodes()[0].Probed })
-	if _, err := srv[0].Do("SCRIPT", "KILL"); err != nil {
-		t.Fatal(err)
-	}
-	<-busy
+	endBusy()
 	time.Sleep(1500 * time.Millisecond) // B's guard ticks once more, node 0 answering
 	srv[0].StepClock(time.Hour)
 	b, _ := primitives.NewLock(cb, "clock")
