@@ -39,6 +39,15 @@ func NewCoord(t testing.TB, addrs []string, mut ...func(*coordinator.Config)) *c
 	return c
 }
 
+// Roomy gives a coordinator a NodeTimeout of 1 s (DefaultTTL 10 s), for a
+// test with no fault whose one-shot call (a read, a TryAcquire) must not
+// fail on a stall of the machine. NewCoord's 250 ms is below what a parallel
+// -race suite on 2 cores stalls now and then: all nodes silent for 250 ms,
+// and a fault-free read reported ErrQuorumUnavailable.
+func Roomy(cfg *coordinator.Config) {
+	cfg.NodeTimeout, cfg.DefaultTTL = time.Second, 10*time.Second
+}
+
 // built holds the coordinators each test built with NewCoord, until the
 // test ends: what GuardScripts and GuardChecks sum over.
 var built = coords{by: map[testing.TB][]*coordinator.Coordinator{}}
