@@ -189,11 +189,7 @@ func TestArmedCallBeforeTheProbeIsRefused(t *testing.T) {
 	probe := p.Hold(nodeactor.DefaultProbeKey)
 	defer probe.Release()
 	a := start(t, p.Addr(), func(o *nodeactor.Options) { o.Guard = "redlock:" })
-	select {
-	case <-probe.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the probe never came")
-	}
+	probe.Await(t, "the probe")
 	write := nodeactor.NewScript("pre-probe-write", "redis.call('SET', KEYS[1], 'x') return 1")
 	got := make(chan nodeactor.Reply, 1)
 	go func() {

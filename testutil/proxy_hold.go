@@ -3,6 +3,7 @@ package testutil
 import (
 	"bytes"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -20,6 +21,17 @@ type Held struct {
 
 // Caught returns a channel closed once a chunk matched.
 func (h *Held) Caught() <-chan struct{} { return h.caught }
+
+// Await fails t unless a chunk matched within 10 s; what names the
+// request awaited.
+func (h *Held) Await(t testing.TB, what string) {
+	t.Helper()
+	select {
+	case <-h.caught:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never came", what)
+	}
+}
 
 // Data returns the chunk that matched (nil until Caught is closed).
 func (h *Held) Data() []byte {

@@ -106,9 +106,5 @@ func NoKeyLeft(t *testing.T, srv []*testutil.Server, name string, down int) {
 // fails, naming what, if that takes over 10 s.
 func AwaitCaught(t *testing.T, h *testutil.Held, what string) {
 	t.Helper()
-	select {
-	case <-h.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: the rollback was never sent", what)
-	}
+	h.Await(t, what+": the rollback")
 }
