@@ -204,8 +204,7 @@ func (a *Actor) Guarded() bool { return a.guarded.Load() }
 // unguarded; a transport error or a transient refusal keeps the guard on.
 func (a *Actor) probeGuard(ctx context.Context, cl rueidis.Client) {
 	if a.opt.Guard == "" {
-		a.guarded.Store(false)
-		return
+		return // guarded is false from New
 	}
 	info, err := cl.Do(ctx, cl.B().Info().Section("server").Build()).ToString()
 	if _, answered := rueidis.IsRedisErr(err); answered && !Transient(err) && !IsAuthFailure(err) {
