@@ -196,7 +196,10 @@ func TestGuardRestartedNodeCountsAgain(t *testing.T) {
 		t.Run(ttl.String(), func(t *testing.T) {
 			t.Parallel()
 			srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
-			c := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL = ttl })
+			// NodeTimeout 1 s: the check below is one TryAcquire that
+			// needs both nodes left (node 1 paused); 250 ms failed it
+			// once when the loaded suite stalled the process (CI).
+			c := newCoord(t, testutil.Addrs(srv), func(c *coordinator.Config) { c.DefaultTTL, c.NodeTimeout = ttl, time.Second })
 			l, _ := primitives.NewLock(c, "back")
 			a, err := l.TryAcquire(context.Background())
 			if err != nil {

@@ -403,7 +403,13 @@ func TestAdvObserveStartedWhileNodesStopped(t *testing.T) {
 	srv[2].Kill()
 	// the observer's process has seen node 2 go before the grant
 	testutil.WaitFor(t, 10*time.Second, "node 2 down for the observer", func() bool { return !oc.Nodes()[2].Up })
-	holder := advLock(t, addrs, "late", "holder")
+	// the holder's one TryAcquire needs both nodes left: 1 s each
+	// (testkit.Roomy), not 250 ms, so that a stall of the loaded suite
+	// does not fail it
+	holder, err := primitives.NewLock(testkit.NewCoord(t, addrs, testkit.Roomy), "late", primitives.WithLabel("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lease, err := holder.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
