@@ -247,6 +247,3 @@ func lockVote(rep nodeactor.Reply) (engine.Vote, error) {
 	}
 	return engine.Vote{Now: g.Now, Hint: time.Duration(g.PTTL) * time.Millisecond, Holder: g.Holder}, nil
 }
-
-// isWrongType is the engine's WRONGTYPE classifier.
-var isWrongType = engine.IsWrongType

@@ -323,21 +323,9 @@ func flag(b bool) string { return scripts.Flag(b) }
 
 func (p *lockProto) ReleaseCall(int) nodeactor.Call { return p.release }
 
-// ReleaseOutcome reads a release reply (lock.lua): released, nothing of
-// ours (missing), or another holder's key (not the owner).
-func (p *lockProto) ReleaseOutcome(rep nodeactor.Reply) engine.Outcome {
-	if rep.Err != nil {
-		return engine.OutcomeError
-	}
-	switch v, err := rep.Msg.AsInt64(); {
-	case err != nil:
-		return engine.OutcomeError
-	case v == scripts.ReleaseReleased:
-		return engine.OutcomeOK
-	case v == scripts.ReleaseTaken:
-		return engine.OutcomeNotOwner
-	}
-	return engine.OutcomeMissing
+// ReleaseOutcome reads a release reply: scripts.ParseLockRelease.
+func (p *lockProto) ReleaseOutcome(rep nodeactor.Reply) scripts.Outcome {
+	return scripts.ParseLockRelease(rep.Msg, rep.Err)
 }
 
 // LogValue names the lease in a log line: the lock and the fence, never

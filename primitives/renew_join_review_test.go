@@ -3,11 +3,11 @@ package primitives_test
 import (
 	"context"
 	"fmt"
-	"github.com/redlock-go/redlock/coordinator"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )

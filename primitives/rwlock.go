@@ -99,12 +99,12 @@ func (rw *RWLock) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 
 // confirmed accepts a reply that confirmed our token (OutcomeOK).
 func confirmed(rep nodeactor.Reply) error {
-	switch engine.RenewOutcome(rep) {
-	case engine.OutcomeOK:
+	switch scripts.ParseRenewal(rep.Msg, rep.Err) {
+	case scripts.OutcomeOK:
 		return nil
-	case engine.OutcomeNotOwner:
+	case scripts.OutcomeNotOwner:
 		return errors.New("redlock: not the owner on this node")
-	case engine.OutcomeMissing, engine.OutcomeRetaken:
+	case scripts.OutcomeMissing, scripts.OutcomeRetaken:
 		return errors.New("redlock: the key is missing on this node")
 	}
 	if rep.Err != nil {

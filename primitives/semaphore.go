@@ -149,7 +149,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	var errs []error
 	for i, rep := range r.Replies {
 		if !r.Answered[i] || rep.Err != nil {
-			if rep.Err != nil && isWrongType(rep.Err) {
+			if rep.Err != nil && scripts.IsWrongType(rep.Err) {
 				return 0, fmt.Errorf("%w: %w", ErrWrongType, rep.Err)
 			}
 			errs = append(errs, rep.Err)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -244,7 +245,7 @@ func (a *attempt) late(rep nodeactor.Reply) {
 			a.lf.add(rep.Node, v.Fence)
 			a.fw.Add(rep.Node)
 		}
-		if IsWrongType(err) {
+		if scripts.IsWrongType(err) {
 			a.c.warnWrongType(err)
 		}
 	}
@@ -261,7 +262,7 @@ func (a *attempt) enough(r *Round) bool {
 		if r.Answered[i] {
 			v, err := a.vote(r, i)
 			t.addVote(v, err)
-			wrong = wrong || IsWrongType(err)
+			wrong = wrong || scripts.IsWrongType(err)
 		}
 	}
 	// A round that saw a WRONGTYPE and is not won hears every node

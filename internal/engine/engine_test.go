@@ -238,7 +238,7 @@ func (f *fakeNode) run(call nodeactor.Call) nodeactor.Reply {
 			v = 2 // another holder's key (lock.lua's ReleaseTaken)
 		}
 		rep.Msg = mock.RedisInt64(v)
-	case "renew": // answered as the scripts' prelude does (RenewOutcome)
+	case "renew": // answered as the scripts' prelude does (scripts.ParseRenewal)
 		v := int64(scripts.RenewNotOurs)
 		switch {
 		case f.multi != nil && f.multi[arg]:

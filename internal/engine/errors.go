@@ -3,11 +3,11 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/redlock-go/redlock/internal/guard"
 	"strings"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/argerr"
+	"github.com/redlock-go/redlock/internal/guard"
 )
 
 // The errors the engine raises, defined here once. Packages coordinator and

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/internal/argerr"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -69,7 +68,7 @@ func (c *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node
 					t.No++
 				default:
 					t.Other++
-					wrong = wrong || IsWrongType(err)
+					wrong = wrong || scripts.IsWrongType(err)
 				}
 			}
 		}
@@ -151,7 +150,7 @@ type failures struct {
 
 func (f *failures) add(err error) {
 	switch {
-	case IsWrongType(err):
+	case scripts.IsWrongType(err):
 		f.wrong = err
 		f.wrongs++
 	case nodeactor.IsNoPerm(err):
@@ -200,10 +199,4 @@ func (c *Engine) warnWrongType(err error) {
 		c.set.Logger.Warn("redlock: a key at one of our names on a minority of the nodes is of another type; "+
 			"it was left untouched, and that node does not count for this name until it is removed", "err", err)
 	}
-}
-
-// IsWrongType reports whether err is a WRONGTYPE reply from a node.
-func IsWrongType(err error) bool {
-	var re *rueidis.RedisError
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }

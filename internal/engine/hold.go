@@ -9,26 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
-)
-
-// Outcome classifies one node's answer to a renewal or release.
-type Outcome int
-
-const (
-	OutcomeOK       Outcome = iota // the node confirmed our token (renewed, re-taken or deleted)
-	OutcomeNotOwner                // the node holds another owner's value: the hold is gone there
-	OutcomeError                   // transport error, timeout or unexpected reply
-	OutcomeRetaken                 // the key had vanished (a restarted node) and was re-taken: not a confirmation
-	OutcomeMissing                 // the key is missing on the node (restarted empty): not a confirmation
 )
 
 // Protocol is what a held primitive gives the coordinator so that the one
 // renewal scheduler can renew it and the lease can release it.
 type Protocol interface {
 	// RenewCall extends the hold on node i to ttl (never shortening a key's
-	// TTL). With retake false a missing key is reported (OutcomeMissing);
-	// with retake true it is re-created (OutcomeRetaken). The coordinator
+	// TTL). With retake false a missing key is reported (scripts.OutcomeMissing);
+	// with retake true it is re-created (scripts.OutcomeRetaken). The coordinator
 	// asks for a re-take only after a round confirmed the hold on a quorum,
 	// so a renewal that reaches a node after the release never revives it.
 	RenewCall(node int, ttl time.Duration, retake bool) nodeactor.Call
@@ -361,11 +351,11 @@ func (h *Hold) lose(cause error) {
 func HoldProtocol(h *Hold) Protocol { return h.spec.Protocol }
 
 // ReleaseReader is a Protocol whose release replies tell another holder's
-// key (OutcomeNotOwner) from a missing one (OutcomeMissing), so that a
+// key (scripts.OutcomeNotOwner) from a missing one (scripts.OutcomeMissing), so that a
 // release can report an overtaken lease. LogValue names the lease in that
 // report's log line (never its whole token).
 type ReleaseReader interface {
-	ReleaseOutcome(rep nodeactor.Reply) Outcome
+	ReleaseOutcome(rep nodeactor.Reply) scripts.Outcome
 	slog.LogValuer
 }
 
@@ -475,9 +465,9 @@ func (c *Engine) release(p Protocol, deadline time.Time) error {
 				continue
 			}
 			switch releaseOutcome(rr, rep) {
-			case OutcomeOK, OutcomeMissing:
+			case scripts.OutcomeOK, scripts.OutcomeMissing:
 				t.Yes++
-			case OutcomeNotOwner:
+			case scripts.OutcomeNotOwner:
 				t.No++
 			default:
 				t.Other++
@@ -517,14 +507,14 @@ func (c *Engine) release(p Protocol, deadline time.Time) error {
 
 // releaseOutcome classifies a release reply: by rr where the protocol
 // reads them, else any reply that is not an error confirms.
-func releaseOutcome(rr ReleaseReader, rep nodeactor.Reply) Outcome {
+func releaseOutcome(rr ReleaseReader, rep nodeactor.Reply) scripts.Outcome {
 	if rr != nil {
 		return rr.ReleaseOutcome(rep)
 	}
 	if rep.Err != nil {
-		return OutcomeError
+		return scripts.OutcomeError
 	}
-	return OutcomeOK
+	return scripts.OutcomeOK
 }
 
 // DetachHold ends a held hold as released without sending anything to

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/internal/argerr"
+	"github.com/redlock-go/redlock/internal/scripts"
 	"github.com/redlock-go/redlock/nodeactor"
 )
 
@@ -177,17 +178,17 @@ func TestGatherAllWaitsForEveryNode(t *testing.T) {
 // readerProto is fakeProto that reads release replies (a ReleaseReader).
 type readerProto struct{ fakeProto }
 
-func (p readerProto) ReleaseOutcome(rep nodeactor.Reply) Outcome {
+func (p readerProto) ReleaseOutcome(rep nodeactor.Reply) scripts.Outcome {
 	if rep.Err != nil {
-		return OutcomeError
+		return scripts.OutcomeError
 	}
 	switch v, _ := rep.Msg.AsInt64(); v {
 	case 1:
-		return OutcomeOK
+		return scripts.OutcomeOK
 	case 2:
-		return OutcomeNotOwner
+		return scripts.OutcomeNotOwner
 	}
-	return OutcomeMissing
+	return scripts.OutcomeMissing
 }
 
 func (p readerProto) LogValue() slog.Value { return slog.StringValue("fake lease") }

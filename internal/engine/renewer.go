@@ -612,7 +612,7 @@ func (h *Hold) applyRenewal(start time.Time, ttl time.Duration, t Tally, r *Roun
 func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Round) {
 	var missing []int
 	for i, rep := range r.Replies {
-		if r.Answered[i] && RenewOutcome(rep) == OutcomeMissing {
+		if r.Answered[i] && scripts.ParseRenewal(rep.Msg, rep.Err) == scripts.OutcomeMissing {
 			missing = append(missing, i)
 		}
 	}
@@ -637,49 +637,13 @@ func (c *Engine) retake(ctx context.Context, h *Hold, ttl time.Duration, r *Roun
 	}
 }
 
-// renewOutcome is RenewOutcome of node i's reply to a renewal sent at
+// renewOutcome is scripts.ParseRenewal of node i's reply to a renewal sent at
 // start, where a confirmation counts only under a confirmed horizon
 // (docs/lock.md, "Node guard").
-func (c *Engine) renewOutcome(i int, rep nodeactor.Reply, start time.Time, ttl time.Duration) Outcome {
-	o := RenewOutcome(rep)
-	if o == OutcomeOK && !c.guard.Covers(i, start, ttl) {
-		return OutcomeError
+func (c *Engine) renewOutcome(i int, rep nodeactor.Reply, start time.Time, ttl time.Duration) scripts.Outcome {
+	o := scripts.ParseRenewal(rep.Msg, rep.Err)
+	if o == scripts.OutcomeOK && !c.guard.Covers(i, start, ttl) {
+		return scripts.OutcomeError
 	}
 	return o
-}
-
-// RenewOutcome reads a renewal reply. Every primitive's renewal script
-// answers alike: the shared prelude's NOT_OURS, RENEWED, RETAKEN and
-// MISSING (scripts.Renew*). RENEWED, or "OK" from a native SET IFEQ,
-// confirms. MISSING and RETAKEN count toward no quorum: a key that vanished
-// from a majority is lost. NOT_OURS, nil or WRONGTYPE mean another owner.
-func RenewOutcome(rep nodeactor.Reply) Outcome {
-	if rep.Err != nil {
-		if IsWrongType(rep.Err) {
-			return OutcomeNotOwner
-		}
-		return OutcomeError
-	}
-	if rep.Msg.IsNil() {
-		return OutcomeNotOwner
-	}
-	// An integer first: ToString of one formats an error, which cost a
-	// burst of 100,000 leases' renewals 4 % of the client's CPU.
-	if !rep.Msg.IsInt64() {
-		if s, err := rep.Msg.ToString(); err == nil && s == "OK" {
-			return OutcomeOK
-		}
-	}
-	if v, err := rep.Msg.AsInt64(); err == nil {
-		switch v {
-		case scripts.RenewMissing:
-			return OutcomeMissing
-		case scripts.RenewRetaken:
-			return OutcomeRetaken
-		case scripts.RenewRenewed:
-			return OutcomeOK
-		}
-		return OutcomeNotOwner
-	}
-	return OutcomeError
 }

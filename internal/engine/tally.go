@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/redlock-go/redlock/internal/scripts"
+
 // Tally counts the answers of one quorum round over N nodes with quorum Q.
 // Yes is a grant or a confirmation. No is a definite refusal: another
 // holder, or a rejected argument. Other is an error, a timeout or an
@@ -80,11 +82,11 @@ func (t *Tally) addVote(v Vote, err error) {
 
 // addRenewal counts one renewal answer: a confirmation is a yes; a key gone
 // (another owner, or missing) is a no; anything else neither.
-func (t *Tally) addRenewal(o Outcome) {
+func (t *Tally) addRenewal(o scripts.Outcome) {
 	switch o {
-	case OutcomeOK:
+	case scripts.OutcomeOK:
 		t.Yes++
-	case OutcomeNotOwner, OutcomeMissing:
+	case scripts.OutcomeNotOwner, scripts.OutcomeMissing:
 		t.No++
 	default:
 		t.Other++
