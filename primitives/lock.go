@@ -441,10 +441,10 @@ func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	if ctx == nil {
 		return nilCtxStates(c, "Status")
 	}
-	r := c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
+	reps := c.Read(ctx, call)
 	nodes := c.Nodes()
-	out := make([]NodeState, len(r.Replies))
-	for i, rep := range r.Replies {
+	out := make([]NodeState, len(reps))
+	for i, rep := range reps {
 		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
 		if rep.Err == nil {
 			arr, err := rep.Msg.ToArray()

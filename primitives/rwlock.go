@@ -282,10 +282,10 @@ func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
 		return out
 	}
 	call := rw.call(scripts.RWStatus{MaxWaiters: MaxStatusWaiters})
-	r := rw.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil)
+	reps := rw.c.Read(ctx, call)
 	nodes := rw.c.Nodes()
-	out := make([]RWNodeState, len(r.Replies))
-	for i, rep := range r.Replies {
+	out := make([]RWNodeState, len(reps))
+	for i, rep := range reps {
 		st := RWNodeState{Node: nodes[i].Addr, Err: rep.Err}
 		if rep.Err == nil {
 			arr, err := rep.Msg.ToArray()

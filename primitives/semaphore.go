@@ -141,14 +141,12 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	t := s.c.NewTally()
-	r := s.c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call {
-		return s.call(scripts.SemStatus{Permits: s.permits})
-	}, nil, nil)
+	reps := s.c.Read(ctx, s.call(scripts.SemStatus{Permits: s.permits}))
 	held := make([]int, s.permits)
 	answered, mismatch, stored := 0, 0, 0
 	var errs []error
-	for i, rep := range r.Replies {
-		if !r.Answered[i] || rep.Err != nil {
+	for _, rep := range reps {
+		if rep.Err != nil {
 			if rep.Err != nil && scripts.IsWrongType(rep.Err) {
 				return 0, fmt.Errorf("%w: %w", ErrWrongType, rep.Err)
 			}

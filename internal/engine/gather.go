@@ -37,6 +37,15 @@ func (c *Engine) GatherAll(ctx context.Context, lane nodeactor.Lane, call func(n
 	return c.gather(ctx, lane, call, accept, true)
 }
 
+// Read sends call to every node on the normal lane and waits for every
+// answer, each bounded by NodeTimeout or ctx: an operator's view (a
+// status, the permits available), which reports each node, not a verdict.
+// It returns one reply per node; a node that did not answer has its
+// NodeError.
+func (c *Engine) Read(ctx context.Context, call nodeactor.Call) []nodeactor.Reply {
+	return c.Fanout(ctx, nodeactor.Normal, func(int) nodeactor.Call { return call }, nil, nil).Replies
+}
+
 func (c *Engine) gather(ctx context.Context, lane nodeactor.Lane, call func(node int) nodeactor.Call,
 	accept func(nodeactor.Reply) error, all bool) (*Round, error) {
 	if err := ctx.Err(); err != nil {
