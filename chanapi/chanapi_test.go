@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(freezeHelperEnv); addr != "" {
 		os.Exit(freezeHelper(addr)) // the holder of TestReadmeLeaderStopsAtDeadlineAfterFreeze
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testutil.WatchStalls(m))
 }
 
 func coord(t *testing.T, addrs []string) *coordinator.Coordinator {

@@ -17,7 +17,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(testutil.WatchStalls(m), testutil.LeakOptions()...)
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

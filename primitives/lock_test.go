@@ -15,7 +15,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(testutil.WatchStalls(m), testutil.LeakOptions()...)
+}
 
 // newCoord is testkit.NewCoord: the tests here call it hundreds of times.
 var newCoord = testkit.NewCoord

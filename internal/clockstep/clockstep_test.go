@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testutil.WatchStalls(m).Run()
 	testutil.RemoveClockShim()
 	if code == 0 {
 		if err := goleak.Find(testutil.LeakOptions()...); err != nil {

@@ -16,4 +16,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(testutil.WatchStalls(m), testutil.LeakOptions()...)
+}
