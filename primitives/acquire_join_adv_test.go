@@ -111,11 +111,7 @@ func TestAdvJoinedLateBatchNoSecondHolder(t *testing.T) {
 	defer h1.Release()
 	defer h2.Release()
 	go blocker.Extend(ctx, 10*time.Second)
-	select {
-	case <-h1.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the blocker's renewal never reached the proxy")
-	}
+	h1.Await(t, "the blocker's renewal at the proxy")
 	time.Sleep(200 * time.Millisecond)
 	errs := make(chan error, n)
 	for i := range n {
@@ -135,11 +131,7 @@ func TestAdvJoinedLateBatchNoSecondHolder(t *testing.T) {
 		}
 	}
 	h1.Release()
-	select {
-	case <-h2.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatal("A's acquires never reached node 0's proxy")
-	}
+	h2.Await(t, "A's acquires at node 0's proxy")
 	d := string(h2.Data())
 	t.Logf("held chunk: %d bytes, %d EVALSHA, has {jl0} %v {jl5} %v", len(d), strings.Count(d, "EVALSHA"), strings.Contains(d, "{jl0}"), strings.Contains(d, "{jl5}"))
 	// B takes the first bTakes resources on every node meanwhile

@@ -76,11 +76,7 @@ func (j *joinNode) hold() (release func()) {
 		defer close(done)
 		j.blocker.Extend(context.Background(), 10*time.Second)
 	}()
-	select {
-	case <-h.Caught():
-	case <-time.After(10 * time.Second):
-		j.t.Fatal("the blocker's renewal never reached the proxy")
-	}
+	h.Await(j.t, "the blocker's renewal at the proxy")
 	return func() {
 		h.Release()
 		<-done

@@ -173,11 +173,7 @@ func adv3LongLook(t *testing.T, n int) {
 		c, err := coordinator.New(ctx, cfg)
 		done <- res{c, err}
 	}()
-	select {
-	case <-look.Caught():
-	case <-time.After(8 * time.Second):
-		t.Fatal("P1 never looked at node 0")
-	}
+	look.Await(t, "P1's look at node 0")
 	held := time.Now()
 
 	c2 := testkit.NewCoord(t, direct) // P2: fresh deployment, arms everything

@@ -221,11 +221,7 @@ func TestAdvGuardLargeTTLRaiseBlocked(t *testing.T) {
 		} else {
 			t.Fatalf("A's first lease: %v", err)
 		}
-		select {
-		case <-h.Caught():
-		case <-time.After(5 * time.Second):
-			t.Fatal("A's horizon raise to node 1 never caught")
-		}
+		h.Await(t, "A's horizon raise to node 1")
 		const ttl = 20 * time.Second
 		l, _ := primitives.NewLock(ca, "bigttl", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
 		granted := time.Now()
@@ -565,11 +561,7 @@ func TestAdvGuardExtendLargerRaiseBlocked(t *testing.T) {
 	defer a.Release(context.Background())
 	h := p1.Hold("$7\r\nEVALSHA\r\n", "{guard}:horizon")
 	defer h.Release()
-	select {
-	case <-h.Caught():
-	case <-time.After(5 * time.Second):
-		t.Fatal("A's horizon raise to node 1 never caught")
-	}
+	h.Await(t, "A's horizon raise to node 1")
 	began := time.Now()
 	if err := a.Extend(context.Background(), 20*time.Second); err != nil {
 		t.Fatalf("Extend with node 1 held: %v (after %v)", err, time.Since(began).Round(time.Millisecond))

@@ -107,11 +107,7 @@ func (r *relJoin) releaseJoined(attack func()) <-chan []error {
 		defer close(done)
 		r.blocker.Extend(context.Background(), 10*time.Second)
 	}()
-	select {
-	case <-held.Caught():
-	case <-time.After(10 * time.Second):
-		r.t.Fatal("the blocker's renewal never reached the proxy")
-	}
+	held.Await(r.t, "the blocker's renewal at the proxy")
 	r.p.Capture(true)
 	errs := make([]error, len(r.hs))
 	var wg sync.WaitGroup
@@ -414,11 +410,7 @@ func TestRelAdvJoinedReleaseReplyLostConnectionReset(t *testing.T) {
 	errsc := r.releaseJoined(func() {
 		joined = r.p.Hold("{"+r.name(0)+"}", "{"+r.name(1)+"}", "$7\r\nrelease\r\n")
 	})
-	select {
-	case <-joined.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the joined release never reached the proxy")
-	}
+	joined.Await(t, "the joined release at the proxy")
 	r.p.SetFault(testutil.DropReplies)
 	joined.Release()
 	// it ran: every name is handed off on the node
