@@ -183,11 +183,20 @@ suite() {
 # access; the same guard code runs under -race in every real-server guard
 # test (primitives' TestGuard*, tests/adversarial).
 sims='^TestSim(HeldOutForTheTTLsInUse|RandomSchedules)$'
+# Each test process with real-server quorum tests watches its own stalls
+# (testutil.WatchStalls) and appends a line here; the run prints them: a
+# one-shot call that failed with every node silent at once lines up with
+# a stall of its process.
+stalls=$(mktemp)
+export REDLOCK_STALLS=$stalls
 start=$SECONDS
 rc_main=0
 suite main "$sims" ./... || rc_main=1
 go test -count=1 -run "$sims" ./internal/guard 2>&1 | sed -u "s/^/[main:sims] /" || rc_main=1
 echo "test.sh: full suite on $(redis-server --version | cut -d' ' -f1-3): $((SECONDS - start)) s"
+sed 's/^/test.sh: /' "$stalls"
+rm -f "$stalls"
+unset REDLOCK_STALLS
 [ $rc_main = 0 ] || exit 1
 if [ "$sql" = 0 ]; then
   echo "test.sh: REDLOCK_SQL=0: $sqltest (PostgreSQL, MariaDB, SQLite) skipped"

@@ -3,6 +3,7 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ import (
 // stall longer than a coordinator's NodeTimeout (250 ms in testkit) makes
 // every node look silent at once, and a one-shot call fails with
 // ErrQuorumUnavailable: the line tells such a failure from a protocol
-// fault. The goroutine ends before goleak looks.
+// fault. The goroutine ends before goleak looks. With REDLOCK_STALLS set
+// to a file's path, every run appends its line there, failed or not.
 func WatchStalls(m *testing.M) goleak.TestingM { return stallWatched{m} }
 
 type stallWatched struct{ m *testing.M }
@@ -34,54 +36,70 @@ type stall struct {
 	late time.Duration
 }
 
+// stalls is what a watch saw: how many stalls, and the longest ones,
+// longest first.
+type stalls struct {
+	n     int
+	worst []stall
+}
+
 func (s stallWatched) Run() int {
 	stop := watchStalls()
 	code := s.m.Run()
-	if worst := stop(); code != 0 {
-		fmt.Fprintln(os.Stdout, stallReport(worst))
+	seen := stop()
+	if code != 0 {
+		fmt.Fprintln(os.Stdout, stallReport(seen))
+	}
+	if path := os.Getenv("REDLOCK_STALLS"); path != "" {
+		// a passing package's output is not shown: the file keeps every one
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintf(f, "%s %s\n", filepath.Base(os.Args[0]), stallReport(seen))
+			f.Close()
+		}
 	}
 	return code
 }
 
 // watchStalls starts the watching goroutine; stop ends it and returns
-// the longest stalls, longest first.
-func watchStalls() (stop func() []stall) {
-	quit, done := make(chan struct{}), make(chan []stall)
+// what it saw.
+func watchStalls() (stop func() stalls) {
+	quit, done := make(chan struct{}), make(chan stalls)
 	go func() {
-		var worst []stall
+		var seen stalls
 		t := time.NewTicker(stallTick)
 		defer t.Stop()
 		last := time.Now()
 		for {
 			select {
 			case <-quit:
-				done <- worst
+				done <- seen
 				return
 			case <-t.C:
 			}
 			now := time.Now()
 			if late := now.Sub(last) - stallTick; late >= minStall {
-				worst = append(worst, stall{at: last.Add(stallTick), late: late})
-				slices.SortFunc(worst, func(a, b stall) int { return int(b.late - a.late) })
-				worst = worst[:min(len(worst), keepStall)]
+				seen.n++
+				seen.worst = append(seen.worst, stall{at: last.Add(stallTick), late: late})
+				slices.SortFunc(seen.worst, func(a, b stall) int { return int(b.late - a.late) })
+				seen.worst = seen.worst[:min(len(seen.worst), keepStall)]
 			}
 			last = now
 		}
 	}()
-	return func() []stall {
+	return func() stalls {
 		close(quit)
 		return <-done
 	}
 }
 
 // stallReport is the line a failed run prints.
-func stallReport(worst []stall) string {
-	if len(worst) == 0 {
+func stallReport(seen stalls) string {
+	if seen.n == 0 {
 		return fmt.Sprintf("stall watch: the test process never stalled %v or more", minStall)
 	}
-	parts := make([]string, len(worst))
-	for i, s := range worst {
+	parts := make([]string, len(seen.worst))
+	for i, s := range seen.worst {
 		parts[i] = fmt.Sprintf("%s for %v", s.at.Format("15:04:05.000"), s.late.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("stall watch: the test process's longest stalls (≥ %v): %s", minStall, strings.Join(parts, ", "))
+	return fmt.Sprintf("stall watch: the test process stalled %v or more %d times; the longest: %s", minStall, seen.n, strings.Join(parts, ", "))
 }

@@ -28,14 +28,14 @@ func TestWatchStallsSeesAStoppedProcess(t *testing.T) {
 	// The stop may land after Kill returns; the sleep ends 200 ms after
 	// the process resumed, with the watch's ticks after it seen.
 	time.Sleep(500 * time.Millisecond)
-	worst := stop()
-	if len(worst) == 0 || worst[0].late < 250*time.Millisecond {
-		t.Fatalf("stalls seen: %v, want one of at least 250 ms", worst)
+	seen := stop()
+	if seen.n == 0 || seen.worst[0].late < 250*time.Millisecond {
+		t.Fatalf("stalls seen: %+v, want one of at least 250 ms", seen)
 	}
-	if r := stallReport(worst); !strings.Contains(r, "longest stalls") {
+	if r := stallReport(seen); !strings.Contains(r, "the longest: ") {
 		t.Errorf("report %q", r)
 	}
-	if r := stallReport(nil); !strings.Contains(r, "never stalled") {
+	if r := stallReport(stalls{}); !strings.Contains(r, "never stalled") {
 		t.Errorf("report of none %q", r)
 	}
 }
