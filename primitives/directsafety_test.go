@@ -68,10 +68,7 @@ func lateRollbackTry(t *testing.T, tc lateRollbackCase) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := lh.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testkit.Take(ctx, t, lh)
 	held := map[int]testkit.DelayedAttempt{}
 	for _, i := range tc.slow {
 		held[i] = testkit.HoldRollback(pw[i], testkit.ProcOf(cw))
@@ -203,10 +200,7 @@ func TestDirectGrantLateRollbackLetsNoSecondHolderIn(t *testing.T) {
 	defer cancel()
 
 	srv[2].Kill()
-	h, err := lh.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testkit.Take(ctx, t, lh)
 	yctx, ycancel := context.WithCancel(ctx)
 	defer ycancel()
 	ygot := make(chan *primitives.Lease, 1)
@@ -321,10 +315,7 @@ func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 	defer cancel()
 	// W waits once, so that its next Acquire queues at once (no lone first
 	// attempt whose rollback on node 2 would race with the one we delay).
-	h, err := lh.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testkit.Take(ctx, t, lh)
 	warm := testkit.AcquireAsync(ctx, t, lw)
 	testkit.QueuedOnEveryNode(t, func() []primitives.NodeState { return lh.Status(ctx) }, "w")
 	h.Release(ctx)
@@ -334,10 +325,7 @@ func TestDirectGrantLateReplyGrantLeavesNothing(t *testing.T) {
 		w.Release(ctx)
 	}
 	srv[2].Kill()
-	h, err = lh.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h = testkit.Take(ctx, t, lh)
 	srv[2].Restart()
 	// The reply comes within NodeTimeout, after the attempt was decided.
 	d := pw[2].Delay(700*time.Millisecond, "$7\r\nacquire\r\n", testkit.ProcOf(cw))

@@ -1325,11 +1325,8 @@ func TestLockFaultLateRollbackDeletesLaterGrant(t *testing.T) {
 	ch := newCoord(t, addrs)
 	lh, _ := primitives.NewLock(ch, name, primitives.WithTTL(5*time.Second), primitives.WithAutoRenew(false))
 	srv[2].Kill()
-	h, err := lh.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatalf("H with node 2 down: %v", err)
-	}
-	srv[2].Restart() // durable: keeps its (empty) data; it never had H's key
+	h := testkit.Take(context.Background(), t, lh) // on nodes 0 and 1
+	srv[2].Restart()                               // durable: keeps its (empty) data; it never had H's key
 	if v := testkit.Admin(t, srv[2], "GET", testkit.LockKey(name, "lock")); v != testutil.NilReply {
 		t.Fatalf("node 2 has %q", v)
 	}
@@ -1384,6 +1381,7 @@ func TestLockFaultLateRollbackDeletesLaterGrant(t *testing.T) {
 	cb := newCoord(t, addrs)
 	lb, _ := primitives.NewLock(cb, name, primitives.WithTTL(5*time.Second))
 	var b *primitives.Lease
+	var err error
 	testutil.Eventually(time.Second, func() bool {
 		b, err = lb.TryAcquire(context.Background())
 		return err == nil

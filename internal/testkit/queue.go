@@ -2,10 +2,12 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -104,4 +106,26 @@ func HandOver(ctx context.Context, t *testing.T, h *primitives.Lease, got <-chan
 		t.FailNow()
 	}
 	return w
+}
+
+// Take is a set-up hold: l.TryAcquire, tried again for up to 10 s (and
+// within ctx) while it fails only because too few nodes answered in time.
+// A set-up TryAcquire that needs every node left (one killed) failed when
+// the loaded suite stalled the test process past NodeTimeout; the hold
+// is the test's start, not its subject. Any other failure (the lock held,
+// a node guarded, ctx) fails the test at once.
+func Take(ctx context.Context, t testing.TB, l *primitives.Lock) *primitives.Lease {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for {
+		lease, err := l.TryAcquire(ctx)
+		switch {
+		case err == nil:
+			return lease
+		case !errors.Is(err, primitives.ErrQuorumUnavailable) || errors.Is(err, primitives.ErrNotAcquired) ||
+			errors.Is(err, coordinator.ErrNodeGuarded) || ctx.Err() != nil || time.Now().After(end):
+			t.Fatalf("set-up TryAcquire of %s: %v", l.Name(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
