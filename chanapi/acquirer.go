@@ -83,6 +83,12 @@ func (a *Acquirer) Err() error {
 // Close stops trying, releases a lease that was acquired but not yet handed
 // over, then closes Acquired() and Errors(). A lease already received stays
 // the caller's. It is idempotent and returns nil.
+//
+// An acquire attempt already on its way to a node when Close is called may
+// still be granted there. That grant is rolled back when its reply comes,
+// after Close returned: the lock can look taken for that moment (a round
+// trip; the attempt's TTL if the reply never comes). A TryAcquire right
+// after Close may be refused then; an Acquire waits it out.
 func (a *Acquirer) Close() error {
 	a.once.Do(func() {
 		a.cancel()
