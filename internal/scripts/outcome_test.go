@@ -15,12 +15,13 @@ func TestOutcomeParsers(t *testing.T) {
 	wrongType := mock.Result(mock.RedisError("WRONGTYPE Operation against a key holding the wrong kind of value")).Error()
 	otherErr := mock.Result(mock.RedisError("ERR something else")).Error()
 	none := rueidis.RedisMessage{}
-	for _, c := range []struct {
+	type answer struct {
 		name string
 		m    rueidis.RedisMessage
 		err  error
 		want Outcome
-	}{
+	}
+	for _, c := range []answer{
 		{"renewed", mock.RedisInt64(RenewRenewed), nil, OutcomeOK},
 		{"native SET IFEQ", mock.RedisString("OK"), nil, OutcomeOK},
 		{"re-taken", mock.RedisInt64(RenewRetaken), nil, OutcomeRetaken},
@@ -37,12 +38,7 @@ func TestOutcomeParsers(t *testing.T) {
 			t.Errorf("renewal %s: %v, want %v", c.name, got, c.want)
 		}
 	}
-	for _, c := range []struct {
-		name string
-		m    rueidis.RedisMessage
-		err  error
-		want Outcome
-	}{
+	for _, c := range []answer{
 		{"released", mock.RedisInt64(ReleaseReleased), nil, OutcomeOK},
 		{"taken", mock.RedisInt64(ReleaseTaken), nil, OutcomeNotOwner},
 		{"nothing of ours", mock.RedisInt64(ReleaseNotOurs), nil, OutcomeMissing},
