@@ -130,6 +130,24 @@ func (a LockRelease) Args() []string {
 	return []string{op, a.Token, a.Owner, Ms(a.Window), a.Channel, a.Waiter}
 }
 
+// ParseLockRelease reads lock.lua's release reply (m, or the call's error
+// err): released, nothing of ours (missing), or another holder's key (not
+// the owner).
+func ParseLockRelease(m rueidis.RedisMessage, err error) Outcome {
+	if err != nil {
+		return OutcomeError
+	}
+	switch v, err := m.AsInt64(); {
+	case err != nil:
+		return OutcomeError
+	case v == ReleaseReleased:
+		return OutcomeOK
+	case v == ReleaseTaken:
+		return OutcomeNotOwner
+	}
+	return OutcomeMissing
+}
+
 // LockLeave removes a waiter that gives up from the queue (answers 1).
 type LockLeave struct {
 	Waiter  string
