@@ -101,5 +101,9 @@ func stallReport(seen stalls) string {
 	for i, s := range seen.worst {
 		parts[i] = fmt.Sprintf("%s for %v", s.at.Format("15:04:05.000"), s.late.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("stall watch: the test process stalled %v or more %d times; the longest: %s", minStall, seen.n, strings.Join(parts, ", "))
+	times := fmt.Sprintf("%d times", seen.n)
+	if seen.n == 1 {
+		times = "once"
+	}
+	return fmt.Sprintf("stall watch: the test process stalled %v or more %s; the longest: %s", minStall, times, strings.Join(parts, ", "))
 }
