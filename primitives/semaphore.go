@@ -147,7 +147,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	var errs []error
 	for _, rep := range reps {
 		if rep.Err != nil {
-			if rep.Err != nil && scripts.IsWrongType(rep.Err) {
+			if scripts.IsWrongType(rep.Err) {
 				return 0, fmt.Errorf("%w: %w", ErrWrongType, rep.Err)
 			}
 			errs = append(errs, rep.Err)
