@@ -78,6 +78,22 @@ func (l *RanLog) Ran(t testing.TB, args ...string) bool {
 	return false
 }
 
+// Naming returns the commands logged since LogRan that name arg among
+// their arguments, oldest first, each as its arguments (a failing
+// test's evidence).
+func (l *RanLog) Naming(t testing.TB, arg string) []string {
+	t.Helper()
+	var out []string
+	entries := slowlogEntries(Admin(t, l.s, "SLOWLOG", "GET", "100000"))
+	for _, e := range slices.Backward(entries) { // SLOWLOG GET lists the newest first
+		fields := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(e))
+		if slices.Contains(fields, arg) {
+			out = append(out, strings.Join(fields, " "))
+		}
+	}
+	return out
+}
+
 // slowlogEntries cuts a rendered SLOWLOG GET reply, "[[entry] [entry]]",
 // into its entries.
 func slowlogEntries(reply string) []string {

@@ -209,6 +209,13 @@ func TestAdvLateLeaveOfEarlierAcquire(t *testing.T) {
 			continue
 		}
 		t.Errorf("node %d: %q after the late leave; want W's key, or its reservation for W after W's own rollback", i, v)
+		if reserved && len(wid) >= 8 {
+			// what tells the causes apart next time: whose waiter, and
+			// what ran for it there (a rollback, a leave, a release's
+			// handoff when W's process channel had no listener)
+			t.Logf("node %d: W's token %q; W's rollback ran there: %v; commands naming the waiter: %v",
+				i, w.Token(), logs[i].Ran(t, "rollback", wid), logs[i].Naming(t, wid))
+		}
 	}
 	y, err := ly.TryAcquire(ctx)
 	if err == nil {
