@@ -52,7 +52,7 @@ func holdsOutFor(t *testing.T, ttl time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := acquireOnEveryNode(t, srv, l, "holdout")
+	a := testkit.TakeOn(context.Background(), t, l, srv)
 	defer a.Release(context.Background())
 	id0 := c.Nodes()[0].Identity
 	srv[0].RestartEmpty()
@@ -193,7 +193,7 @@ func secondFault(t *testing.T, ttl time.Duration) {
 	srv := testutil.StartServers(t, 3, testutil.ServerOptions{})
 	c := newCoord(t, testutil.Addrs(srv), func(cfg *coordinator.Config) { cfg.DefaultTTL = 0 })
 	l, _ := primitives.NewLock(c, "second", primitives.WithTTL(ttl), primitives.WithAutoRenew(false))
-	a := acquireOnEveryNode(t, srv, l, "second")
+	a := testkit.TakeOn(context.Background(), t, l, srv)
 	defer a.Release(context.Background())
 	srv[0].RestartEmpty()
 	restarted := time.Now()

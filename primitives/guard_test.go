@@ -51,7 +51,7 @@ func holeScenario(t *testing.T, mode coordinator.GuardMode, how forgets) bool {
 	// seen on a loaded CI run) leaves A a quorum without node 0, and the
 	// scenario cannot bite
 	granted := time.Now()
-	a := acquireOnEveryNode(t, srv, la, "hole")
+	a := testkit.TakeOn(context.Background(), t, la, srv)
 	defer a.Release(context.Background())
 	testkit.Admin(t, srv[2], "DEL", testkit.LockKey("hole", "lock"))
 	switch how {

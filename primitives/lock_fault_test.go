@@ -73,29 +73,6 @@ func sameOnEveryNode(servers []*testutil.Server, key string) bool {
 	return true
 }
 
-// acquireOnEveryNode takes l (named name) until its key is on every
-// server: a scenario that then changes one node's copy needs that premise.
-// Under load a grant may miss a node or land after TryAcquire returned
-// (a quorum decides), so it waits a second for the copies and takes the
-// lock again, up to five times, logging each retry.
-func acquireOnEveryNode(t *testing.T, srv []*testutil.Server, l *primitives.Lock, name string) *primitives.Lease {
-	t.Helper()
-	for try := 1; ; try++ {
-		lease, err := l.TryAcquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if testutil.Eventually(time.Second, func() bool { return sameOnEveryNode(srv, testkit.LockKey(name, "lock")) }) {
-			return lease
-		}
-		if try == 5 {
-			t.Fatalf("%s: the key not on every node in %d tries", name, try)
-		}
-		t.Logf("try %d: %s's key not on every node; again", try, name)
-		lease.Release(context.Background())
-	}
-}
-
 func stratName(s coordinator.WaitStrategy) string {
 	if s == coordinator.WaitPolling {
 		return "polling"
@@ -1420,7 +1397,7 @@ func TestLockFaultQueueEntryLeftAfterAcquire(t *testing.T) {
 	// grant may miss a node (a quorum is two); then W, queued, may take
 	// that node, and the stray key below makes H's release find its lease
 	// really overtaken (seen in a clean-clone run).
-	h := acquireOnEveryNode(t, srv, lh, name)
+	h := testkit.TakeOn(context.Background(), t, lh, srv)
 	got := make(chan *primitives.Lease, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

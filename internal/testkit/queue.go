@@ -3,6 +3,7 @@ package testkit
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,28 @@ func Take(ctx context.Context, t testing.TB, l *primitives.Lock) *primitives.Lea
 			t.Fatalf("set-up TryAcquire of %s: %v", l.Name(), err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TakeOn is Take, then a wait (1 s) for the lease's key on every server
+// of on; where it is missing the hold is released and taken again (5
+// tries). TryAcquire returns at any quorum and the other copies land
+// later (or are lost, if the caller then cuts the holder off): a set-up
+// that deletes or cuts off nodes must first see the key where it assumes.
+func TakeOn(ctx context.Context, t testing.TB, l *primitives.Lock, on []*testutil.Server) *primitives.Lease {
+	t.Helper()
+	for try := 1; ; try++ {
+		lease := Take(ctx, t, l)
+		missing := slices.IndexFunc(on, func(s *testutil.Server) bool {
+			return !testutil.Eventually(time.Second, func() bool { return strings.Contains(NodeValue(s, l.Name()), lease.Token()) })
+		})
+		if missing < 0 {
+			return lease
+		}
+		lease.Release(context.Background())
+		if try == 5 {
+			t.Fatalf("%s: the key not on %s in %d tries", l.Name(), on[missing].Addr(), try)
+		}
+		t.Logf("try %d: %s's key not on %s; again", try, l.Name(), on[missing].Addr())
 	}
 }

@@ -2,7 +2,6 @@ package adversarial_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -45,35 +44,14 @@ func advHold(t *testing.T, c *coordinator.Coordinator, srv []*testutil.Server, n
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A's hold is the attack's premise, not its subject: a first acquire
-	// that a loaded run's nodes answered after NodeTimeout (the guard's
-	// first arming, scripts loaded through a proxy) is taken again.
-	// The premise is A's key on exactly {0..Q-1}: the others' copies are
-	// deleted below. TryAcquire returns at a quorum, so under load A can
-	// have won by another one (a node of 0..Q-1 answered late, or its copy
-	// was still on its way when the caller cut A off): deleting the rest
-	// would then take A's quorum away, and a contender's hold was reported
-	// as "S1 broken" (a clean-clone run, N = 5). A hold whose key is not on
-	// every node of 0..Q-1 is released and taken again.
+	// A's hold is the attack's premise, not its subject: A's key on
+	// exactly {0..Q-1}, the others' copies deleted below. TakeOn takes it
+	// again when a loaded run's first acquire found no quorum within
+	// NodeTimeout, or won by another quorum (a node of 0..Q-1 answered
+	// late; cut off at once, its copy was lost, and deleting the rest
+	// left A two of five nodes: "S1 broken" in a clean-clone run, N = 5).
 	q := advQuorum(len(srv))
-	var a *primitives.Lease
-	testutil.WaitFor(t, 15*time.Second, "A's hold", func() bool {
-		a, err = l.TryAcquire(context.Background())
-		if err != nil && !errors.Is(err, primitives.ErrQuorumUnavailable) {
-			t.Fatalf("A: %v", err)
-		}
-		if err != nil {
-			return false
-		}
-		for i, s := range srv[:q] {
-			if !testutil.Eventually(2*time.Second, func() bool { return strings.Contains(testkit.NodeValue(s, name), a.Token()) }) {
-				t.Logf("A's key is not on node %d (%q): taken again", i, testkit.NodeValue(s, name))
-				a.Release(context.Background())
-				return false
-			}
-		}
-		return true
-	})
+	a := testkit.TakeOn(context.Background(), t, l, srv[:q])
 	t.Cleanup(func() { a.Release(context.Background()) })
 	for _, s := range srv[q:] {
 		testkit.Admin(t, s, "DEL", testkit.LockKey(name, "lock"))
