@@ -845,3 +845,89 @@ func (a *Actor) masterOf(cl rueidis.Client) string {
 func masterOfIdentity(info, id string) bool {
 	return infoField(info, "run_id") != "" && infoField(info, "role") == "master" && identity(info) == id
 }
+
+// armedFor returns the armed copy of s for the guard tag and the node
+// identity it is armed under: the body behind armedPrelude, with two
+// comment lines more, so another SHA1 for each identity. Only the guard
+// loads it, on a node whose identity it read in the same pipeline, and it
+// runs by EVALSHA alone (docs/lock.md, "Node guard"). A node so holds
+// only the copies of identities it had itself: a demoted master keeps its
+// script cache across a resync, and receives its new master's arm key,
+// but not that master's copies. The marker's copy is made with identity
+// "" (one body for every identity). cluster selects clusterPrelude. Armed calls take their copies from
+// the actor's armedSet, made once per identity, so nothing here is cached.
+func (s *Script) armedFor(tag, identity string, cluster, watched bool) *Script {
+	prelude := armedPrelude
+	switch {
+	case cluster && s.fixed:
+		prelude = clusterCheck
+	case cluster:
+		prelude = clusterPrelude
+	case s.fixed && watched:
+		prelude = watchedCheck
+	case s.fixed:
+		prelude = armedCheck
+	case watched:
+		prelude = watchedPrelude
+	}
+	body := prelude + s.Body + "\n-- redlock guard " + tag + "\n"
+	if identity != "" {
+		body += "-- armed for " + identity + "\n"
+	}
+	return newScript(s.Name+"/armed", body)
+}
+
+// markedFor returns the marking copy of s for the guard tag and identity:
+// the body with MarkLine replaced by markCheck, and two comment lines
+// more, so another SHA1 for each identity. Like an armed copy, only the
+// guard loads it, and it runs by EVALSHA alone: a node has it only if a
+// guard loaded it for an identity the node had itself. Unlike an armed
+// copy it refuses nothing: the body runs as the plain script would, and
+// only what it marks depends on the check. Not on a Redis Cluster node.
+func (s *Script) markedFor(tag, identity string) *Script {
+	body := strings.Replace(s.Body, MarkLine, markCheck, 1) + "\n-- redlock guard " + tag + "\n-- marked for " + identity + "\n"
+	return newScript(s.Name+"/marked", body)
+}
+
+// armedSet is the armed copy of every registered script for one identity,
+// and the marking copy of every markable one (not on a cluster node).
+// It is immutable once made: the lanes read it without a lock.
+type armedSet struct {
+	identity string
+	cluster  bool
+	watched  bool // the watched prelude (the watched connection, guard.go)
+	copies   map[*Script]*Script
+	marks    map[*Script]*Script
+}
+
+// newArmedSet makes the armed copies of every registered script.
+func newArmedSet(tag, identity string, cluster, watched bool) *armedSet {
+	set := &armedSet{identity: identity, cluster: cluster, watched: watched, copies: map[*Script]*Script{}, marks: map[*Script]*Script{}}
+	for _, s := range registered() {
+		set.copies[s] = s.armedFor(tag, identity, cluster, watched)
+		if s.sharded != s {
+			set.copies[s.sharded] = s.sharded.armedFor(tag, identity, cluster, watched)
+		}
+		if s.markable && !cluster {
+			set.marks[s] = s.markedFor(tag, identity)
+		}
+	}
+	return set
+}
+
+// mark returns s's marking copy in the set, or makes it.
+func (set *armedSet) mark(s *Script, tag string) *Script {
+	if m, ok := set.marks[s]; ok {
+		return m
+	}
+	return s.markedFor(tag, set.identity)
+}
+
+// get returns s's armed copy in the set, or makes it (a script registered
+// after the set was made).
+func (set *armedSet) get(s *Script, tag string) *Script {
+	if a, ok := set.copies[s]; ok {
+		return a
+	}
+	return s.armedFor(tag, set.identity, set.cluster, set.watched)
+}
