@@ -2,8 +2,6 @@ package primitives
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -268,17 +266,4 @@ func runHeld(ctx context.Context, name string, lease *Lease, fn func(ctx context
 		return fmt.Errorf("redlock: %s: the function panicked: %w", name, r.AsError())
 	}
 	return err
-}
-
-// newToken returns 128 random bits from crypto/rand, hex encoded.
-func newToken() string {
-	var b [32]byte
-	return string(appendToken(b[:0]))
-}
-
-// appendToken appends a fresh token (newToken's digits) to b.
-func appendToken(b []byte) []byte {
-	var r [16]byte
-	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
-	return hex.AppendEncode(b, r[:])
 }

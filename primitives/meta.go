@@ -1,15 +1,14 @@
 package primitives
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redlock-go/redlock/internal/engine"
 )
 
 // Holder metadata (docs/operations.md, "Who holds it"): a Lock, MultiLock,
@@ -99,6 +98,19 @@ var hostLabel = func() func() string {
 	return func() string { return s }
 }()
 
+// newToken returns 128 random bits from crypto/rand, hex encoded.
+func newToken() string {
+	var b [32]byte
+	return string(appendToken(b[:0]))
+}
+
+// appendToken appends a fresh token (newToken's digits) to b.
+func appendToken(b []byte) []byte {
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
+	return hex.AppendEncode(b, r[:])
+}
+
 // holdValue is the token an attempt writes: a fresh token with the holder's
 // metadata, the acquisition time and the waiter it queued as (wid, "" for none).
 func holdValue(meta string, at time.Time, wid string) string {
@@ -187,139 +199,4 @@ func parseHolder(s string) HolderInfo {
 		h.trace = traceField(f)
 	}
 	return h
-}
-
-// QuorumState is what a quorum of nodes agrees on about a Lock: the holder
-// (or free), the fence counter and the ordered waiters.
-type QuorumState struct {
-	State   string       // "held", "owner", "reserved", "free", or "no quorum" when no state is on a quorum of the answering nodes
-	Holder  HolderInfo   // the holder (held, owner) or the waiter a handoff reserved it for
-	Nodes   int          // nodes that agree on State and Holder
-	Fence   string       // the fence counter a quorum of nodes has reached (the quorum-th highest; while a lock is held, its holder's fence) ("" if fewer have one)
-	Waiters []HolderInfo // waiters queued on a quorum, in queue order (the holder's own entry left out)
-}
-
-// QuorumOf is the quorum's view of per-node states (Lock.Status): the
-// state and holder on at least quorum nodes, and the waiters queued on at
-// least quorum nodes, longest waiting first.
-func QuorumOf(states []NodeState, quorum int) QuorumState {
-	type group struct {
-		st NodeState
-		n  int
-	}
-	var groups []*group
-	var fences []int64
-	for _, st := range states {
-		if st.Err != nil {
-			continue
-		}
-		var g *group
-		for _, x := range groups {
-			if x.st.State == st.State && x.st.value == st.value {
-				g = x
-			}
-		}
-		if g == nil {
-			g = &group{st: st}
-			groups = append(groups, g)
-		}
-		g.n++
-		if f, err := strconv.ParseInt(st.Fence, 10, 64); err == nil {
-			fences = append(fences, f)
-		}
-	}
-	t := engine.Tally{N: len(states), Q: quorum}
-	out := QuorumState{State: "no quorum"}
-	for _, g := range groups {
-		if t.Enough(g.n) {
-			out.State, out.Holder, out.Nodes = g.st.State, g.st.Info, g.n
-		}
-	}
-	// the counter a quorum has reached: a node whose grant came after the
-	// decision may have started its counter a little higher
-	if quorum > 0 && t.Enough(len(fences)) {
-		slices.Sort(fences)
-		out.Fence = strconv.FormatInt(fences[len(fences)-quorum], 10)
-	}
-	var queues [][]HolderInfo
-	for _, st := range states {
-		if st.Err == nil {
-			queues = append(queues, st.Queue)
-		}
-	}
-	out.Waiters = onQuorum(queues, quorum, out.Holder.waiter)
-	return out
-}
-
-// onQuorum returns the entries (holders or waiters) listed on at least
-// quorum of the nodes' lists, leaving out the waiter whose id starts with
-// skip (a holder's own queue entry), in the nodes' order: by (score, id),
-// then by since.
-func onQuorum(lists [][]HolderInfo, quorum int, skip string) []HolderInfo {
-	count := map[string]int{}
-	first := map[string]HolderInfo{}
-	for _, l := range lists {
-		for _, w := range l {
-			count[w.raw]++
-			if _, ok := first[w.raw]; !ok {
-				first[w.raw] = w
-			}
-		}
-	}
-	t := engine.Tally{N: len(lists), Q: quorum}
-	var out []HolderInfo
-	for raw, n := range count {
-		w := first[raw]
-		if t.Enough(n) && (skip == "" || prefixN(w.raw, 8) != skip) {
-			out = append(out, w)
-		}
-	}
-	slices.SortFunc(out, func(a, b HolderInfo) int {
-		if a.rank != b.rank {
-			if a.rank < b.rank {
-				return -1
-			}
-			return 1
-		}
-		if c := a.Since.Compare(b.Since); c != 0 {
-			return c
-		}
-		return strings.Compare(a.raw, b.raw)
-	})
-	return out
-}
-
-// String is the quorum line of `redlock status`: "held by worker-7 on
-// host-a since 12:03:04, fence 981, 3 waiting".
-func (q QuorumState) String() string {
-	var b strings.Builder
-	switch q.State {
-	case "held", "owner":
-		fmt.Fprintf(&b, "held by %s", q.Holder.Name())
-		if q.State == "owner" {
-			b.Reset()
-			fmt.Fprintf(&b, "held by owner %s", q.Holder.ID)
-			if q.Holder.Label != "" {
-				fmt.Fprintf(&b, " (%s)", q.Holder.Label)
-			}
-		}
-		if q.Holder.Host != "" {
-			fmt.Fprintf(&b, " on %s", q.Holder.Host)
-		}
-		if q.Holder.PID > 0 {
-			fmt.Fprintf(&b, " pid %d", q.Holder.PID)
-		}
-		if !q.Holder.Since.IsZero() {
-			fmt.Fprintf(&b, " since %s", q.Holder.Since.Format("15:04:05"))
-		}
-	case "reserved":
-		fmt.Fprintf(&b, "reserved for %s (handoff)", q.Holder.Name())
-	default:
-		b.WriteString(q.State)
-	}
-	if q.Fence != "" {
-		fmt.Fprintf(&b, ", fence %s", q.Fence)
-	}
-	fmt.Fprintf(&b, ", %d waiting", len(q.Waiters))
-	return b.String()
 }
