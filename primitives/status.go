@@ -11,7 +11,179 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/nodeactor"
 )
+
+// The operator views: a primitive's Status reads one NodeState per node,
+// with one read-only script each, and its quorum view (QuorumOf,
+// SemaphoreQuorumOf, RWQuorumOf) keeps what a quorum of them agrees on.
+
+// NodeState is one node's view of a lock, for operators (`redlock status`).
+// Holder is a token prefix only: a whole token is a capability.
+type NodeState struct {
+	Node    string
+	Err     error         // the node did not answer, or answered an error
+	State   string        // "free", "held", "owner" (reentrant), "reserved" (handoff), "min-hold" (a released tail)
+	Holder  string        // first 8 hex digits of the holder's token, or the owner id
+	TTL     time.Duration // remaining key TTL
+	Fence   string        // counter value, "" if missing
+	Waiters int64         // queued waiters on this node
+
+	// Lock (and the names of a MultiLock), FairLock; Semaphore: Queue only
+	Info  HolderInfo   // the holder (held, owner) or the waiter a handoff reserved it for, as recorded with it
+	Queue []HolderInfo // the first MaxStatusWaiters queued waiters in queue order (Since: when it queued)
+
+	// Semaphore only:
+	Permits []PermitHolder // the taken slots: each one's holder, or the waiter a handoff reserved it for
+	stored  int            // the stored permit count (0: not stored)
+
+	value string // the raw key value (a capability: never exported)
+}
+
+// String describes the node's state for a log line without the raw key
+// value (which holds a whole token: a capability), so that printing a
+// NodeState with %v never leaks it.
+func (st NodeState) String() string {
+	if st.Err != nil {
+		return st.Node + ": " + st.Err.Error()
+	}
+	s := st.Node + ": " + st.State
+	if st.State != "free" && st.Info.ID != "" {
+		s += " by " + st.Info.String()
+	}
+	if st.Fence != "" {
+		s += ", fence " + st.Fence
+	}
+	if st.Waiters > 0 {
+		s += ", " + strconv.FormatInt(st.Waiters, 10) + " waiting"
+	}
+	return s
+}
+
+// holderInfo fills Info from the value describe read (held, reserved) or,
+// in owner mode, from the latest hold's token at arr[at] (if any).
+func (st *NodeState) holderInfo(arr []rueidis.RedisMessage, at int) {
+	_, rest, _ := strings.Cut(strings.TrimPrefix(st.value, "rl1:"), ":")
+	switch st.State {
+	case "held", "reserved":
+		st.Info = parseHolder(rest)
+	case "owner":
+		st.Info = HolderInfo{ID: st.Holder, raw: st.value}
+		if len(arr) > at {
+			if h, _ := arr[at].ToString(); h != "" {
+				info := parseHolder(h)
+				info.ID, info.raw = st.Holder, st.value
+				st.Info = info
+			}
+		}
+	}
+}
+
+// parseQueue reads a queue listed as {id, score, ...} (the first
+// MaxStatusWaiters); scoreIsSince: the score is the server ms the waiter
+// queued (else the id carries its since).
+func parseQueue(m rueidis.RedisMessage, scoreIsSince bool) []HolderInfo {
+	q, _ := m.ToArray()
+	var out []HolderInfo
+	for i := 0; i+1 < len(q) && len(out) < MaxStatusWaiters; i += 2 {
+		id, _ := q[i].ToString()
+		score, _ := q[i+1].AsFloat64()
+		w := parseHolder(id)
+		w.rank = score
+		if scoreIsSince {
+			w.Since = time.UnixMilli(int64(score))
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// readStatus runs a primitive's read-only status call on every node. Each
+// reply is {value, pttl, fence, ...}; parse reads the rest (it is called
+// only for a reply of at least n elements).
+func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
+	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	return readEach(ctx, c, call, n, func(arr []rueidis.RedisMessage, st *NodeState) {
+		st.value, _ = arr[0].ToString()
+		pttl, _ := arr[1].AsInt64()
+		st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
+		st.Fence, _ = arr[2].ToString()
+		parse(arr, st)
+	})
+}
+
+// readEach runs a read-only call on every node and lets parse fill each
+// node's state from an array reply of at least n elements.
+func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
+	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+	if ctx == nil {
+		return nilCtxStates(c, "Status")
+	}
+	reps := c.Read(ctx, call)
+	nodes := c.Nodes()
+	out := make([]NodeState, len(reps))
+	for i, rep := range reps {
+		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
+		if rep.Err == nil {
+			arr, err := rep.Msg.ToArray()
+			if err != nil || len(arr) < n {
+				st.Err = fmt.Errorf("redlock: unexpected status reply")
+			} else {
+				parse(arr, &st)
+			}
+		}
+		out[i] = st
+	}
+	return out
+}
+
+// describe sets State and Holder from the key's value: held (a token
+// prefix), owner (an owner id) or reserved (a waiter id prefix by a handoff;
+// "" when the primitive has none).
+func (st *NodeState) describe(held, owner, reserved string) {
+	v := st.value
+	switch {
+	case v == "":
+		st.State = "free"
+	case strings.HasPrefix(v, held):
+		st.State, st.Holder = "held", prefix8(v[len(held):])
+	case strings.HasPrefix(v, owner):
+		st.State, st.Holder = "owner", v[len(owner):]
+	case reserved != "" && strings.HasPrefix(v, reserved):
+		st.State, st.Holder = "reserved", prefix8(v[len(reserved):])
+	default:
+		st.State = "unknown"
+	}
+}
+
+func prefix8(tok string) string {
+	if len(tok) > 8 {
+		return tok[:8] + "…"
+	}
+	return tok
+}
+
+// tail marks a min-hold tail that describe left "unknown".
+func (st *NodeState) tail(prefix string) {
+	if st.State == "unknown" && strings.HasPrefix(st.value, prefix) {
+		rest := strings.TrimPrefix(st.value, prefix)
+		_, tok, _ := strings.Cut(rest, ":")
+		st.State, st.Holder = "min-hold", prefix8(tok)
+	}
+}
+
+// parseLockStatus fills st from a status reply ({value, pttl, fence,
+// waiters, queue with scores, latest hold}; readStatus has read the first
+// three).
+func parseLockStatus(arr []rueidis.RedisMessage, st *NodeState) {
+	st.Waiters, _ = arr[3].AsInt64()
+	st.describe("rl1:L:", "rl1:O:", "rl1:R:")
+	st.tail(lockTail)
+	st.holderInfo(arr, 5)
+	if len(arr) > 4 {
+		st.Queue = parseQueue(arr[4], true)
+	}
+}
 
 // Status reads the semaphore's state on every node, with one read-only
 // script each. State is "taken k/p [slots]", "free 0/p", or "missing"
