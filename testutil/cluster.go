@@ -32,6 +32,10 @@ type Cluster struct {
 	Masters  []*Server // the masters after creation (a failover can change roles)
 	Replicas []*Server
 	all      []*Server
+
+	// giveSlotGap is a pause between GiveSlot's two steps (0: none): its
+	// test stands in for a stall of the test process there.
+	giveSlotGap time.Duration
 }
 
 // ClusterOptions configures [StartCluster].

@@ -96,9 +96,9 @@ func (c *Cluster) MoveSlot(slot int, to *Server) {
 	}
 }
 
-// GiveSlot gives slot to to without migrating its keys: CLUSTER SETSLOT
-// NODE on to alone, then CLUSTER BUMPEPOCH there, so its claim wins by
-// gossip. The old owner then deletes its keys in the slot (Redis drops a
+// GiveSlot gives slot to to without migrating its keys: CLUSTER
+// BUMPEPOCH on to, then CLUSTER SETSLOT NODE there alone, so its claim
+// wins by gossip. The old owner then deletes its keys in the slot (Redis drops a
 // master's keys in a slot it lost), which GiveSlot waits for, as for
 // every master that answers to name to as the owner.
 func (c *Cluster) GiveSlot(slot int, to *Server) {
@@ -107,10 +107,15 @@ func (c *Cluster) GiveSlot(slot int, to *Server) {
 	if from == to {
 		return
 	}
-	c.setSlot(to, strconv.Itoa(slot), "NODE", c.NodeID(to))
+	// The epoch first: a claim made under a lower config epoch than the
+	// old owner's is overturned by the old owner's next gossip message,
+	// and a bump after that claims nothing (a stall between the two steps
+	// lost the slot for good: TestGiveSlotSurvivesAStallBetweenItsSteps).
 	if _, err := to.Do("CLUSTER", "BUMPEPOCH"); err != nil {
 		c.t.Fatalf("CLUSTER BUMPEPOCH on %s: %v", to.Addr(), err)
 	}
+	time.Sleep(c.giveSlotGap)
+	c.setSlot(to, strconv.Itoa(slot), "NODE", c.NodeID(to))
 	deadline := time.Now().Add(clusterTimeout)
 	for c.Owner(slot) != to || !c.agree(slot, to) || len(c.KeysInSlot(from, slot)) > 0 {
 		if time.Now().After(deadline) {
