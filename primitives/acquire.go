@@ -597,7 +597,7 @@ func (l *Lock) startAcquireSpan(ctx context.Context) (context.Context, *acquireT
 
 // holders is who holds the Lock's name on a quorum (none if nobody does).
 func (l *Lock) holders(ctx context.Context) []HolderInfo {
-	states := readStatus(ctx, l.c, l.call(scripts.LockStatus{}), 4, parseLockStatus)
+	states := readLockStatus(ctx, l.c, l.call(scripts.LockStatus{}))
 	if o := decideLeader(l.c.NewTally(), states, time.Now()); o.lead.State == Leading {
 		return []HolderInfo{o.lead.Holder}
 	}

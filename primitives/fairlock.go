@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
@@ -170,18 +169,14 @@ func (f *FairLock) call(op scripts.Op) nodeactor.Call {
 	return nodeactor.Call{Script: fairScript, Keys: f.keys, Args: op.Args(), ReadOnly: ro}
 }
 
-// parseFairStatus fills st from a status reply ({value, pttl, fence, live
-// ids, ticket counter, latest hold, queue with tickets}; readStatus has
-// read the first three).
-func parseFairStatus(arr []rueidis.RedisMessage, st *NodeState) {
-	ids, _ := arr[3].ToArray()
-	st.Waiters = int64(len(ids))
+// fillFair describes a FairLock's view in st (its queue's scores are
+// tickets).
+func fillFair(v scripts.LockView, st *NodeState) {
+	st.lockView(v)
 	st.describe("rl1:F:", "rl1:FO:", "")
 	st.tail(fairTail)
-	st.holderInfo(arr, 5)
-	if len(arr) > 6 {
-		st.Queue = parseQueue(arr[6], false)
-	}
+	st.holderInfo(v.Latest)
+	st.Queue = queueOf(v.Queue, false)
 }
 
 // fairWaiter is one Acquire (or TryAcquire) of a FairLock: a stable waiter
@@ -275,7 +270,7 @@ func (p *fairProto) ReleaseCall(int) nodeactor.Call {
 // holder's entry may still be counted for up to one TTL after its grant;
 // QuorumOf leaves it out). QuorumOf gives the quorum's view.
 func (f *FairLock) Status(ctx context.Context) []NodeState {
-	return readStatus(ctx, f.c, f.call(scripts.FairStatus{MaxWaiters: MaxStatusWaiters}), 5, parseFairStatus)
+	return readEach(ctx, f.c, f.call(scripts.FairStatus{MaxWaiters: MaxStatusWaiters}), scripts.ParseFairView, fillFair)
 }
 
 // holders is who holds the fair lock on a quorum (none if nobody does).

@@ -336,7 +336,7 @@ func (p *lockProto) LogValue() slog.Value {
 // Status reads the lock's state on every node (one read-only script each).
 func (l *Lock) Status(ctx context.Context) []NodeState {
 	call := l.call(scripts.LockStatus{MaxWaiters: MaxStatusWaiters})
-	return readStatus(ctx, l.c, call, 4, parseLockStatus)
+	return readLockStatus(ctx, l.c, call)
 }
 
 func newLockProto(l *Lock, token, wid string, fence uint64) *lockProto {

@@ -217,7 +217,7 @@ func (m *MultiLock) holders(ctx context.Context) []HolderInfo {
 	var out []HolderInfo
 	for _, name := range m.names {
 		call := nodeactor.Call{Script: lockScript, Keys: lockKeys(m.c, name), Args: scripts.LockStatus{}.Args(), ReadOnly: true}
-		states := readStatus(ctx, m.c, call, 4, parseLockStatus)
+		states := readLockStatus(ctx, m.c, call)
 		if o := decideLeader(m.c.NewTally(), states, time.Now()); o.lead.State == Leading {
 			if out = append(out, o.lead.Holder); len(out) == maxHolderLinks {
 				break

@@ -100,7 +100,7 @@ func (l *Lock) observe(ctx context.Context, flag time.Duration) observation {
 	start := time.Now()
 	var states []NodeState
 	if flag > 0 {
-		states = readStatus(ctx, l.c, l.call(scripts.LockObserve{Flag: flag}), 4, parseLockStatus)
+		states = readLockStatus(ctx, l.c, l.call(scripts.LockObserve{Flag: flag}))
 		// A user that may only read our keys cannot set the flag. It reads
 		// read-only, as `redlock status` does, and hears fewer grants.
 		if slices.ContainsFunc(states, func(st NodeState) bool { return nodeactor.IsNoPerm(st.Err) }) {
@@ -109,7 +109,7 @@ func (l *Lock) observe(ctx context.Context, flag time.Duration) observation {
 	}
 	if flag == 0 {
 		start = time.Now()
-		states = readStatus(ctx, l.c, l.call(scripts.LockStatus{}), 4, parseLockStatus)
+		states = readLockStatus(ctx, l.c, l.call(scripts.LockStatus{}))
 	}
 	return decideLeader(l.c.NewTally(), states, start)
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/redlock-go/redlock/coordinator"
 	"github.com/redlock-go/redlock/internal/engine"
 	"github.com/redlock-go/redlock/internal/scripts"
@@ -286,39 +284,21 @@ func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
 	nodes := rw.c.Nodes()
 	out := make([]RWNodeState, len(reps))
 	for i, rep := range reps {
-		st := RWNodeState{Node: nodes[i].Addr, Err: rep.Err}
-		if rep.Err == nil {
-			arr, err := rep.Msg.ToArray()
-			if err != nil || len(arr) < 8 {
-				st.Err = fmt.Errorf("redlock: unexpected status reply")
-			} else {
-				w, _ := arr[0].ToString()
-				if len(w) > 6 {
-					st.Writer = prefix8(w[6:])
-					st.WriterInfo = parseHolder(w[6:])
-				}
-				st.Readers, _ = arr[1].AsInt64()
-				st.WaitingWriters, _ = arr[2].AsInt64()
-				st.WaitingReaders, _ = arr[3].AsInt64()
-				st.Fence, _ = arr[4].ToString()
-				st.ReaderInfo = parseList(arr[5])
-				st.WriterQueue = parseQueue(arr[6], true)
-				st.ReaderWaiters = parseList(arr[7])
-			}
+		out[i].Node = nodes[i].Addr
+		v, err := parseReply(rep, scripts.ParseRWView)
+		if err != nil {
+			out[i].Err = err
+			continue
 		}
-		out[i] = st
-	}
-	return out
-}
-
-// parseList reads a list of tokens or waiter ids.
-func parseList(m rueidis.RedisMessage) []HolderInfo {
-	ids, _ := m.ToArray()
-	var out []HolderInfo
-	for _, x := range ids {
-		if id, _ := x.ToString(); id != "" && len(out) < MaxStatusWaiters {
-			out = append(out, parseHolder(id))
+		st := &out[i]
+		if len(v.Writer) > 6 {
+			st.Writer = prefix8(v.Writer[6:])
+			st.WriterInfo = parseHolder(v.Writer[6:])
 		}
+		st.Readers, st.WaitingWriters, st.WaitingReaders, st.Fence = v.Readers, v.WaitingWriters, v.WaitingReaders, v.Fence
+		st.ReaderInfo = holdersOf(v.ReaderTokens)
+		st.WriterQueue = queueOf(v.WriterQueue, true)
+		st.ReaderWaiters = holdersOf(v.ReaderWaiters)
 	}
 	return out
 }

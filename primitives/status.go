@@ -61,61 +61,54 @@ func (st NodeState) String() string {
 }
 
 // holderInfo fills Info from the value describe read (held, reserved) or,
-// in owner mode, from the latest hold's token at arr[at] (if any).
-func (st *NodeState) holderInfo(arr []rueidis.RedisMessage, at int) {
+// in owner mode, from the latest hold's token (if any).
+func (st *NodeState) holderInfo(latest string) {
 	_, rest, _ := strings.Cut(strings.TrimPrefix(st.value, "rl1:"), ":")
 	switch st.State {
 	case "held", "reserved":
 		st.Info = parseHolder(rest)
 	case "owner":
 		st.Info = HolderInfo{ID: st.Holder, raw: st.value}
-		if len(arr) > at {
-			if h, _ := arr[at].ToString(); h != "" {
-				info := parseHolder(h)
-				info.ID, info.raw = st.Holder, st.value
-				st.Info = info
-			}
+		if latest != "" {
+			info := parseHolder(latest)
+			info.ID, info.raw = st.Holder, st.value
+			st.Info = info
 		}
 	}
 }
 
-// parseQueue reads a queue listed as {id, score, ...} (the first
-// MaxStatusWaiters); scoreIsSince: the score is the server ms the waiter
-// queued (else the id carries its since).
-func parseQueue(m rueidis.RedisMessage, scoreIsSince bool) []HolderInfo {
-	q, _ := m.ToArray()
+// queueOf describes a status's first MaxStatusWaiters waiters;
+// scoreIsSince: the score is the server ms the waiter queued (else the id
+// carries its since).
+func queueOf(q []scripts.Listed, scoreIsSince bool) []HolderInfo {
 	var out []HolderInfo
-	for i := 0; i+1 < len(q) && len(out) < MaxStatusWaiters; i += 2 {
-		id, _ := q[i].ToString()
-		score, _ := q[i+1].AsFloat64()
-		w := parseHolder(id)
-		w.rank = score
+	for _, e := range q[:min(len(q), MaxStatusWaiters)] {
+		w := parseHolder(e.ID)
+		w.rank = e.Score
 		if scoreIsSince {
-			w.Since = time.UnixMilli(int64(score))
+			w.Since = time.UnixMilli(int64(e.Score))
 		}
 		out = append(out, w)
 	}
 	return out
 }
 
-// readStatus runs a primitive's read-only status call on every node. Each
-// reply is {value, pttl, fence, ...}; parse reads the rest (it is called
-// only for a reply of at least n elements).
-func readStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
-	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
-	return readEach(ctx, c, call, n, func(arr []rueidis.RedisMessage, st *NodeState) {
-		st.value, _ = arr[0].ToString()
-		pttl, _ := arr[1].AsInt64()
-		st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
-		st.Fence, _ = arr[2].ToString()
-		parse(arr, st)
-	})
+// holdersOf describes a status's list of tokens or waiter ids (the first
+// MaxStatusWaiters).
+func holdersOf(ids []string) []HolderInfo {
+	var out []HolderInfo
+	for _, id := range ids[:min(len(ids), MaxStatusWaiters)] {
+		out = append(out, parseHolder(id))
+	}
+	return out
 }
 
-// readEach runs a read-only call on every node and lets parse fill each
-// node's state from an array reply of at least n elements.
-func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
-	parse func(arr []rueidis.RedisMessage, st *NodeState)) []NodeState {
+// readEach runs a read-only call on every node; parse (the op's parser,
+// beside it in internal/scripts) reads each reply, and fill describes it
+// in the node's state. A node that did not answer, or answered what parse
+// refuses, has the error.
+func readEach[V any](ctx context.Context, c *engine.Engine, call nodeactor.Call,
+	parse func(rueidis.RedisMessage) (V, error), fill func(V, *NodeState)) []NodeState {
 	if ctx == nil {
 		return nilCtxStates(c, "Status")
 	}
@@ -123,18 +116,25 @@ func readEach(ctx context.Context, c *engine.Engine, call nodeactor.Call, n int,
 	nodes := c.Nodes()
 	out := make([]NodeState, len(reps))
 	for i, rep := range reps {
-		st := NodeState{Node: nodes[i].Addr, Err: rep.Err}
-		if rep.Err == nil {
-			arr, err := rep.Msg.ToArray()
-			if err != nil || len(arr) < n {
-				st.Err = fmt.Errorf("redlock: unexpected status reply")
-			} else {
-				parse(arr, &st)
-			}
+		out[i].Node = nodes[i].Addr
+		if v, err := parseReply(rep, parse); err != nil {
+			out[i].Err = err
+		} else {
+			fill(v, &out[i])
 		}
-		out[i] = st
 	}
 	return out
+}
+
+// readLockStatus reads a Lock's status call (LockStatus, LockObserve) on
+// every node.
+func readLockStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call) []NodeState {
+	return readEach(ctx, c, call, scripts.ParseLockView, fillLock)
+}
+
+// lockView fills st's fields common to a Lock's and a FairLock's view.
+func (st *NodeState) lockView(v scripts.LockView) {
+	st.value, st.TTL, st.Fence, st.Waiters = v.Value, v.TTL, v.Fence, v.Waiters
 }
 
 // describe sets State and Holder from the key's value: held (a token
@@ -172,17 +172,13 @@ func (st *NodeState) tail(prefix string) {
 	}
 }
 
-// parseLockStatus fills st from a status reply ({value, pttl, fence,
-// waiters, queue with scores, latest hold}; readStatus has read the first
-// three).
-func parseLockStatus(arr []rueidis.RedisMessage, st *NodeState) {
-	st.Waiters, _ = arr[3].AsInt64()
+// fillLock describes a Lock's view in st.
+func fillLock(v scripts.LockView, st *NodeState) {
+	st.lockView(v)
 	st.describe("rl1:L:", "rl1:O:", "rl1:R:")
 	st.tail(lockTail)
-	st.holderInfo(arr, 5)
-	if len(arr) > 4 {
-		st.Queue = parseQueue(arr[4], true)
-	}
+	st.holderInfo(v.Latest)
+	st.Queue = queueOf(v.Queue, true)
 }
 
 // Status reads the semaphore's state on every node, with one read-only
@@ -194,37 +190,31 @@ func parseLockStatus(arr []rueidis.RedisMessage, st *NodeState) {
 // SemaphoreQuorumOf gives the quorum's view. It does not check the permit
 // count this Semaphore was created with, so any count will do for reading.
 func (s *Semaphore) Status(ctx context.Context) []NodeState {
-	return readEach(ctx, s.c, s.call(scripts.SemInfo{MaxWaiters: MaxStatusWaiters}), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
-		stored, _ := arr[0].AsInt64()
-		st.Waiters, _ = arr[1].AsInt64()
-		st.stored = int(stored)
-		if stored == 0 {
+	return readEach(ctx, s.c, s.call(scripts.SemInfo{MaxWaiters: MaxStatusWaiters}), scripts.ParseSemView, func(v scripts.SemView, st *NodeState) {
+		st.Waiters, st.stored = v.Waiters, int(v.Stored)
+		if v.Stored == 0 {
 			st.State = "missing"
 			return
 		}
-		taken, _ := arr[2].ToArray()
-		vals, _ := arr[3].ToArray()
 		var slots []string
-		for i, m := range taken {
-			n, _ := m.AsInt64()
+		for i, n := range v.Slots {
 			slots = append(slots, fmt.Sprint(n))
-			if i < len(vals) {
-				v, _ := vals[i].ToString()
+			if i < len(v.Values) {
 				p := PermitHolder{Slot: int(n)}
-				if r, ok := strings.CutPrefix(v, "rl1:R:"); ok {
+				if r, ok := strings.CutPrefix(v.Values[i], "rl1:R:"); ok {
 					p.Reserved, p.Holder = true, parseHolder(r)
 				} else {
-					p.Holder = parseHolder(strings.TrimPrefix(v, "rl1:S:"))
+					p.Holder = parseHolder(strings.TrimPrefix(v.Values[i], "rl1:S:"))
 				}
 				st.Permits = append(st.Permits, p)
 			}
 		}
-		st.Queue = parseQueue(arr[4], true)
+		st.Queue = queueOf(v.Queue, true)
 		if len(slots) == 0 {
-			st.State = fmt.Sprintf("free 0/%d", stored)
+			st.State = fmt.Sprintf("free 0/%d", v.Stored)
 			return
 		}
-		st.State = fmt.Sprintf("taken %d/%d [%s]", len(slots), stored, strings.Join(slots, " "))
+		st.State = fmt.Sprintf("taken %d/%d [%s]", len(slots), v.Stored, strings.Join(slots, " "))
 	})
 }
 
@@ -314,20 +304,15 @@ func (q SemaphoreQuorum) String() string {
 // that node out of the initial n) or "missing"; TTL is the key's remaining
 // TTL.
 func (l *CountDownLatch) Status(ctx context.Context) []NodeState {
-	return readEach(ctx, l.c, l.call(scripts.LatchStatus{}), 5, func(arr []rueidis.RedisMessage, st *NodeState) {
-		exists, _ := arr[0].AsInt64()
-		initial, _ := arr[1].AsInt64()
-		ids, _ := arr[2].AsInt64()
-		opened, _ := arr[3].AsInt64()
-		pttl, _ := arr[4].AsInt64()
-		st.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
+	return readEach(ctx, l.c, l.call(scripts.LatchStatus{}), scripts.ParseLatchView, func(v scripts.LatchView, st *NodeState) {
+		st.TTL = v.TTL
 		switch {
-		case exists == 0:
+		case !v.Exists:
 			st.State = "missing"
-		case opened == 1:
+		case v.Opened:
 			st.State = "open"
 		default:
-			st.State = fmt.Sprintf("counted %d/%d", min(ids, initial), initial)
+			st.State = fmt.Sprintf("counted %d/%d", min(v.IDs, v.Initial), v.Initial)
 		}
 	})
 }

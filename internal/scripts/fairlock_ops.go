@@ -1,6 +1,10 @@
 package scripts
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/rueidis"
+)
 
 // The ops of fairlock.lua (KEYS: FairLockKeys). Acquire answers as
 // lock.lua's does ({Granted, fence, now, reentrant} or {Refused, hint ms,
@@ -85,3 +89,24 @@ func (a FairFence) Args() []string { return LockFence(a).Args() }
 type FairStatus struct{ MaxWaiters int }
 
 func (a FairStatus) Args() []string { return []string{"status", itoa(int64(a.MaxWaiters))} }
+
+// ParseFairView reads a FairStatus reply ({value, pttl, fence, live queue
+// ids, ticket counter, latest hold, the first waiters with their
+// tickets}) as a LockView: Waiters counts the live ids.
+func ParseFairView(m rueidis.RedisMessage) (LockView, error) {
+	arr, err := statusArray(m, 5)
+	if err != nil {
+		return LockView{}, err
+	}
+	ids, _ := arr[3].ToArray()
+	v := LockView{TTL: pttl(arr[1]), Waiters: int64(len(ids))}
+	v.Value, _ = arr[0].ToString()
+	v.Fence, _ = arr[2].ToString()
+	if len(arr) > 5 {
+		v.Latest, _ = arr[5].ToString()
+	}
+	if len(arr) > 6 {
+		v.Queue = scored(arr[6])
+	}
+	return v, nil
+}

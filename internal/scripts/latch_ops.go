@@ -116,3 +116,25 @@ func ParseLatchState(m rueidis.RedisMessage) (LatchState, error) {
 	}
 	return st, nil
 }
+
+// LatchView is one node's answer to LatchStatus.
+type LatchView struct {
+	Exists  bool
+	Initial int64 // the initial count
+	IDs     int64 // distinct count-downs recorded
+	Opened  bool
+	TTL     time.Duration // the key's remaining TTL (0: none)
+}
+
+// ParseLatchView reads a LatchStatus reply.
+func ParseLatchView(m rueidis.RedisMessage) (LatchView, error) {
+	arr, err := statusArray(m, 5)
+	if err != nil {
+		return LatchView{}, err
+	}
+	exists, _ := arr[0].AsInt64()
+	initial, _ := arr[1].AsInt64()
+	ids, _ := arr[2].AsInt64()
+	opened, _ := arr[3].AsInt64()
+	return LatchView{Exists: exists != 0, Initial: initial, IDs: ids, Opened: opened == 1, TTL: pttl(arr[4])}, nil
+}

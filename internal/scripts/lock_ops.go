@@ -236,3 +236,37 @@ func ParseLockForced(m rueidis.RedisMessage) (LockForced, error) {
 	f.Fence, _ = arr[2].AsInt64()
 	return f, nil
 }
+
+// LockView is one node's answer to LockStatus or LockObserve (and to
+// FairStatus, read by ParseFairView): the key's value ("" when free), its
+// remaining TTL, the fence counter ("" when missing), how many wait, the
+// first waiters (LockStatus only) and, in owner mode, the latest hold's
+// token ("" when none).
+type LockView struct {
+	Value   string
+	TTL     time.Duration
+	Fence   string
+	Waiters int64
+	Queue   []Listed // Lock: Score is when each queued (server ms); FairLock: its ticket
+	Latest  string
+}
+
+// ParseLockView reads a LockStatus or LockObserve reply ({value, pttl,
+// fence, waiters, the first waiters with their scores, the latest hold}).
+func ParseLockView(m rueidis.RedisMessage) (LockView, error) {
+	arr, err := statusArray(m, 4)
+	if err != nil {
+		return LockView{}, err
+	}
+	v := LockView{TTL: pttl(arr[1])}
+	v.Value, _ = arr[0].ToString()
+	v.Fence, _ = arr[2].ToString()
+	v.Waiters, _ = arr[3].AsInt64()
+	if len(arr) > 4 {
+		v.Queue = scored(arr[4])
+	}
+	if len(arr) > 5 {
+		v.Latest, _ = arr[5].ToString()
+	}
+	return v, nil
+}

@@ -141,3 +141,52 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // Op is one op of a script: Args is its ARGV.
 type Op interface{ Args() []string }
+
+// Listed is one entry of a status reply's list: a token or waiter id, and
+// its score where the list has one (a queue: when the waiter queued, in
+// server ms, or its ticket).
+type Listed struct {
+	ID    string
+	Score float64
+}
+
+// statusArray is a status reply as an array of at least n elements.
+// Within it, a read op's parser reads leniently: a nil or mistyped
+// element reads as its zero value ("", 0), as a missing key's does.
+func statusArray(m rueidis.RedisMessage, n int) ([]rueidis.RedisMessage, error) {
+	arr, err := m.ToArray()
+	if err != nil || len(arr) < n {
+		return nil, errors.New("redlock: unexpected status reply")
+	}
+	return arr, nil
+}
+
+// scored reads a list given as {id, score, id, score, ...}.
+func scored(m rueidis.RedisMessage) []Listed {
+	q, _ := m.ToArray()
+	out := make([]Listed, 0, len(q)/2)
+	for i := 0; i+1 < len(q); i += 2 {
+		id, _ := q[i].ToString()
+		score, _ := q[i+1].AsFloat64()
+		out = append(out, Listed{ID: id, Score: score})
+	}
+	return out
+}
+
+// idList reads a list of ids, leaving out empty ones.
+func idList(m rueidis.RedisMessage) []string {
+	arr, _ := m.ToArray()
+	var out []string
+	for _, x := range arr {
+		if id, _ := x.ToString(); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// pttl reads a PTTL reply: a TTL, 0 for none (-1, -2).
+func pttl(m rueidis.RedisMessage) time.Duration {
+	ms, _ := m.AsInt64()
+	return time.Duration(max(ms, 0)) * time.Millisecond
+}

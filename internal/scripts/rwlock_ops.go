@@ -1,6 +1,10 @@
 package scripts
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/rueidis"
+)
 
 // The ops of rwlock.lua (KEYS: RWLockKeys). Acquire answers {Granted,
 // fence, now, 1 for a reader} or {Refused, pttl, now, 0}; renew answers the
@@ -93,3 +97,31 @@ func (a RWFence) Args() []string { return []string{"fence", itoa(a.Fence), Ms(a.
 type RWStatus struct{ MaxWaiters int }
 
 func (a RWStatus) Args() []string { return []string{"status", itoa(int64(a.MaxWaiters))} }
+
+// RWView is one node's answer to RWStatus.
+type RWView struct {
+	Writer                                  string // the writer key's value ("" when none)
+	Readers, WaitingWriters, WaitingReaders int64
+	Fence                                   string   // "" when missing
+	ReaderTokens                            []string // the first live readers' tokens
+	WriterQueue                             []Listed // the first waiting writers; Score: when each queued (server ms)
+	ReaderWaiters                           []string // the first waiting and admitted readers' ids
+}
+
+// ParseRWView reads an RWStatus reply.
+func ParseRWView(m rueidis.RedisMessage) (RWView, error) {
+	arr, err := statusArray(m, 8)
+	if err != nil {
+		return RWView{}, err
+	}
+	var v RWView
+	v.Writer, _ = arr[0].ToString()
+	v.Readers, _ = arr[1].AsInt64()
+	v.WaitingWriters, _ = arr[2].AsInt64()
+	v.WaitingReaders, _ = arr[3].AsInt64()
+	v.Fence, _ = arr[4].ToString()
+	v.ReaderTokens = idList(arr[5])
+	v.WriterQueue = scored(arr[6])
+	v.ReaderWaiters = idList(arr[7])
+	return v, nil
+}

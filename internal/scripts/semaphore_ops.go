@@ -144,3 +144,36 @@ type SemInfo struct {
 }
 
 func (a SemInfo) Args() []string { return []string{"info", itoa(int64(a.MaxWaiters))} }
+
+// SemView is one node's answer to SemInfo: the stored permit count (0:
+// not stored), how many wait, the taken slots and each one's value, and
+// the first waiters (Score: when each queued, server ms).
+type SemView struct {
+	Stored, Waiters int64
+	Slots           []int64
+	Values          []string // Values[i] is Slots[i]'s value, where the reply has it
+	Queue           []Listed
+}
+
+// ParseSemView reads a SemInfo reply.
+func ParseSemView(m rueidis.RedisMessage) (SemView, error) {
+	arr, err := statusArray(m, 5)
+	if err != nil {
+		return SemView{}, err
+	}
+	var v SemView
+	v.Stored, _ = arr[0].AsInt64()
+	v.Waiters, _ = arr[1].AsInt64()
+	taken, _ := arr[2].ToArray()
+	vals, _ := arr[3].ToArray()
+	for i, m := range taken {
+		n, _ := m.AsInt64()
+		v.Slots = append(v.Slots, n)
+		if i < len(vals) {
+			s, _ := vals[i].ToString()
+			v.Values = append(v.Values, s)
+		}
+	}
+	v.Queue = scored(arr[4])
+	return v, nil
+}
