@@ -172,11 +172,7 @@ func (f *FairLock) call(op scripts.Op) nodeactor.Call {
 // fillFair describes a FairLock's view in st (its queue's scores are
 // tickets).
 func fillFair(v scripts.LockView, st *NodeState) {
-	st.lockView(v)
-	st.describe("rl1:F:", "rl1:FO:", "")
-	st.tail(fairTail)
-	st.holderInfo(v.Latest)
-	st.Queue = queueOf(v.Queue, false)
+	st.lockView(v, "rl1:F:", "rl1:FO:", "", fairTail, false)
 }
 
 // fairWaiter is one Acquire (or TryAcquire) of a FairLock: a stable waiter

@@ -132,9 +132,15 @@ func readLockStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call) 
 	return readEach(ctx, c, call, scripts.ParseLockView, fillLock)
 }
 
-// lockView fills st's fields common to a Lock's and a FairLock's view.
-func (st *NodeState) lockView(v scripts.LockView) {
+// lockView describes a Lock's or a FairLock's view in st: held, owner
+// and reserved are its values' prefixes (describe), tail its min-hold
+// tail's, and scoreIsSince tells whether its queue's scores are times.
+func (st *NodeState) lockView(v scripts.LockView, held, owner, reserved, tail string, scoreIsSince bool) {
 	st.value, st.TTL, st.Fence, st.Waiters = v.Value, v.TTL, v.Fence, v.Waiters
+	st.describe(held, owner, reserved)
+	st.tail(tail)
+	st.holderInfo(v.Latest)
+	st.Queue = queueOf(v.Queue, scoreIsSince)
 }
 
 // describe sets State and Holder from the key's value: held (a token
@@ -174,11 +180,7 @@ func (st *NodeState) tail(prefix string) {
 
 // fillLock describes a Lock's view in st.
 func fillLock(v scripts.LockView, st *NodeState) {
-	st.lockView(v)
-	st.describe("rl1:L:", "rl1:O:", "rl1:R:")
-	st.tail(lockTail)
-	st.holderInfo(v.Latest)
-	st.Queue = queueOf(v.Queue, true)
+	st.lockView(v, "rl1:L:", "rl1:O:", "rl1:R:", lockTail, true)
 }
 
 // Status reads the semaphore's state on every node, with one read-only
