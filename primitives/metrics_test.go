@@ -38,10 +38,16 @@ func TestMetricsScenario(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
-	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 3)), func(cfg *coordinator.Config) { cfg.MeterProvider = mp })
+	c := newCoord(t, testutil.MiniAddrs(testutil.StartMinis(t, 3)), func(cfg *coordinator.Config) {
+		cfg.MeterProvider = mp
+		cfg.NodeTimeout = 250 * time.Millisecond // below its leases' 300 ms TTL
+	})
 	ctx := context.Background()
 
-	renewed, _ := primitives.NewLock(c, "renewed", primitives.WithTTL(300*time.Millisecond))
+	renewed, err := primitives.NewLock(c, "renewed", primitives.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	l1, err := renewed.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
