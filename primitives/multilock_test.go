@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock/internal/testkit"
 	"github.com/redlock-go/redlock/primitives"
 	"github.com/redlock-go/redlock/testutil"
 )
@@ -16,7 +17,10 @@ import (
 func TestMultiLockExcludesLockAndIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ms := testutil.StartMinis(t, 3)
-	c := newCoord(t, testutil.MiniAddrs(ms))
+	// No fault: its one-shot TryAcquires must not fail on a stall of the
+	// loaded process, which silences the in-process nodes too (a CI run
+	// beside a CPU hog: "quorum unavailable: 0 of 3 nodes answered").
+	c := newCoord(t, testutil.MiniAddrs(ms), testkit.Roomy)
 	ctx := context.Background()
 	single, _ := primitives.NewLock(c, "b")
 	held, err := single.TryAcquire(ctx)

@@ -3,7 +3,6 @@ package testutil
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"sync"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -19,23 +18,8 @@ func StartMinis(t testing.TB, n int) []*miniredis.Miniredis {
 	ms := make([]*miniredis.Miniredis, n)
 	for i := range ms {
 		ms[i] = miniredis.RunT(t)
-		addr := ms[i].Addr()
-		inProcess.Store(addr, true)
-		t.Cleanup(func() { inProcess.Delete(addr) }) // before RunT's Close
 	}
 	return ms
-}
-
-// inProcess holds the addresses of the miniredis servers StartMinis
-// started, until their test ends.
-var inProcess sync.Map
-
-// InProcess reports whether addr is a miniredis server StartMinis started
-// in this process. Such a node answers only as fast as the test process
-// runs: a stall of the process stalls every such node at once.
-func InProcess(addr string) bool {
-	_, ok := inProcess.Load(addr)
-	return ok
 }
 
 // MiniAddrs returns the addresses of ms, in order.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,13 +25,6 @@ func NewCoord(t testing.TB, addrs []string, mut ...func(*coordinator.Config)) *c
 	t.Helper()
 	// NodeTimeout well above a loaded 2-core machine's hiccups under -race.
 	cfg := coordinator.Config{Nodes: addrs, DefaultTTL: 2 * time.Second, NodeTimeout: 250 * time.Millisecond, Logger: Quiet}
-	if len(addrs) > 0 && !slices.ContainsFunc(addrs, func(a string) bool { return !testutil.InProcess(a) }) {
-		// miniredis nodes in this process: a stall of the loaded test
-		// process (160-435 ms seen under -race on 2 cores) silences every
-		// node at once, and no fault is injected on them, so a one-shot
-		// call gets 1 s. The handoff window stays what 250 ms made it.
-		cfg.NodeTimeout, cfg.HandoffWindow = time.Second, 250*time.Millisecond
-	}
 	for _, f := range mut {
 		f(&cfg)
 	}
