@@ -306,6 +306,7 @@ func TestLockFaultNewWithFirstNodeDown(t *testing.T) {
 		kill bool
 	}{{2, nil, false}, {3, []int{0}, true}, {4, []int{0}, true}, {5, []int{0, 1}, false}} {
 		t.Run(fmt.Sprintf("%d-nodes-%v-down", tc.n, tc.down), func(t *testing.T) {
+			t.Parallel() // each New with a node down takes about 2.5 s (the guard's arming)
 			srv := testutil.StartServers(t, tc.n, testutil.ServerOptions{})
 			addrs := testutil.Addrs(srv)
 			for _, i := range tc.down {
@@ -319,7 +320,15 @@ func TestLockFaultNewWithFirstNodeDown(t *testing.T) {
 			const tries = 3
 			failed := 0
 			for i := range tries {
-				cfg := coordinator.Config{Nodes: addrs, DefaultTTL: time.Second, Logger: testkit.Quiet, StartTimeout: time.Second}
+				// The check after New is one TryAcquire on the nodes up: it
+				// gets 1 s, not the default 50 ms of a 1 s TTL, which a
+				// loaded machine missed (a CI run beside a CPU hog: "0 of 2
+				// nodes answered", the process stalled 267 ms). StartTimeout
+				// is the default 5 s: with 1 s, no more than the guard's own
+				// wait, a node down at start left the others unarmed when
+				// New returned, and the guard held them out for the TTL.
+				cfg := coordinator.Config{Nodes: addrs, Logger: testkit.Quiet}
+				testkit.Roomy(&cfg)
 				start := time.Now()
 				c, err := coordinator.New(context.Background(), cfg)
 				t.Logf("try %d: New took %v, err %v", i, time.Since(start).Round(time.Millisecond), err)
