@@ -35,14 +35,3 @@ func checkCtx(ctx context.Context, op string) error {
 	}
 	return nil
 }
-
-// nilCtxStates is a Status given a nil ctx: every node's state is the error.
-func nilCtxStates(c *engine.Engine, op string) []NodeState {
-	err := engine.NilCtx(op)
-	nodes := c.Nodes()
-	out := make([]NodeState, len(nodes))
-	for i, n := range nodes {
-		out[i] = NodeState{Node: n.Addr, Err: err}
-	}
-	return out
-}

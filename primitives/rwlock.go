@@ -272,25 +272,8 @@ type RWNodeState struct {
 // Status reads the lock's state on every node (one read-only script
 // each); RWQuorumOf gives the quorum's view.
 func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
-	if ctx == nil {
-		var out []RWNodeState
-		for _, st := range nilCtxStates(rw.c, "RWLock.Status") {
-			out = append(out, RWNodeState{Node: st.Node, Err: st.Err})
-		}
-		return out
-	}
 	call := rw.call(scripts.RWStatus{MaxWaiters: MaxStatusWaiters})
-	reps := rw.c.Read(ctx, call)
-	nodes := rw.c.Nodes()
-	out := make([]RWNodeState, len(reps))
-	for i, rep := range reps {
-		out[i].Node = nodes[i].Addr
-		v, err := parseReply(rep, scripts.ParseRWView)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		st := &out[i]
+	return readEach(ctx, rw.c, call, scripts.ParseRWView, func(v scripts.RWView, st *RWNodeState) {
 		if len(v.Writer) > 6 {
 			st.Writer = prefix8(v.Writer[6:])
 			st.WriterInfo = parseHolder(v.Writer[6:])
@@ -299,9 +282,10 @@ func (rw *RWLock) Status(ctx context.Context) []RWNodeState {
 		st.ReaderInfo = holdersOf(v.ReaderTokens)
 		st.WriterQueue = queueOf(v.WriterQueue, true)
 		st.ReaderWaiters = holdersOf(v.ReaderWaiters)
-	}
-	return out
+	})
 }
+
+func (st *RWNodeState) at(node string, err error) { st.Node, st.Err = node, err }
 
 // RWQuorum is what a quorum of nodes agrees on about an RWLock.
 type RWQuorum struct {

@@ -105,31 +105,37 @@ func holdersOf(ids []string) []HolderInfo {
 
 // readEach runs a read-only call on every node; parse (the op's parser,
 // beside it in internal/scripts) reads each reply, and fill describes it
-// in the node's state. A node that did not answer, or answered what parse
-// refuses, has the error.
-func readEach[V any](ctx context.Context, c *engine.Engine, call nodeactor.Call,
-	parse func(rueidis.RedisMessage) (V, error), fill func(V, *NodeState)) []NodeState {
-	if ctx == nil {
-		return nilCtxStates(c, "Status")
-	}
-	reps := c.Read(ctx, call)
+// in the node's state S (NodeState, RWNodeState). A node that did not
+// answer, or answered what parse refuses, has the error; a nil ctx is
+// every node's error.
+func readEach[V, S any, PS interface {
+	*S
+	at(node string, err error)
+}](ctx context.Context, c *engine.Engine, call nodeactor.Call, parse func(rueidis.RedisMessage) (V, error), fill func(V, PS)) []S {
 	nodes := c.Nodes()
-	out := make([]NodeState, len(reps))
-	for i, rep := range reps {
-		out[i].Node = nodes[i].Addr
-		if v, err := parseReply(rep, parse); err != nil {
-			out[i].Err = err
-		} else {
+	out := make([]S, len(nodes))
+	if ctx == nil {
+		for i, n := range nodes {
+			PS(&out[i]).at(n.Addr, engine.NilCtx("Status"))
+		}
+		return out
+	}
+	for i, rep := range c.Read(ctx, call) {
+		v, err := parseReply(rep, parse)
+		PS(&out[i]).at(nodes[i].Addr, err)
+		if err == nil {
 			fill(v, &out[i])
 		}
 	}
 	return out
 }
 
+func (st *NodeState) at(node string, err error) { st.Node, st.Err = node, err }
+
 // readLockStatus reads a Lock's status call (LockStatus, LockObserve) on
 // every node.
 func readLockStatus(ctx context.Context, c *engine.Engine, call nodeactor.Call) []NodeState {
-	return readEach(ctx, c, call, scripts.ParseLockView, fillLock)
+	return readEach[scripts.LockView, NodeState](ctx, c, call, scripts.ParseLockView, fillLock)
 }
 
 // lockView describes a Lock's or a FairLock's view in st: held, owner
